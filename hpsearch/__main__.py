@@ -1,0 +1,5 @@
+import sys
+
+from hpsearch.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""`hpsearch status`, `best` and `export`: read the store (read-only, never blocks the driver)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from hpsearch import runs
+from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
+from hpsearch.results import best as best_trials
+from hpsearch.store.store import STORE_FILE, Reader
+
+
+def register(sub) -> None:
+    p = add_command(sub, "status", "Show every experiment, or one experiment's trials.",
+                    "  hpsearch status                # one line per experiment\n"
+                    "  hpsearch status quadratic      # its trials, states, values, errors",
+                    status)
+    p.add_argument("name", nargs="?")
+    add_runs_dir(p)
+    p = add_command(sub, "best", "The best trials (top-k), or the Pareto front of a "
+                    "multi-objective search, with params and trial dir.",
+                    "  hpsearch best quadratic\n  hpsearch best quadratic -k 5 --json", best)
+    p.add_argument("name")
+    p.add_argument("-k", type=int, default=1, help="how many (single objective; default 1)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_runs_dir(p)
+    p = add_command(sub, "export", "Every trial with params, state, objective values and "
+                    "timings, as CSV or JSON.",
+                    "  hpsearch export quadratic > trials.csv\n"
+                    "  hpsearch export quadratic --format json --out trials.json", export)
+    p.add_argument("name")
+    p.add_argument("--format", choices=["csv", "json"], default="csv")
+    p.add_argument("--out", type=Path, help="write to this file (atomically) instead of stdout")
+    add_runs_dir(p)
+
+
+def _open(args) -> Reader:
+    return Reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
+
+
+def _metric_names(exp) -> list[str]:
+    from hpsearch.spec.yamlpos import load_yaml_with_lines
+    raw, _ = load_yaml_with_lines(exp.spec_yaml, exp.spec_file)
+    objective = raw["objective"]
+    return [o["metric"] for o in (objective if isinstance(objective, list) else [objective])]
+
+
+def status(args) -> int:
+    if args.name is None:
+        return _status_all(runs_dir_of(args))
+    reader = _open(args)
+    try:
+        exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
+    finally:
+        reader.close()
+    driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
+    metrics = _metric_names(exp)
+    finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned"))
+    print(f"experiment {exp.name}: {exp.status}, {exp.strategy}, {finished}/"
+          f"{exp.trials_requested} finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
+          f"; driver: {'pid %d' % driver if driver else 'not running'}")
+    rows = []
+    for t in trials:
+        values = " ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values or []))
+        duration = f"{t.duration:.1f}s" if t.duration is not None else ""
+        note = (t.error or "").splitlines()[0] if t.error else ""
+        rows.append([str(t.id), t.state, str(t.attempt), duration, values,
+                     format_params(t.params), note])
+    _table(["id", "state", "try", "time", "objective", "params", "error"], rows)
+    return 0
+
+
+def _status_all(runs_dir: Path) -> int:
+    rows = []
+    for exp_dir in runs.list_experiments(runs_dir):
+        reader = Reader(exp_dir / STORE_FILE)
+        try:
+            exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
+        finally:
+            reader.close()
+        top = best_trials(trials, exp.directions, 1)
+        best_text = ("front of %d" % len(top)) if len(exp.directions) > 1 else \
+            (format_value(top[0].objective_values[0]) if top else "")
+        finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned"))
+        driver = runs.DriverLock(exp_dir).holder()
+        rows.append([exp.name, exp.status, exp.strategy, f"{finished}/{exp.trials_requested}",
+                     str(counts.get("running", 0)), str(counts.get("failed", 0)), best_text,
+                     f"pid {driver}" if driver else "-",
+                     time.strftime("%Y-%m-%d %H:%M", time.localtime(exp.updated))])
+    if not rows:
+        print(f"no experiments under {runs_dir}")
+        return 0
+    _table(["name", "status", "strategy", "done", "running", "failed", "best", "driver",
+            "updated"], rows)
+    return 0
+
+
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    widths[-1] = 0  # last column unpadded
+    for line in [header] + rows:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
+
+
+def best(args) -> int:
+    reader = _open(args)
+    try:
+        exp, trials = reader.experiment(), reader.trials()
+    finally:
+        reader.close()
+    metrics = _metric_names(exp)
+    top = best_trials(trials, exp.directions, args.k)
+    if args.json:
+        print(json.dumps([{"trial": t.id, "values": dict(zip(metrics, t.objective_values)),
+                           "params": t.params, "trial_dir": t.trial_dir} for t in top], indent=1))
+        return 0 if top else 1
+    if not top:
+        print(f"experiment {exp.name}: no completed trial yet", file=sys.stderr)
+        return 1
+    if len(metrics) > 1:
+        print(f"Pareto front of {exp.name}: {len(top)} trial(s) "
+              f"({', '.join(f'{d} {m}' for m, d in zip(metrics, exp.directions))})")
+    for rank, t in enumerate(top, 1):
+        values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values))
+        print(f"{rank}. trial {t.id}: {values}")
+        print(f"   params: {format_params(t.params)}")
+        print(f"   trial dir: {t.trial_dir}")
+    return 0
+
+
+def export(args) -> int:
+    reader = _open(args)
+    try:
+        exp, trials = reader.experiment(), reader.trials()
+    finally:
+        reader.close()
+    metrics = _metric_names(exp)
+    records = []
+    for t in trials:
+        rec = {"trial": t.id, "state": t.state, "attempts": t.attempt}
+        rec.update({m: v for m, v in zip(metrics, t.objective_values or [None] * len(metrics))})
+        rec.update({f"param_{k}": v for k, v in t.params.items()})
+        rec.update({"started": t.started, "finished": t.finished, "duration": t.duration,
+                    "host": t.host, "exit_code": t.exit_code, "error": t.error,
+                    "trial_dir": t.trial_dir})
+        records.append(rec)
+    if args.format == "json":
+        text = json.dumps(records, indent=1) + "\n"
+    else:
+        buf = io.StringIO()
+        columns = list(dict.fromkeys(k for rec in records for k in rec)) or ["trial"]
+        writer = csv.DictWriter(buf, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(records)
+        text = buf.getvalue()
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    tmp = args.out.with_name(f".{args.out.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, args.out)
+    print(f"wrote {len(records)} trials to {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,66 @@
+"""`hpsearch` command line: parses arguments, maps errors to exit codes.
+
+Exit codes: 0 ok; 1 trials failed or the search is incomplete; 2 bad input (spec, flags,
+names) or a conflict (the experiment exists, another driver owns it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hpsearch import __version__
+from hpsearch.cli import inspect_cmds, run_cmds, spec_cmds
+from hpsearch.errors import EXIT_BAD_INPUT, HpsearchError
+
+EPILOG = """\
+examples:
+  hpsearch validate examples/quadratic/spec.yaml
+  hpsearch plan examples/quadratic/spec.yaml
+  hpsearch submit examples/quadratic/spec.yaml --executor local
+  hpsearch status                 # every experiment under ./hpsearch-runs
+  hpsearch best quadratic -k 3
+  hpsearch resume quadratic       # after a crash, kill -9 or Ctrl-C
+
+exit codes: 0 ok, 1 trials failed or search incomplete, 2 bad input or conflict
+docs: docs/cli.md, docs/spec.md
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too; keep one message style
+        self.print_usage(sys.stderr)
+        print(f"hpsearch: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hpsearch", description="Crash-safe hyperparameter search on "
+                     "Slurm clusters and laptops.", epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in (spec_cmds, run_cmds, inspect_cmds):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return args.handler(args)
+    except HpsearchError as exc:
+        print(f"hpsearch: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

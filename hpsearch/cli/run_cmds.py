@@ -1,0 +1,107 @@
+"""`hpsearch submit`, `resume` and `cancel`: start, continue and stop a search."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from hpsearch import session
+from hpsearch.cli.common import add_command, add_runs_dir, format_params, runs_dir_of
+from hpsearch.store.store import STORE_FILE, Reader
+
+
+def register(sub) -> None:
+    p = add_command(sub, "submit", "Run the search a spec describes, attached (Ctrl-C cancels "
+                    "running trials) or --detach-ed in the background.",
+                    "  hpsearch submit examples/quadratic/spec.yaml --executor local\n"
+                    "  hpsearch submit spec.yaml --detach      # survives logout; see "
+                    "`hpsearch status NAME`\n"
+                    "  hpsearch submit spec.yaml --resume      # continue if it already exists",
+                    submit)
+    p.add_argument("spec", type=Path)
+    _add_run_flags(p)
+    p.add_argument("--resume", action="store_true",
+                   help="if the experiment exists with the same spec, continue it")
+    p = add_command(sub, "resume", "Continue an experiment after a crash, kill -9, reboot or "
+                    "cancel: finished trials are kept, running ones adopted, the rest re-run.",
+                    "  hpsearch resume quadratic\n"
+                    "  hpsearch resume quadratic --detach --runs-dir /scratch/me/runs", resume)
+    p.add_argument("name")
+    _add_run_flags(p)
+    p = add_command(sub, "cancel", "Stop an experiment: its driver cancels running trials "
+                    "(SIGTERM to each process group, SIGKILL after the grace period).",
+                    "  hpsearch cancel quadratic\n"
+                    "  hpsearch resume quadratic    # later: run what was cancelled", cancel)
+    p.add_argument("name")
+    add_runs_dir(p)
+
+
+def _add_run_flags(p) -> None:
+    p.add_argument("--executor", choices=["local", "slurm"], default=None,
+                   help="override the spec's executor")
+    p.add_argument("--detach", action="store_true",
+                   help="run the driver in the background (log: <runs>/<name>/driver.log)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+    add_runs_dir(p)
+
+
+def submit(args) -> int:
+    spec, exists = session.new_experiment(args.spec, args.runs_dir and args.runs_dir.absolute(),
+                                          args.executor, args.resume)
+    if spec.search.strategy == "grid":
+        sizes = " x ".join(str(len(p.grid_values())) for p in spec.search.space)
+        print(f"grid: {sizes} = {spec.search.trials} trials")
+    return _run(spec, create=not exists, args=args)
+
+
+def resume(args) -> int:
+    spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
+    return _run(spec, create=False, args=args)
+
+
+def cancel(args) -> int:
+    print(session.cancel(runs_dir_of(args), args.name))
+    return 0
+
+
+def _run(spec, create: bool, args) -> int:
+    exp_dir = spec.experiment_dir
+    if args.detach:
+        pid = session.detach(lambda ready: session.drive(spec, create, _printer(False), ready),
+                             exp_dir / "driver.log")
+        print(f"experiment {spec.name}: driver running in the background (pid {pid})")
+        print(f"  log: {exp_dir / 'driver.log'}")
+        print(f"  watch: hpsearch status {spec.name}    stop: hpsearch cancel {spec.name}")
+        return 0
+    started = time.time()
+    code = session.drive(spec, create, _printer(args.quiet))
+    _summary(spec, time.time() - started)
+    return code
+
+
+def _printer(quiet: bool):
+    def emit(line: str) -> None:
+        if not quiet:
+            print(time.strftime("%H:%M:%S ") + line, flush=True)
+    return emit
+
+
+def _summary(spec, elapsed: float) -> None:
+    from hpsearch.results import best
+    reader = Reader(spec.experiment_dir / STORE_FILE)
+    try:
+        exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
+    finally:
+        reader.close()
+    print(f"\nexperiment {spec.name}: {exp.status} in {elapsed:.1f}s; " +
+          ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    top = best(trials, exp.directions, 1)
+    metrics = [o.metric for o in spec.objectives]
+    label = "Pareto front" if len(metrics) > 1 else "best trial"
+    for t in top:
+        values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values))
+        print(f"{label}: #{t.id} {values}  ({format_params(t.params)})")
+        print(f"  trial dir: {t.trial_dir}")
+    if not top:
+        print("no trial completed", file=sys.stderr)

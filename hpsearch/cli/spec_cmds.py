@@ -1,0 +1,89 @@
+"""`hpsearch validate` and `hpsearch plan`: read a spec, run nothing, write nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from hpsearch.cli.common import add_command, format_params
+from hpsearch.spec.validate import load_spec
+
+
+def register(sub) -> None:
+    p = add_command(sub, "validate", "Check a spec; print what it describes, or the first "
+                    "problem with its file, line and key.",
+                    "  hpsearch validate examples/quadratic/spec.yaml\n"
+                    "  # bad input: prints e.g.\n"
+                    "  # spec.yaml:7: search.space.lr.low: a log scale needs low > 0; got low=0\n"
+                    "  # and exits with code 2", validate)
+    p.add_argument("spec", type=Path)
+    p = add_command(sub, "plan", "Dry run: the number of trials (or grid size) and the exact "
+                    "command line each trial would run.",
+                    "  hpsearch plan examples/quadratic/grid.yaml          # every grid point\n"
+                    "  hpsearch plan examples/quadratic/spec.yaml --limit 3", plan)
+    p.add_argument("spec", type=Path)
+    p.add_argument("--limit", type=int, default=20,
+                   help="show at most this many trials (default 20; 0 for all)")
+
+
+def validate(args) -> int:
+    spec = load_spec(args.spec)
+    s = spec.search
+    print(f"{args.spec}: ok")
+    print(f"  experiment {spec.name}: {s.strategy} search, {s.trials} trials, "
+          f"{s.parallel} in parallel" + (f", seed {s.seed}" if s.seed is not None else ""))
+    for p in s.space:
+        print(f"  {p.name}: {_describe(p)}")
+    print("  objective: " + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives))
+    return 0
+
+
+def _describe(p) -> str:
+    if p.kind == "fixed":
+        return f"fixed {p.value!r}"
+    if p.kind == "categorical":
+        return f"one of {list(p.choices)}"
+    text = f"{p.kind} in [{p.low}, {p.high}]"
+    if p.log:
+        text += " (log scale)"
+    if p.step is not None:
+        text += f" step {p.step}"
+    return text
+
+
+def plan(args) -> int:
+    from hpsearch.launching import build_launch
+    from hpsearch.search import make_search
+
+    spec = load_spec(args.spec)
+    s = spec.search
+    if s.strategy == "grid":
+        sizes = [len(p.grid_values()) for p in s.space]
+        print(f"grid: {' x '.join(map(str, sizes))} = {math.prod(sizes)} points; "
+              f"{s.trials} trials, {s.parallel} in parallel")
+        exact, shown = True, s.trials
+    else:
+        deterministic = s.strategy in ("random", "qmc") and s.seed is not None
+        exact = deterministic
+        shown = s.trials if deterministic else min(s.trials, s.parallel)
+        print(f"{s.strategy}: {s.trials} trials, {s.parallel} in parallel" +
+              ("" if deterministic else f"; the first {shown} are launched together, later "
+               "ones depend on results" + ("" if s.seed is not None else
+                                           " (no seed: an example draw)")))
+    limit = shown if args.limit == 0 else min(shown, args.limit)
+    # Sample without running: a search in memory, nothing written.
+    search = make_search(dataclasses.replace(spec, search=s))
+    search.rebuild([], {})
+    print(f"runs in: {spec.experiment_dir}   workdir: {spec.workdir}   executor: "
+          f"{spec.executor.type}")
+    for _ in range(limit):
+        asked = search.ask()
+        if asked is None:
+            break
+        launch = build_launch(spec, asked.trial_id, 1, asked.params)
+        print(f"\ntrial {asked.trial_id}: {format_params(asked.params)}")
+        print(f"  $ {launch.command}")
+    if limit < shown:
+        print(f"\n... {shown - limit} more (use --limit 0 to show all)")
+    return 0

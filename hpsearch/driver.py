@@ -1,0 +1,248 @@
+"""The driver: asks the search for trials, launches them, ingests what they write, and
+records every step in the store before acting on it (write-ahead).
+
+It is the store's only writer. Killed at any instant (even SIGKILL), a later `resume` finds
+each trial's state in the store and adopts, re-runs or finishes it: no trial is lost,
+duplicated or launched twice.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
+from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
+from hpsearch.launching import build_launch, prepare_trial_dir
+from hpsearch.search.base import Search
+from hpsearch.spec.model import Spec
+from hpsearch.store import rows as r
+from hpsearch.store.store import Store
+
+INGEST_INTERVAL = 1.0  # seconds between reads of running trials' metric files
+
+
+@dataclass
+class _Live:
+    """The driver's memory of a trial in flight (rebuilt from store and files on resume)."""
+
+    row: r.TrialRow
+    files: TrialFiles
+    last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
+
+
+class Driver:
+    def __init__(self, spec: Spec, store: Store, executor: Executor, search: Search,
+                 on_event: Callable[[str], None] = lambda line: None) -> None:
+        self.spec, self.store, self.executor, self.search = spec, store, executor, search
+        self.on_event = on_event
+        self.metrics = [o.metric for o in spec.objectives]
+        self.live: dict[int, _Live] = {}
+        self.queue: list[int] = []  # trials waiting for a new attempt
+        self.stop_reason: str | None = None
+        self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
+
+    # -- entry -----------------------------------------------------------------------------
+    def run(self) -> int:
+        """Drive the search to its end (or until stopped). Returns the exit code."""
+        previous = self._install_signal_handlers()
+        try:
+            self.recover()
+            self.loop()
+            return self.finish()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.executor.close()
+
+    def request_stop(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+
+    # -- resume ----------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Rebuild the search from the store and take charge of every trial in flight."""
+        trials = self.store.trials()
+        self.search.rebuild(trials, self.store.experiment().study_attrs)
+        for row in trials:
+            if row.state == r.QUEUED or row.state == r.CANCELLED:
+                self.queue.append(row.id)
+            elif row.state in (r.SUBMITTING, r.RUNNING):
+                self._adopt(row)
+        if self.store.experiment().status != "running":
+            self.store.set_experiment_status("running", "resumed")
+
+    def _adopt(self, row: r.TrialRow) -> None:
+        live = _Live(row, TrialFiles(Path(row.trial_dir)))
+        self.live[row.id] = live
+        outcome = self.executor.adopt(Adoptable(row.id, row.attempt, Path(row.trial_dir),
+                                                row.pid, row.pid_start, row.gpus, row.job_id))
+        if isinstance(outcome, Started):
+            if row.state == r.SUBMITTING:
+                self.store.mark_running(row.id, row.attempt, outcome.host, outcome.pid,
+                                        outcome.pid_start, outcome.gpus, outcome.job_id)
+            self.store.add_event("adopted", f"attempt {row.attempt} still running "
+                                            f"(pid {outcome.pid})", row.id)
+            self._ingest(live)
+        elif isinstance(outcome, Ended):
+            self.finalize(outcome)
+        else:  # it never started: run it as a new attempt
+            del self.live[row.id]
+            self.queue.append(row.id)
+
+    # -- main loop -------------------------------------------------------------------------
+    def loop(self) -> None:
+        next_ingest = time.monotonic() + INGEST_INTERVAL
+        while True:
+            if self.stop_reason:
+                self._stop_all()
+                return
+            self._fill_slots()
+            if not self.live:
+                return  # nothing running, nothing left to launch
+            for ended in self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())):
+                self.finalize(ended)
+            if time.monotonic() >= next_ingest:
+                for live in list(self.live.values()):
+                    self._ingest(live)
+                next_ingest = time.monotonic() + INGEST_INTERVAL
+
+    def _fill_slots(self) -> None:
+        while self.executor.free_slots() > 0 and not self.stop_reason:
+            began = time.perf_counter()
+            if self.queue:
+                trial_id = self.queue.pop(0)
+                row = self.store.trial(trial_id)
+                attempt = row.attempt + 1
+                reason = "retry" if row.state == r.QUEUED else "re-run after interruption"
+                self.store.begin_attempt(trial_id, attempt, reason)
+                rotate_logs(Path(row.trial_dir), row.attempt)
+                launch = build_launch(self.spec, trial_id, attempt, row.params)
+            else:
+                asked = self.search.ask()
+                if asked is None:
+                    return
+                launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
+                self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
+                                        asked.sampler_attrs, asked.study_attrs)
+            self._launch(launch, began)
+
+    def _launch(self, launch: Launch, began: float) -> None:
+        trial_id, attempt = launch.trial_id, launch.attempt
+        prepare_trial_dir(launch)
+        started = self.executor.submit(launch)
+        self.store.mark_running(trial_id, attempt, started.host, started.pid, started.pid_start,
+                                started.gpus, started.job_id)
+        self.live[trial_id] = _Live(self.store.trial(trial_id), TrialFiles(launch.trial_dir))
+        self.bookkeeping.append((trial_id, time.perf_counter() - began))
+        self.on_event(f"trial {trial_id} started (attempt {attempt}): "
+                      + " ".join(f"{k}={v}" for k, v in launch.params.items()))
+
+    def _ingest(self, live: _Live) -> None:
+        records = live.files.read_new()
+        if records:
+            self.store.add_metrics(live.row.id, live.row.attempt, records)
+            for rec in records:
+                for name, value in rec.items():
+                    if name not in ("step", "time"):
+                        if name not in live.last or rec["step"] >= live.last[name][0]:
+                            live.last[name] = (rec["step"], value)
+        for warning in live.files.warnings:
+            self.store.add_event("warning", warning, live.row.id)
+            self.on_event(f"trial {live.row.id}: {warning}")
+        live.files.warnings.clear()
+
+    # -- an attempt ended ------------------------------------------------------------------
+    def finalize(self, ended: Ended) -> None:
+        began = time.perf_counter()
+        live = self.live.pop(ended.trial_id)
+        self._ingest(live)
+        tid, attempt = ended.trial_id, ended.attempt
+        if ended.reason == "cancelled":
+            self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
+            self.on_event(f"trial {tid} cancelled")
+            return
+        if ended.reason == "lost":
+            self.store.finish_attempt(tid, attempt, "lost", None, ended.detail, requeue=True)
+            self.queue.append(tid)
+            self.on_event(f"trial {tid}: {ended.detail}; it will run again")
+            return
+        values, error = None, None
+        if ended.reason == "timeout":
+            error = ended.detail
+        elif ended.exit_code != 0:
+            error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail else "")
+        else:
+            last = {name: value for name, (step, value) in live.last.items()}
+            values, error = objective_values(live.files.result(), last, self.metrics)
+        if error is None:
+            attrs = self.search.tell(tid, r.COMPLETED, values)
+            self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,
+                                      sampler_attrs=attrs)
+            self.on_event(f"trial {tid} completed: " + ", ".join(
+                f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
+        else:
+            self._failed(live, attempt, ended.exit_code, _with_stderr_tail(error, live))
+        self.bookkeeping.append((tid, time.perf_counter() - began))
+
+    def _failed(self, live: _Live, attempt: int, exit_code: int | None, error: str) -> None:
+        tid = live.row.id
+        failures = self.store.db.execute(
+            "select count(*) from attempts where trial = ? and state = ?", (tid, r.FAILED)
+        ).fetchone()[0]
+        if failures < self.spec.retries.max:
+            self.store.finish_attempt(tid, attempt, r.FAILED, exit_code, error, requeue=True)
+            self.queue.append(tid)
+            self.on_event(f"trial {tid} failed ({error.splitlines()[0]}); retrying "
+                          f"({failures + 1} of {self.spec.retries.max})")
+            return
+        attrs = self.search.tell(tid, r.FAILED, None)
+        self.store.finish_attempt(tid, attempt, r.FAILED, exit_code, error, sampler_attrs=attrs)
+        self.on_event(f"trial {tid} failed: {error.splitlines()[0]}")
+
+    # -- stopping and the end --------------------------------------------------------------
+    def _install_signal_handlers(self) -> dict:
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, lambda s, f: self.request_stop(
+                    signal.Signals(s).name))
+            except ValueError:  # not the main thread (tests drive it from threads)
+                pass
+        return previous
+
+    def _stop_all(self) -> None:
+        self.on_event(f"stopping ({self.stop_reason}): cancelling "
+                      f"{len(self.live)} running trial(s)")
+        for trial_id in list(self.live):
+            self.executor.cancel(trial_id)
+        while self.live:
+            for ended in self.executor.poll(timeout=0.5):
+                self.finalize(ended)
+
+    def finish(self) -> int:
+        counts = self.store.state_counts()
+        done = sum(counts.get(s, 0) for s in r.FINISHED)
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if self.stop_reason:
+            self.store.set_experiment_status("cancelled", f"stopped by {self.stop_reason}: "
+                                                          f"{summary}")
+            return EXIT_INCOMPLETE
+        status = "completed" if done >= self.search.total else "incomplete"
+        self.store.set_experiment_status(status, summary)
+        return EXIT_OK if status == "completed" and not counts.get(r.FAILED) else EXIT_INCOMPLETE
+
+
+def _with_stderr_tail(error: str, live: _Live, lines: int = 5) -> str:
+    """The error plus the last lines of the attempt's stderr, so `status` shows the cause."""
+    try:
+        with open(Path(live.row.trial_dir) / "stderr.log", "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 4096))
+            tail = fh.read().decode("utf-8", "replace").splitlines()[-lines:]
+    except OSError:
+        return error
+    return error + ("\n" + "\n".join(tail) if tail else "")

@@ -1,0 +1,35 @@
+"""Errors that reach the user, and the exit codes they map to."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1  # trials failed, or the search did not finish
+EXIT_BAD_INPUT = 2
+
+
+class HpsearchError(Exception):
+    """An error with a message meant for the user and an exit code."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInput(HpsearchError):
+    """Bad input in a file: names the file, line and key path, and what was expected."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None,
+                 key: str | None = None) -> None:
+        self.file, self.line, self.key, self.detail = file, line, key, message
+        where = file or "<input>"
+        if line is not None:
+            where += f":{line}"
+        if key:
+            where += f": {key}"
+        super().__init__(f"{where}: {message}")
+
+
+class Conflict(HpsearchError):
+    """Another driver already owns the experiment, or a name is taken."""
+
+
+class NotFound(HpsearchError):
+    """An experiment, trial or file that does not exist."""

@@ -1,0 +1,88 @@
+"""The Executor seam: the driver hands it launches and polls it for ends.
+
+An executor may push (a process or Slurm job per trial) or pull (pilots taking trials from a
+queue); the driver sees only this interface. The driver records every state change in the
+store *before* acting on it, so an executor never needs a store of its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt of one trial, ready to run."""
+
+    trial_id: int
+    attempt: int
+    command: str          # a POSIX shell command line, parameter values already quoted
+    env: dict[str, str]   # HPSEARCH_* and spec env, added to the executor's environment
+    trial_dir: Path
+    workdir: Path
+    params: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Started:
+    trial_id: int
+    attempt: int
+    host: str
+    pid: int | None = None
+    pid_start: int | None = None  # process start time (clock ticks since boot): pid identity
+    gpus: str | None = None
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Ended:
+    trial_id: int
+    attempt: int
+    exit_code: int | None   # None when unknown (the process ended while nobody watched)
+    reason: str             # exited | timeout | cancelled | lost
+    detail: str = ""
+
+
+@dataclass
+class Adoptable:
+    """What the store knows of an attempt in flight when a driver resumes."""
+
+    trial_id: int
+    attempt: int
+    trial_dir: Path
+    pid: int | None = None
+    pid_start: int | None = None
+    gpus: str | None = None
+    job_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Executor(ABC):
+    @abstractmethod
+    def free_slots(self) -> int:
+        """How many more trials may start now."""
+
+    @abstractmethod
+    def submit(self, launch: Launch) -> Started:
+        """Start one attempt. Called only after the store holds it as `submitting`."""
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list[Ended]:
+        """Wait up to `timeout` seconds for attempts to end; return those that did."""
+
+    @abstractmethod
+    def cancel(self, trial_id: int) -> None:
+        """Stop a running attempt; poll() reports it with reason `cancelled`."""
+
+    @abstractmethod
+    def adopt(self, known: Adoptable) -> Started | Ended | None:
+        """After a driver restart: watch an attempt that is still running (Started), report
+        one that ended meanwhile (Ended), or None if it never started."""
+
+    def running(self) -> list[int]:
+        return []
+
+    def close(self) -> None:
+        """Release resources; running attempts are left alone."""

@@ -1,0 +1,87 @@
+"""Linux process facts the local executor needs: identity across pid reuse, finding a trial's
+process after a driver restart, waiting on processes that are not our children, and
+stopping a whole process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: when the process started. None if it is gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may contain spaces or ')': split after its last ')'.
+    fields = data[data.rindex(b")") + 2:].split()
+    if fields[0] == b"Z":  # a zombie has ended
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int | None, expected_start: int | None) -> bool:
+    """Is `pid` the same live process that started at `expected_start`?"""
+    return pid is not None and expected_start is not None and start_time(pid) == expected_start
+
+
+def environ(pid: int) -> dict[str, str]:
+    try:
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def find_trial_leader(trial_dir: Path, attempt: int) -> int | None:
+    """The pid of the live session leader running this attempt, found by its environment.
+
+    Used when the driver died between starting a trial and recording its pid.
+    """
+    want_dir, want_attempt = str(trial_dir), str(attempt)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.getsid(pid) != pid:
+                continue
+        except OSError:
+            continue
+        env = environ(pid)
+        if env.get("HPSEARCH_TRIAL_DIR") == want_dir and env.get("HPSEARCH_ATTEMPT") == want_attempt:
+            return pid
+    return None
+
+
+def pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux >= 5.3), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    return signal_group(pgid, 0)
+
+
+def stop_group(pgid: int) -> None:
+    signal_group(pgid, signal.SIGTERM)

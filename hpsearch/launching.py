@@ -1,0 +1,45 @@
+"""Build a trial attempt's Launch from the spec: its quoted command and its environment.
+
+Shared by the driver (to run it) and `hpsearch plan` (to show it), so what plan prints is
+exactly what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hpsearch import runs
+from hpsearch.executors.base import Launch
+from hpsearch.spec.model import Spec
+from hpsearch.template import render
+
+
+def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]) -> Launch:
+    tdir = runs.trial_dir(spec.experiment_dir, trial_id)
+    ckpt = tdir / "checkpoints"
+    builtins = {"trial_id": str(trial_id), "trial_dir": str(tdir), "checkpoint_dir": str(ckpt),
+                "experiment": spec.name, "python": sys.executable}
+    env = {
+        **dict(spec.env),
+        "HPSEARCH_EXPERIMENT": spec.name,
+        "HPSEARCH_TRIAL_ID": str(trial_id),
+        "HPSEARCH_ATTEMPT": str(attempt),
+        "HPSEARCH_TRIAL_DIR": str(tdir),
+        "HPSEARCH_CHECKPOINT_DIR": str(ckpt),
+        "HPSEARCH_PARAMS": json.dumps(params, sort_keys=True),
+    }
+    return Launch(trial_id, attempt, render(spec.command, params, builtins), env, tdir,
+                  Path(spec.workdir), dict(params))
+
+
+def prepare_trial_dir(launch: Launch) -> None:
+    """Create the trial dir with params.json and checkpoints/ (idempotent)."""
+    (launch.trial_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    path = launch.trial_dir / "params.json"
+    if not path.exists():
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(launch.params, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)

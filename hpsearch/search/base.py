@@ -1,0 +1,39 @@
+"""The Search seam: ask for the next trial's params, tell how a trial ended.
+
+Trial ids are dense (0, 1, 2, ...) and assigned by the search in ask order; the driver
+stores each asked trial before launching it. On resume the search is rebuilt from the
+store's trials (rebuild), which is the single source of truth.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpsearch.store.rows import TrialRow
+
+
+@dataclass
+class Asked:
+    trial_id: int
+    params: dict[str, Any]           # searched and fixed values, as the trial sees them
+    sampler_attrs: dict = field(default_factory=dict)  # sampler state kept with the trial
+    study_attrs: dict | None = None  # sampler state kept with the experiment
+
+
+class Search(ABC):
+    total: int  # trials the search runs in all
+
+    @abstractmethod
+    def rebuild(self, trials: list[TrialRow], study_attrs: dict) -> None:
+        """Load the trials already in the store (any state), before any ask."""
+
+    @abstractmethod
+    def ask(self) -> Asked | None:
+        """The next trial, or None when every trial has been asked."""
+
+    @abstractmethod
+    def tell(self, trial_id: int, state: str, values: list[float] | None) -> dict | None:
+        """Record a finished trial (completed / failed / pruned). Returns updated
+        sampler attrs of the trial to store, or None."""

@@ -1,0 +1,126 @@
+"""Model-based and random searches through Optuna samplers, by ask/tell.
+
+The study lives in memory and is rebuilt from the store on every start: finished trials are
+added with their values and the sampler state Optuna keeps in system attrs (CMA-ES, NSGA-II,
+QMC keep theirs there); trials in flight are added as RUNNING and told when they end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from typing import Any
+
+from hpsearch.search.base import Asked, Search
+from hpsearch.spec.model import Objective, Param
+from hpsearch.spec.model import Search as SearchSpec
+from hpsearch.store import rows as r
+
+
+def _optuna():
+    import optuna  # heavy: imported only when a search is built
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return optuna
+
+
+def distribution(param: Param):
+    d = _optuna().distributions
+    if param.kind == "categorical":
+        return d.CategoricalDistribution(list(param.choices))
+    if param.kind == "int":
+        return d.IntDistribution(param.low, param.high, log=param.log, step=param.step or 1)
+    return d.FloatDistribution(float(param.low), float(param.high), log=param.log,
+                               step=float(param.step) if param.step is not None else None)
+
+
+def make_sampler(strategy: str, seed: int | None, parallel: int, multi: bool):
+    samplers = _optuna().samplers
+    if strategy == "random":
+        return samplers.RandomSampler(seed=seed)
+    if strategy == "tpe":
+        # constant_liar keeps parallel workers from sampling next to each other.
+        return samplers.TPESampler(seed=seed, multivariate=True, constant_liar=parallel > 1)
+    if strategy == "gp":
+        return samplers.GPSampler(seed=seed)
+    if strategy == "cmaes":
+        return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if strategy == "qmc":
+        return samplers.QMCSampler(seed=seed, scramble=seed is not None,
+                                   warn_asynchronous_seeding=False,
+                                   warn_independent_sampling=False)
+    if strategy == "nsga2":
+        return samplers.NSGAIISampler(seed=seed)
+    raise ValueError(f"unknown strategy {strategy}")
+
+
+def resumed_seed(seed: int | None, trials_so_far: int) -> int | None:
+    """A seed for a sampler rebuilt after `trials_so_far` trials: the same run restarted
+    does not replay the random stream it already used (which would repeat params)."""
+    if seed is None or trials_so_far == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}:{trials_so_far}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+class OptunaSearch(Search):
+    def __init__(self, search: SearchSpec, objectives: tuple[Objective, ...]) -> None:
+        self.spec = search
+        self.total = search.trials
+        self.directions = [o.direction for o in objectives]
+        self.distributions = {p.name: distribution(p) for p in search.tuned}
+        self.study = None
+
+    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict) -> None:
+        optuna = _optuna()
+        TrialState = optuna.trial.TrialState
+        sampler = make_sampler(self.spec.strategy, resumed_seed(self.spec.seed, len(trials)),
+                               self.spec.parallel, len(self.directions) > 1)
+        self.study = optuna.create_study(directions=self.directions, sampler=sampler)
+        storage, study_id = self.study._storage, self.study._study_id
+        for key, value in study_attrs.items():
+            storage.set_study_system_attr(study_id, key, value)
+        frozen = []
+        for expected, t in enumerate(trials):
+            if t.id != expected:
+                raise RuntimeError(f"store trial ids are not dense: found {t.id}, expected "
+                                   f"{expected}")
+            params = {k: v for k, v in t.params.items() if k in self.distributions}
+            if t.state == r.COMPLETED and t.objective_values is not None:
+                state, values = TrialState.COMPLETE, t.objective_values
+            elif t.state == r.FAILED:
+                state, values = TrialState.FAIL, None
+            elif t.state == r.PRUNED:
+                state, values = TrialState.PRUNED, None
+            else:
+                state, values = TrialState.RUNNING, None
+            frozen.append(optuna.trial.create_trial(
+                state=state, params=params, distributions=self.distributions, values=values,
+                system_attrs=t.sampler_attrs))
+        self.study.add_trials(frozen)
+
+    def ask(self) -> Asked | None:
+        if self.study is None:
+            self.rebuild([], {})
+        if len(self.study._storage.get_all_trials(self.study._study_id, deepcopy=False)) \
+                >= self.total:
+            return None
+        trial = self.study.ask(self.distributions)
+        storage = self.study._storage
+        params: dict[str, Any] = {**self.spec.fixed, **trial.params}
+        return Asked(trial.number, params,
+                     dict(storage.get_trial_system_attrs(trial._trial_id)),
+                     dict(storage.get_study_system_attrs(self.study._study_id)))
+
+    def tell(self, trial_id: int, state: str, values: list[float] | None) -> dict | None:
+        TrialState = _optuna().trial.TrialState
+        if state == r.COMPLETED:
+            self.study.tell(trial_id, values=values, skip_if_finished=True)
+        else:
+            self.study.tell(trial_id, state=TrialState.PRUNED if state == r.PRUNED
+                            else TrialState.FAIL, skip_if_finished=True)
+        frozen = self.study._storage.get_trial(
+            self.study._storage.get_trial_id_from_study_id_trial_number(
+                self.study._study_id, trial_id))
+        return dict(frozen.system_attrs)

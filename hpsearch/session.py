@@ -1,0 +1,191 @@
+"""Start, resume and stop experiments: the glue between the CLI and the driver.
+
+Everything that can be wrong with the input is checked before anything is created on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from hpsearch import runs
+from hpsearch.errors import BadInput, Conflict, HpsearchError
+from hpsearch.executors.base import Executor
+from hpsearch.spec.model import Spec
+from hpsearch.spec.validate import load_spec, parse_spec
+from hpsearch.store import rows as r
+from hpsearch.store.store import STORE_FILE, Reader, Store
+
+
+def make_executor(spec: Spec) -> Executor:
+    ex = spec.executor
+    if ex.type == "local":
+        from hpsearch.executors.local import LocalExecutor, detect_gpus
+        gpus = None
+        if ex.gpus == "auto":
+            gpus = detect_gpus() or None
+        elif ex.gpus:
+            gpus = list(ex.gpus)
+        return LocalExecutor(spec.search.parallel, gpus, spec.resources.gpus_per_node or 1,
+                             ex.timeout, ex.grace)
+    raise BadInput(f"executor '{ex.type}' is not available in this version; use "
+                   "--executor local", str(spec.source or ""), key="executor.type")
+
+
+def with_executor(spec: Spec, executor_type: str | None) -> Spec:
+    if executor_type is None:
+        return spec
+    return dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
+                                                                  type=executor_type))
+
+
+def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | None,
+                   resume_existing: bool) -> tuple[Spec, bool]:
+    """Validate the spec and check the name is free. Returns (spec, exists). Writes nothing."""
+    spec = with_executor(load_spec(spec_path, runs_dir), executor_type)
+    spec = dataclasses.replace(spec, source=spec_path.resolve())
+    exp_dir = runs.experiment_dir(spec.runs_dir, spec.name)
+    exists = (exp_dir / STORE_FILE).exists()
+    if exists and not resume_existing:
+        raise Conflict(f"experiment '{spec.name}' already exists in {exp_dir}; continue it with "
+                       f"`hpsearch resume {spec.name}` (or `submit --resume`), or give the "
+                       "spec another name")
+    if exists:
+        stored = Reader(exp_dir / STORE_FILE)
+        try:
+            old = stored.experiment().spec_yaml
+        finally:
+            stored.close()
+        if old != spec_path.read_text():
+            raise Conflict(f"experiment '{spec.name}' exists with a different spec; give the "
+                           "changed spec another name, or resume the old one with "
+                           f"`hpsearch resume {spec.name}`")
+    make_executor(spec).close()  # fail now on an executor that cannot run
+    return spec, exists
+
+
+def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> Spec:
+    """The spec an existing experiment was submitted with."""
+    exp_dir = runs.existing_experiment_dir(runs_dir, name)
+    reader = Reader(exp_dir / STORE_FILE)
+    try:
+        exp = reader.experiment()
+    finally:
+        reader.close()
+    spec = parse_spec(exp.spec_yaml, exp.spec_file, Path(exp.base_dir), runs_dir)
+    return with_executor(dataclasses.replace(spec, source=Path(exp.spec_file)), executor_type)
+
+
+def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
+          on_ready: Callable[[], None] = lambda: None) -> int:
+    """Own the experiment (lock), create or open its store, run the driver to the end."""
+    from hpsearch.driver import Driver
+    from hpsearch.search import make_search
+
+    exp_dir = spec.experiment_dir
+    lock = runs.DriverLock(exp_dir)
+    lock.acquire()
+    try:
+        store = Store(exp_dir / STORE_FILE)
+        if create and not list(store.db["experiment"].rows):
+            search = make_search(spec)
+            store.create_experiment(spec.name, Path(spec.source).read_text(), str(spec.source),
+                                    str(Path(spec.source).parent), spec.search.strategy,
+                                    [o.direction for o in spec.objectives], search.total)
+        else:
+            search = make_search(spec)
+        on_ready()
+        return Driver(spec, store, make_executor(spec), search, on_event).run()
+    finally:
+        lock.release()
+
+
+def detach(run: Callable[[Callable[[], None]], int], log_path: Path) -> int:
+    """Run `run(on_ready)` in a daemon (double fork, new session, output to log_path).
+
+    Returns the daemon's pid once it reported ready; raises with its message if it failed
+    before that. The daemon survives the terminal closing.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_fd)
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+
+        def ready() -> None:
+            os.write(write_fd, f"ok {os.getpid()}\n".encode())
+            os.close(write_fd)
+
+        code = 1
+        try:
+            code = run(ready)
+        except HpsearchError as exc:
+            try:
+                os.write(write_fd, f"error {exc.exit_code} {exc}\n".encode())
+            except OSError:
+                print(f"hpsearch: {exc}", file=sys.stderr)
+            code = exc.exit_code
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_fd) as pipe:
+        message = pipe.read().strip()
+    if message.startswith("ok "):
+        return int(message.split()[1])
+    if message.startswith("error "):
+        _, code, text = message.split(" ", 2)
+        err = HpsearchError(text)
+        err.exit_code = int(code)
+        raise err
+    raise HpsearchError(f"the background driver failed to start; see {log_path}")
+
+
+def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
+    """Stop an experiment: signal its driver, or, with no driver alive, stop its recorded
+    processes and mark them cancelled (taking the driver lock to write the store)."""
+    exp_dir = runs.existing_experiment_dir(runs_dir, name)
+    lock = runs.DriverLock(exp_dir)
+    pid = lock.holder()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait
+        while lock.holder() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if lock.holder():
+            raise Conflict(f"driver pid {pid} did not stop within {wait:g}s")
+        return f"stopped the driver (pid {pid}); its running trials were cancelled"
+    from hpsearch.executors import procs
+    lock.acquire()
+    try:
+        store = Store(exp_dir / STORE_FILE)
+        stopped = 0
+        for row in store.trials([r.SUBMITTING, r.RUNNING]):
+            if procs.alive(row.pid, row.pid_start):
+                procs.signal_group(row.pid, signal.SIGKILL)
+            store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
+            stopped += 1
+        store.set_experiment_status("cancelled", "cancelled with no driver running")
+        store.close()
+        return f"no driver was running; cancelled {stopped} trial(s) left in flight"
+    finally:
+        lock.release()

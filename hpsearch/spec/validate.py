@@ -1,0 +1,402 @@
+"""Turn a YAML spec into a typed Spec, or one BadInput naming file, line, key path and fix."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from hpsearch.errors import BadInput
+from hpsearch.spec import model as m
+from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
+from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+PARAM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SLURM_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
+
+TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
+            "retries", "checkpoints", "executor", "env")
+SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space")
+PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "value")
+OBJECTIVE_KEYS = ("metric", "direction")
+RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
+                 "partition", "account", "qos", "sbatch_extra")
+RETRY_KEYS = ("max",)
+CHECKPOINT_KEYS = ("keep_last", "keep_best")
+EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace")
+PARAM_TYPES = ("float", "int", "categorical", "fixed")
+
+
+def load_spec(path: str | Path, runs_dir: str | Path | None = None) -> m.Spec:
+    """Read and validate the spec at `path`. Relative paths in it are relative to its folder."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BadInput(f"cannot read spec: {exc.strerror}", str(path)) from None
+    return parse_spec(text, str(path), path.resolve().parent, runs_dir)
+
+
+def parse_spec(text: str, file: str, base_dir: Path,
+               runs_dir: str | Path | None = None) -> m.Spec:
+    raw, lines = load_yaml_with_lines(text, file)
+    return _Validator(file, lines, base_dir).spec(raw, runs_dir)
+
+
+def parse_duration(value: Any) -> float:
+    """90 | '90s' | '10m' | '2h' | '1d' | 'HH:MM:SS' -> seconds. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError
+        return float(value)
+    text = str(value).strip()
+    if ":" in text:
+        parts = [float(p) for p in text.split(":")]
+        seconds = 0.0
+        for p in parts:
+            seconds = seconds * 60 + p
+        if seconds <= 0:
+            raise ValueError
+        return seconds
+    match = DURATION_RE.match(text)
+    if not match:
+        raise ValueError
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
+    seconds = float(match.group(1)) * scale
+    if seconds <= 0:
+        raise ValueError
+    return seconds
+
+
+class _Validator:
+    def __init__(self, file: str, lines: dict[KeyPath, int], base_dir: Path) -> None:
+        self.file, self.lines, self.base_dir = file, lines, base_dir
+
+    # -- helpers ---------------------------------------------------------------------------
+    def fail(self, path: KeyPath, message: str) -> BadInput:
+        line = None
+        for n in range(len(path), -1, -1):  # nearest enclosing key that has a line
+            if path[:n] in self.lines:
+                line = self.lines[path[:n]]
+                break
+        return BadInput(message, self.file, line, dotted(path) or None)
+
+    def mapping(self, value: Any, path: KeyPath, allowed: tuple[str, ...]) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping with keys {', '.join(allowed)}; "
+                                  f"got {_kind(value)}")
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else \
+                    f"; expected one of: {', '.join(allowed)}"
+                raise self.fail(path + (key,), f"unknown key '{key}'{hint}")
+        return value
+
+    def typed(self, value: Any, path: KeyPath, check: Callable[[Any], bool], expected: str) -> Any:
+        if not check(value):
+            raise self.fail(path, f"expected {expected}; got {_kind(value)} {value!r}")
+        return value
+
+    def integer(self, value: Any, path: KeyPath, minimum: int | None = None) -> int:
+        self.typed(value, path, _is_int, "an integer")
+        if minimum is not None and value < minimum:
+            raise self.fail(path, f"expected an integer >= {minimum}; got {value}")
+        return value
+
+    def string(self, value: Any, path: KeyPath) -> str:
+        return self.typed(value, path, lambda v: isinstance(v, str) and v != "",
+                          "a non-empty string")
+
+    def optional(self, d: dict, key: str, path: KeyPath, convert: Callable, default: Any = None):
+        if key not in d or d[key] is None:
+            return default
+        return convert(d[key], path + (key,))
+
+    # -- sections --------------------------------------------------------------------------
+    def spec(self, raw: Any, runs_dir: str | Path | None) -> m.Spec:
+        if raw is None:
+            raise BadInput("the spec is empty; expected a mapping with at least name, command, "
+                           "search and objective", self.file, 1)
+        top = self.mapping(raw, (), TOP_KEYS)
+        for key in ("name", "command", "search", "objective"):
+            if key not in top:
+                raise self.fail((), f"missing required key '{key}'")
+        name = self.string(top["name"], ("name",))
+        if not NAME_RE.match(name):
+            raise self.fail(("name",), "expected a name of letters, digits, '.', '_' or '-', "
+                                       f"starting with a letter or digit (it names a directory); got {name!r}")
+        command = self.string(top["command"], ("command",))
+        search = self.search(top["search"], ("search",))
+        objectives = self.objectives(top["objective"], ("objective",))
+        self.check_template(command, search)
+        self.check_strategy_objectives(search, objectives)
+        workdir = self.optional(top, "workdir", ("workdir",), self.path, self.base_dir)
+        if runs_dir is not None:
+            runs = Path(runs_dir).absolute()
+        else:
+            runs = self.optional(top, "runs_dir", ("runs_dir",), self.path,
+                                 Path("hpsearch-runs").absolute())
+        env = self.optional(top, "env", ("env",), self.env, ())
+        return m.Spec(
+            name=name, command=command, workdir=workdir, runs_dir=runs, search=search,
+            objectives=objectives,
+            resources=self.optional(top, "resources", ("resources",), self.resources, m.Resources()),
+            retries=self.optional(top, "retries", ("retries",), self.retries, m.Retries()),
+            checkpoints=self.optional(top, "checkpoints", ("checkpoints",), self.checkpoints,
+                                      m.Checkpoints()),
+            executor=self.optional(top, "executor", ("executor",), self.executor, m.Executor()),
+            env=env, raw=raw,
+        )
+
+    def path(self, value: Any, path: KeyPath) -> Path:
+        p = Path(self.string(value, path)).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+    def env(self, value: Any, path: KeyPath) -> tuple:
+        self.typed(value, path, lambda v: isinstance(v, dict), "a mapping of NAME: value")
+        out = []
+        for key, val in value.items():
+            if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise self.fail(path + (key,), "expected an environment variable name")
+            self.typed(val, path + (key,), lambda v: isinstance(v, (str, int, float)) and
+                       not isinstance(v, bool), "a string or number")
+            out.append((key, str(val)))
+        return tuple(out)
+
+    def search(self, value: Any, path: KeyPath) -> m.Search:
+        d = self.mapping(value, path, SEARCH_KEYS)
+        for key in ("strategy", "space"):
+            if key not in d:
+                raise self.fail(path, f"missing required key '{key}'")
+        strategy = self.string(d["strategy"], path + ("strategy",))
+        if strategy not in m.STRATEGIES:
+            close = difflib.get_close_matches(strategy, m.STRATEGIES, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise self.fail(path + ("strategy",), f"unknown strategy '{strategy}'; expected one "
+                                                  f"of {', '.join(m.STRATEGIES)}{hint}")
+        space = self.space(d["space"], path + ("space",), strategy)
+        parallel = self.optional(d, "parallel", path, lambda v, p: self.integer(v, p, 1), 1)
+        seed = self.optional(d, "seed", path, lambda v, p: self.integer(v, p, 0), None)
+        trials = self.optional(d, "trials", path, lambda v, p: self.integer(v, p, 1), None)
+        if strategy == "grid":
+            size = math.prod(len(p.grid_values()) for p in space)
+            trials = size if trials is None else min(trials, size)
+        elif trials is None:
+            raise self.fail(path, f"missing required key 'trials' (how many trials the "
+                                  f"{strategy} search runs; only grid may omit it)")
+        if not any(p.kind != "fixed" for p in space):
+            raise self.fail(path + ("space",), "expected at least one parameter to search "
+                                               "(float, int or categorical); all are fixed")
+        return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
+                        space=space)
+
+    def space(self, value: Any, path: KeyPath, strategy: str) -> tuple[m.Param, ...]:
+        self.typed(value, path, lambda v: isinstance(v, dict) and v,
+                   "a non-empty mapping of parameter name to its range")
+        params = []
+        for name, spec in value.items():
+            ppath = path + (name,)
+            if not isinstance(name, str) or not PARAM_RE.match(name):
+                raise self.fail(ppath, "expected a parameter name made of letters, digits and "
+                                       f"'_' (it is used as {{name}} in command); got {name!r}")
+            if name in BUILTIN_PLACEHOLDERS:
+                raise self.fail(ppath, f"'{name}' is reserved for hpsearch's own placeholder "
+                                       f"{{{name}}}; choose another name")
+            params.append(self.param(name, spec, ppath, strategy))
+        return tuple(params)
+
+    def param(self, name: str, spec: Any, path: KeyPath, strategy: str) -> m.Param:
+        if isinstance(spec, list):
+            raise self.fail(path, "a list is ambiguous: write {choices: [...]} to search over "
+                                  "it, or {value: [...]} to fix it")
+        if not isinstance(spec, dict):
+            return m.Param(name, "fixed", value=spec)
+        d = self.mapping(spec, path, PARAM_KEYS)
+        kind = d.get("type")
+        if kind is None:
+            kind = ("categorical" if "choices" in d else "fixed" if "value" in d else
+                    "int" if _is_int(d.get("low")) and _is_int(d.get("high")) and
+                    _is_int(d.get("step", 1)) and not d.get("log") else "float")
+        elif kind not in PARAM_TYPES:
+            raise self.fail(path + ("type",), f"unknown parameter type {kind!r}; expected one of "
+                                              f"{', '.join(PARAM_TYPES)}")
+        allowed = {"fixed": ("type", "value"), "categorical": ("type", "choices"),
+                   "float": ("type", "low", "high", "log", "step"),
+                   "int": ("type", "low", "high", "log", "step")}[kind]
+        for key in d:
+            if key not in allowed:
+                raise self.fail(path + (key,), f"'{key}' does not apply to a {kind} parameter; "
+                                               f"expected only {', '.join(allowed)}")
+        if kind == "fixed":
+            if "value" not in d:
+                raise self.fail(path, "missing required key 'value'")
+            return m.Param(name, "fixed", value=d["value"])
+        if kind == "categorical":
+            choices = d.get("choices")
+            self.typed(choices, path + ("choices",), lambda v: isinstance(v, list),
+                       "a list of choices")
+            if not choices:
+                raise self.fail(path + ("choices",), "expected at least one choice; got an "
+                                                     "empty list")
+            for i, c in enumerate(choices):
+                self.typed(c, path + ("choices", i), lambda v: v is None or
+                           isinstance(v, (str, int, float, bool)), "a string, number or bool")
+            if len(set(map(repr, choices))) != len(choices):
+                raise self.fail(path + ("choices",), "duplicate choices; each may appear once")
+            return m.Param(name, "categorical", choices=tuple(choices))
+        return self.numeric(name, kind, d, path, strategy)
+
+    def numeric(self, name: str, kind: str, d: dict, path: KeyPath, strategy: str) -> m.Param:
+        check = _is_int if kind == "int" else _is_number
+        what = "an integer" if kind == "int" else "a number"
+        for key in ("low", "high"):
+            if key not in d:
+                raise self.fail(path, f"missing required key '{key}' for a {kind} parameter")
+            self.typed(d[key], path + (key,), check, what)
+        low, high = d["low"], d["high"]
+        if low >= high:
+            raise self.fail(path + ("low",), f"expected low < high; got low={low}, high={high}")
+        log = self.optional(d, "log", path, lambda v, p: self.typed(
+            v, p, lambda x: isinstance(x, bool), "true or false"), False)
+        if log and low <= 0:
+            raise self.fail(path + ("low",), f"a log scale needs low > 0; got low={low}")
+        step = self.optional(d, "step", path, lambda v, p: self.typed(v, p, check, what), None)
+        if step is not None:
+            if step <= 0:
+                raise self.fail(path + ("step",), f"expected step > 0; got {step}")
+            if log:
+                raise self.fail(path + ("step",), "step and log cannot be combined "
+                                                  "(Optuna samples log scales without a step)")
+            span = (high - low) / step
+            if abs(span - round(span)) > 1e-9:
+                raise self.fail(path + ("step",), f"expected a step that divides high - low "
+                                                  f"({high} - {low}); got {step}")
+        if strategy == "grid":
+            if kind == "float" and step is None:
+                raise self.fail(path, "a grid search needs a finite set: give this float "
+                                      "range a 'step', or use 'choices'")
+            if log:
+                raise self.fail(path + ("log",), "a grid search cannot enumerate a log range; "
+                                                 "list the values with 'choices'")
+            if kind == "int" and step is None:
+                step = 1
+        return m.Param(name, kind, low=low, high=high, log=log, step=step)
+
+    def objectives(self, value: Any, path: KeyPath) -> tuple[m.Objective, ...]:
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not value:
+            raise self.fail(path, "expected at least one objective")
+        out = []
+        for i, item in enumerate(items):
+            ipath = path + (i,) if isinstance(value, list) else path
+            d = self.mapping(item, ipath, OBJECTIVE_KEYS)
+            if "metric" not in d:
+                raise self.fail(ipath, "missing required key 'metric'")
+            metric = self.string(d["metric"], ipath + ("metric",))
+            direction = d.get("direction", "minimize")
+            if direction not in m.DIRECTIONS:
+                raise self.fail(ipath + ("direction",), f"expected minimize or maximize; "
+                                                        f"got {direction!r}")
+            if any(o.metric == metric for o in out):
+                raise self.fail(ipath + ("metric",), f"duplicate objective metric '{metric}'")
+            out.append(m.Objective(metric, direction))
+        return tuple(out)
+
+    def check_template(self, command: str, search: m.Search) -> None:
+        try:
+            used = placeholders(command)
+        except ValueError as exc:
+            raise self.fail(("command",), str(exc)) from None
+        names = {p.name for p in search.space}
+        for ph in used:
+            if ph not in names and ph not in BUILTIN_PLACEHOLDERS:
+                close = difflib.get_close_matches(ph, sorted(names), n=1)
+                hint = f"; did you mean {{{close[0]}}}?" if close else ""
+                raise self.fail(("command",), f"placeholder {{{ph}}} names no parameter in "
+                                              f"search.space{hint}")
+        if "params" in used:
+            return
+        for p in search.space:
+            if p.name not in used:
+                raise self.fail(("search", "space", p.name),
+                                f"parameter '{p.name}' is never used in command; add {{{p.name}}} "
+                                "to it (or {params} to pass all parameters as one JSON argument)")
+
+    def check_strategy_objectives(self, search: m.Search, objectives: tuple) -> None:
+        if len(objectives) > 1 and search.strategy == "cmaes":
+            raise self.fail(("search", "strategy"), "cmaes optimizes one objective; use nsga2, "
+                                                    "tpe or gp for several")
+
+    def resources(self, value: Any, path: KeyPath) -> m.Resources:
+        d = self.mapping(value, path, RESOURCE_KEYS)
+        ints = {k: self.optional(d, k, path, lambda v, p, k=k: self.integer(
+            v, p, 0 if k == "gpus_per_node" else 1), getattr(m.Resources, k))
+            for k in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task")}
+        mem = self.optional(d, "mem", path, lambda v, p: str(self.typed(
+            v, p, lambda x: _is_int(x) or (isinstance(x, str) and re.match(
+                r"^\d+[KMGT]?B?$", x, re.I)), "a size such as 4G or 4000M")))
+        time = self.optional(d, "time", path, lambda v, p: self.typed(
+            str(v), p, lambda x: SLURM_TIME_RE.match(x), "a Slurm time such as 02:00:00, "
+                                                          "1-00:00:00 or 90 (minutes)"))
+        strings = {k: self.optional(d, k, path, self.string) for k in ("partition", "account",
+                                                                       "qos")}
+        extra = self.optional(d, "sbatch_extra", path, lambda v, p: tuple(self.typed(
+            v, p, lambda x: isinstance(x, list) and all(isinstance(s, str) and s.startswith("--")
+                                                        for s in x),
+            "a list of sbatch options such as ['--constraint=a100']")), ())
+        return m.Resources(mem=mem, time=time, sbatch_extra=extra, **ints, **strings)
+
+    def retries(self, value: Any, path: KeyPath) -> m.Retries:
+        if _is_int(value):
+            return m.Retries(max=self.integer(value, path, 0))
+        d = self.mapping(value, path, RETRY_KEYS)
+        return m.Retries(max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), 0))
+
+    def checkpoints(self, value: Any, path: KeyPath) -> m.Checkpoints:
+        d = self.mapping(value, path, CHECKPOINT_KEYS)
+        return m.Checkpoints(**{k: self.optional(d, k, path, lambda v, p: self.integer(v, p, 1))
+                                for k in CHECKPOINT_KEYS})
+
+    def executor(self, value: Any, path: KeyPath) -> m.Executor:
+        if isinstance(value, str):
+            value = {"type": value}
+        d = self.mapping(value, path, EXECUTOR_KEYS)
+        kind = d.get("type", "local")
+        if kind not in m.EXECUTORS:
+            raise self.fail(path + ("type",), f"unknown executor {kind!r}; expected one of "
+                                              f"{', '.join(m.EXECUTORS)}")
+        gpus = d.get("gpus")
+        if gpus is not None and gpus != "auto":
+            self.typed(gpus, path + ("gpus",), lambda v: isinstance(v, list) and v and all(
+                _is_int(x) or isinstance(x, str) for x in v), "'auto' or a list of device ids")
+            gpus = tuple(str(g) for g in gpus)
+        timeout = self.optional(d, "timeout", path, self.duration)
+        grace = self.optional(d, "grace", path, self.duration, 10.0)
+        return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace)
+
+    def duration(self, value: Any, path: KeyPath) -> float:
+        try:
+            return parse_duration(value)
+        except (ValueError, TypeError):
+            raise self.fail(path, f"expected a positive duration such as 90, '90s', '10m', '2h' "
+                                  f"or '01:30:00'; got {value!r}") from None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _kind(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "nothing"}.get(type(v), type(v).__name__)

@@ -1,0 +1,65 @@
+"""Load YAML into plain Python values while remembering the line of every key.
+
+PyYAML's safe loader drops positions and silently keeps the last of two equal keys;
+composing the node tree ourselves keeps both the line numbers (for error messages) and
+lets us reject duplicate keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from hpsearch.errors import BadInput
+
+KeyPath = tuple  # e.g. ("search", "space", "lr", "low")
+
+
+def dotted(path: KeyPath) -> str:
+    """('search', 'space', 0) -> 'search.space[0]'"""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]:
+    """Parse `text`; return (value, {key path: 1-based line}). Raises BadInput on bad YAML."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise BadInput(f"YAML syntax error: {problem}", file, line) from None
+    lines: dict[KeyPath, int] = {}
+    if root is None:
+        return None, lines
+    constructor = yaml.SafeLoader("")
+    value = _convert(root, (), lines, constructor, file)
+    return value, lines
+
+
+def _convert(node: yaml.Node, path: KeyPath, lines: dict, constructor: Any, file: str) -> Any:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict = {}
+        for key_node, value_node in node.value:
+            key = constructor.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):
+                raise BadInput("mapping keys must be plain scalars", file,
+                               key_node.start_mark.line + 1, dotted(path))
+            if key in out:
+                raise BadInput(f"duplicate key '{key}' (each name may appear once)", file,
+                               key_node.start_mark.line + 1, dotted(path + (key,)))
+            out[key] = _convert(value_node, path + (key,), lines, constructor, file)
+            lines[path + (key,)] = key_node.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(child, path + (i,), lines, constructor, file)
+                for i, child in enumerate(node.value)]
+    try:
+        return constructor.construct_object(node, deep=True)
+    except yaml.YAMLError as exc:
+        raise BadInput(f"bad value: {exc}", file, node.start_mark.line + 1, dotted(path)) from None

@@ -1,0 +1,72 @@
+"""Typed rows read from the store."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+# Trial states. A trial is written as `submitting` before it is launched (write-ahead).
+QUEUED, SUBMITTING, RUNNING = "queued", "submitting", "running"
+COMPLETED, FAILED, CANCELLED, PRUNED = "completed", "failed", "cancelled", "pruned"
+IN_FLIGHT = (QUEUED, SUBMITTING, RUNNING)
+FINISHED = (COMPLETED, FAILED, PRUNED)
+
+
+@dataclass
+class TrialRow:
+    id: int
+    state: str
+    params: dict
+    objective_values: list | None
+    attempt: int
+    created: float
+    started: float | None
+    finished: float | None
+    host: str | None
+    pid: int | None
+    pid_start: int | None
+    gpus: str | None
+    exit_code: int | None
+    error: str | None
+    trial_dir: str
+    job_id: str | None
+    sampler_attrs: dict
+
+    @classmethod
+    def from_db(cls, row: dict[str, Any]) -> "TrialRow":
+        data = {f.name: row.get(f.name) for f in fields(cls)}
+        data["params"] = json.loads(data["params"])
+        data["objective_values"] = json.loads(data["objective_values"]) \
+            if data["objective_values"] else None
+        data["sampler_attrs"] = json.loads(data["sampler_attrs"] or "{}")
+        return cls(**data)
+
+    @property
+    def duration(self) -> float | None:
+        if self.started is None:
+            return None
+        import time
+        return (self.finished or time.time()) - self.started
+
+
+@dataclass
+class ExperimentRow:
+    name: str
+    spec_yaml: str
+    spec_file: str
+    base_dir: str
+    strategy: str
+    directions: list
+    trials_requested: int
+    status: str
+    created: float
+    updated: float
+    study_attrs: dict
+
+    @classmethod
+    def from_db(cls, row: dict[str, Any]) -> "ExperimentRow":
+        data = {f.name: row.get(f.name) for f in fields(cls)}
+        data["directions"] = json.loads(data["directions"])
+        data["study_attrs"] = json.loads(data["study_attrs"] or "{}")
+        return cls(**data)

@@ -1,0 +1,223 @@
+"""The experiment's SQLite store. Only the driver writes (Store); everyone else reads (Reader).
+
+WAL mode lets readers query while the driver writes, and neither blocks the other. Each
+method that changes state commits before it returns, so the driver acts only on what is
+already durable (write-ahead).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlite_utils
+
+from hpsearch.errors import NotFound
+from hpsearch.store import rows as r
+from hpsearch.store.schema import migrate
+
+STORE_FILE = "store.sqlite"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=True)
+
+
+class Reader:
+    """Read-only access. Opens the file with mode=ro, so it can never write or lock it."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise NotFound(f"no store at {self.path}")
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30,
+                               check_same_thread=False)
+        self.db = sqlite_utils.Database(conn)
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def experiment(self) -> r.ExperimentRow:
+        rows = list(self.db["experiment"].rows)
+        if not rows:
+            raise NotFound(f"store {self.path} holds no experiment")
+        return r.ExperimentRow.from_db(rows[0])
+
+    def trials(self, states: Iterable[str] | None = None) -> list[r.TrialRow]:
+        if states is None:
+            found = self.db["trials"].rows_where(order_by="id")
+        else:
+            states = list(states)
+            marks = ",".join("?" * len(states))
+            found = self.db["trials"].rows_where(f"state in ({marks})", states, order_by="id")
+        return [r.TrialRow.from_db(row) for row in found]
+
+    def trial(self, trial_id: int) -> r.TrialRow:
+        rows = list(self.db["trials"].rows_where("id = ?", [trial_id]))
+        if not rows:
+            raise NotFound(f"no trial {trial_id}")
+        return r.TrialRow.from_db(rows[0])
+
+    def state_counts(self) -> dict[str, int]:
+        return dict(self.db.execute("select state, count(*) from trials group by state").fetchall())
+
+    def metrics(self, trial_id: int) -> list[dict]:
+        return list(self.db["metrics"].rows_where("trial = ?", [trial_id], order_by="step, name"))
+
+    def attempts(self, trial_id: int) -> list[dict]:
+        return list(self.db["attempts"].rows_where("trial = ?", [trial_id], order_by="attempt"))
+
+    def events(self, trial_id: int | None = None, limit: int = 50) -> list[dict]:
+        where, args = ("trial = ?", [trial_id]) if trial_id is not None else (None, [])
+        found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
+        return list(reversed(list(found)))
+
+
+class Store(Reader):
+    """The driver's read-write handle."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
+        self.db = sqlite_utils.Database(conn)
+        migrate(self.db)
+
+    def _write(self, sql: str, args: Iterable[Any] = ()) -> None:
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(sql, tuple(args))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _write_many(self, statements: list[tuple[str, Iterable[Any]]]) -> None:
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args in statements:
+                conn.execute(sql, tuple(args))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # -- experiment ------------------------------------------------------------------------
+    def create_experiment(self, name: str, spec_yaml: str, spec_file: str, base_dir: str,
+                          strategy: str, directions: list[str], trials_requested: int) -> None:
+        now = time.time()
+        self._write_many([
+            ("insert into experiment (name, spec_yaml, spec_file, base_dir, strategy, directions,"
+             " trials_requested, status, created, updated, study_attrs)"
+             " values (?,?,?,?,?,?,?,?,?,?,?)",
+             (name, spec_yaml, spec_file, base_dir, strategy, _dumps(directions),
+              trials_requested, "running", now, now, "{}")),
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (now, None, "created", f"experiment {name}: {strategy}, {trials_requested} trials")),
+        ])
+
+    def set_experiment_status(self, status: str, message: str | None = None) -> None:
+        now = time.time()
+        statements = [("update experiment set status = ?, updated = ?", (status, now))]
+        if message:
+            statements.append(("insert into events (time, trial, kind, message) values (?,?,?,?)",
+                               (now, None, status, message)))
+        self._write_many(statements)
+
+    def set_study_attrs(self, attrs: dict) -> None:
+        self._write("update experiment set study_attrs = ?", (_dumps(attrs),))
+
+    # -- trials ----------------------------------------------------------------------------
+    def insert_trial(self, trial_id: int, params: dict, trial_dir: str,
+                     sampler_attrs: dict, study_attrs: dict | None = None) -> None:
+        """Record a new trial as `submitting`, attempt 1: committed before it is launched."""
+        now = time.time()
+        statements = [
+            ("insert into trials (id, state, params, attempt, created, trial_dir, sampler_attrs)"
+             " values (?,?,?,?,?,?,?)",
+             (trial_id, r.SUBMITTING, _dumps(params), 1, now, trial_dir, _dumps(sampler_attrs))),
+            ("insert into attempts (trial, attempt, state) values (?,?,?)",
+             (trial_id, 1, r.SUBMITTING)),
+        ]
+        if study_attrs is not None:
+            statements.append(("update experiment set study_attrs = ?", (_dumps(study_attrs),)))
+        self._write_many(statements)
+
+    def begin_attempt(self, trial_id: int, attempt: int, reason: str) -> None:
+        """A queued or interrupted trial starts attempt `attempt` (write-ahead of launching)."""
+        self._write_many([
+            ("update trials set state = ?, attempt = ?, pid = null, pid_start = null,"
+             " exit_code = null, error = null, started = null, finished = null where id = ?",
+             (r.SUBMITTING, attempt, trial_id)),
+            ("insert or replace into attempts (trial, attempt, state, reason) values (?,?,?,?)",
+             (trial_id, attempt, r.SUBMITTING, reason)),
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (time.time(), trial_id, "attempt", f"attempt {attempt}: {reason}")),
+        ])
+
+    def mark_running(self, trial_id: int, attempt: int, host: str, pid: int | None,
+                     pid_start: int | None, gpus: str | None, job_id: str | None = None) -> None:
+        now = time.time()
+        self._write_many([
+            ("update trials set state = ?, started = ?, host = ?, pid = ?, pid_start = ?,"
+             " gpus = ?, job_id = ? where id = ?",
+             (r.RUNNING, now, host, pid, pid_start, gpus, job_id, trial_id)),
+            ("update attempts set state = ?, started = ?, host = ?, pid = ?, job_id = ?"
+             " where trial = ? and attempt = ?",
+             (r.RUNNING, now, host, pid, job_id, trial_id, attempt)),
+        ])
+
+    def finish_attempt(self, trial_id: int, attempt: int, state: str, exit_code: int | None,
+                       error: str | None, values: list[float] | None = None,
+                       requeue: bool = False, sampler_attrs: dict | None = None) -> None:
+        """Record how an attempt ended. With requeue the trial goes back to `queued`."""
+        now = time.time()
+        trial_state = r.QUEUED if requeue else state
+        statements = [
+            ("update attempts set state = ?, finished = ?, exit_code = ?, reason = ?"
+             " where trial = ? and attempt = ?",
+             (state, now, exit_code, error, trial_id, attempt)),
+            ("update trials set state = ?, finished = ?, exit_code = ?, error = ?,"
+             " objective_values = ? where id = ?",
+             (trial_state, None if requeue else now, exit_code, error,
+              _dumps(values) if values is not None else None, trial_id)),
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (now, trial_id, "requeued" if requeue else state,
+              f"attempt {attempt} {state}" + (f": {error}" if error else ""))),
+        ]
+        if sampler_attrs is not None:
+            statements.append(("update trials set sampler_attrs = ? where id = ?",
+                               (_dumps(sampler_attrs), trial_id)))
+        self._write_many(statements)
+
+    def add_metrics(self, trial_id: int, attempt: int, records: list[dict]) -> None:
+        """Upsert metric records ({'step': n, 'time': t, name: value, ...}) of one trial."""
+        rows = []
+        for rec in records:
+            step, when = rec["step"], rec.get("time")
+            for name, value in rec.items():
+                if name not in ("step", "time"):
+                    rows.append((trial_id, step, name, value, attempt, when))
+        if not rows:
+            return
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("insert or replace into metrics (trial, step, name, value, attempt,"
+                             " time) values (?,?,?,?,?,?)", rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def add_event(self, kind: str, message: str, trial_id: int | None = None) -> None:
+        self._write("insert into events (time, trial, kind, message) values (?,?,?,?)",
+                    (time.time(), trial_id, kind, message))
