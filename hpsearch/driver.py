@@ -16,6 +16,7 @@ from typing import Callable
 
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
+from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
 from hpsearch.launching import build_launch, prepare_trial_dir
 from hpsearch.search.base import Search
@@ -128,14 +129,17 @@ class Driver:
                 launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
                 self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
                                         asked.sampler_attrs, asked.study_attrs)
+                fault_point("after_insert")
             self._launch(launch, began)
 
     def _launch(self, launch: Launch, began: float) -> None:
         trial_id, attempt = launch.trial_id, launch.attempt
         prepare_trial_dir(launch)
         started = self.executor.submit(launch)
+        fault_point("after_launch")
         self.store.mark_running(trial_id, attempt, started.host, started.pid, started.pid_start,
                                 started.gpus, started.job_id)
+        fault_point("after_running")
         self.live[trial_id] = _Live(self.store.trial(trial_id), TrialFiles(launch.trial_dir))
         self.bookkeeping.append((trial_id, time.perf_counter() - began))
         self.on_event(f"trial {trial_id} started (attempt {attempt}): "
@@ -160,6 +164,7 @@ class Driver:
         began = time.perf_counter()
         live = self.live.pop(ended.trial_id)
         self._ingest(live)
+        fault_point("mid_ingest")
         tid, attempt = ended.trial_id, ended.attempt
         if ended.reason == "cancelled":
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
@@ -186,6 +191,7 @@ class Driver:
                 f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
         else:
             self._failed(live, attempt, ended.exit_code, _with_stderr_tail(error, live))
+        fault_point("after_finish")
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
     def _failed(self, live: _Live, attempt: int, exit_code: int | None, error: str) -> None:

@@ -1,7 +1,7 @@
 """The command template: `{name}` placeholders replaced by shell-quoted values.
 
-`${VAR}` stays a shell variable (a `{` right after `$` is not a placeholder) and `{{` / `}}`
-are literal braces. Every substituted value goes through shlex.quote, so a value with spaces,
+Only `{identifier}` is a placeholder: `${VAR}` stays a shell variable, any other brace text
+(awk's `{ print $1 }`, `{a,b}`) is left as written, and `{{name}}` gives a literal `{name}`. Every substituted value goes through shlex.quote, so a value with spaces,
 quotes, `$(...)`, `;` or newlines reaches the trial as one intact argument and runs nothing.
 """
 
@@ -16,26 +16,12 @@ from typing import Any, Mapping
 BUILTIN_PLACEHOLDERS = ("trial_id", "trial_dir", "checkpoint_dir", "experiment", "params",
                         "python")
 
-_TOKEN = re.compile(r"\$\{[^{}]*\}|\{\{|\}\}|\{([^{}]*)\}|\{|\}")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOKEN = re.compile(r"\$\{[^{}]*\}|\{\{[A-Za-z_][A-Za-z0-9_]*\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def placeholders(template: str) -> list[str]:
-    """Names used as {name} in template, in order. ValueError on a malformed brace."""
-    names = []
-    for match in _TOKEN.finditer(template):
-        token = match.group(0)
-        if token in ("{{", "}}") or token.startswith("${"):
-            continue  # literal brace, or a shell variable ${VAR}
-        if match.group(1) is None:
-            raise ValueError(f"unmatched '{token}' at column {match.start() + 1}; write "
-                             f"'{token * 2}' for a literal brace")
-        name = match.group(1)
-        if not _NAME.match(name):
-            raise ValueError(f"bad placeholder {{{name}}} at column {match.start() + 1}; "
-                             "expected {parameter_name}")
-        names.append(name)
-    return names
+    """Names used as {name} in template, in order."""
+    return [m.group(1) for m in _TOKEN.finditer(template) if m.group(1) is not None]
 
 
 def shell_value(value: Any) -> str:
@@ -56,12 +42,8 @@ def render(template: str, params: Mapping[str, Any], builtins: Mapping[str, str]
 
     def substitute(match: re.Match) -> str:
         token = match.group(0)
-        if token == "{{":
-            return "{"
-        if token == "}}":
-            return "}"
-        if token.startswith("${"):
-            return token
+        if match.group(1) is None:  # ${VAR} stays; {{name}} becomes {name}
+            return token if token.startswith("${") else token[1:-1]
         return shlex.quote(values[match.group(1)])
 
     return _TOKEN.sub(substitute, template)

@@ -1,0 +1,24 @@
+"""Fault injection for crash-safety tests: kill the driver at a named point.
+
+HPSEARCH_FAULT="after_launch:3" makes the driver SIGKILL itself the 3rd time it passes
+`fault_point("after_launch")`. Unset (always, outside tests) it costs one dict lookup.
+Points: after_insert (trial stored, not launched), after_launch (process started, pid not
+stored), after_running (pid stored), mid_ingest (metrics stored, end not recorded),
+after_finish (end recorded, sampler told).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_spec = os.environ.get("HPSEARCH_FAULT", "")
+_target, _, _count = _spec.partition(":")
+_remaining = {_target: int(_count or 1)} if _target else {}
+
+
+def fault_point(name: str) -> None:
+    if name in _remaining:
+        _remaining[name] -= 1
+        if _remaining[name] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
