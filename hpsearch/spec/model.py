@@ -36,7 +36,7 @@ class Param:
             return [int(v) for v in values]
         # Round away float noise (0.1 * 3 = 0.30000000000000004) to the step's precision.
         decimals = max(0, -int(f"{self.step:e}".split("e")[1])) + 6
-        return [round(v, decimals) for v in values if v <= self.high + 1e-12]
+        return [round(float(v), decimals) for v in values if v <= self.high + 1e-12]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hpsearch.errors import BadInput
+from hpsearch.runs import default_runs_dir
 from hpsearch.spec import model as m
 from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
@@ -137,21 +138,19 @@ class _Validator:
         objectives = self.objectives(top["objective"], ("objective",))
         self.check_template(command, search)
         self.check_strategy_objectives(search, objectives)
-        workdir = self.optional(top, "workdir", ("workdir",), self.path, self.base_dir)
+        workdir = self.optional(top, "workdir", (), self.path, self.base_dir)
         if runs_dir is not None:
             runs = Path(runs_dir).absolute()
         else:
-            runs = self.optional(top, "runs_dir", ("runs_dir",), self.path,
-                                 Path("hpsearch-runs").absolute())
-        env = self.optional(top, "env", ("env",), self.env, ())
+            runs = self.optional(top, "runs_dir", (), self.path, default_runs_dir())
+        env = self.optional(top, "env", (), self.env, ())
         return m.Spec(
             name=name, command=command, workdir=workdir, runs_dir=runs, search=search,
             objectives=objectives,
-            resources=self.optional(top, "resources", ("resources",), self.resources, m.Resources()),
-            retries=self.optional(top, "retries", ("retries",), self.retries, m.Retries()),
-            checkpoints=self.optional(top, "checkpoints", ("checkpoints",), self.checkpoints,
-                                      m.Checkpoints()),
-            executor=self.optional(top, "executor", ("executor",), self.executor, m.Executor()),
+            resources=self.optional(top, "resources", (), self.resources, m.Resources()),
+            retries=self.optional(top, "retries", (), self.retries, m.Retries()),
+            checkpoints=self.optional(top, "checkpoints", (), self.checkpoints, m.Checkpoints()),
+            executor=self.optional(top, "executor", (), self.executor, m.Executor()),
             env=env, raw=raw,
         )
 

@@ -7,6 +7,7 @@ lets us reject duplicate keys.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -14,6 +15,9 @@ import yaml
 from hpsearch.errors import BadInput
 
 KeyPath = tuple  # e.g. ("search", "space", "lr", "low")
+
+_INT_TAG, _FLOAT_TAG, _STR_TAG = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "str"))
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
 
 def dotted(path: KeyPath) -> str:
@@ -59,6 +63,11 @@ def _convert(node: yaml.Node, path: KeyPath, lines: dict, constructor: Any, file
     if isinstance(node, yaml.SequenceNode):
         return [_convert(child, path + (i,), lines, constructor, file)
                 for i, child in enumerate(node.value)]
+    if node.style is None:  # plain scalar: read numbers as YAML 1.2 does, not YAML 1.1
+        if node.tag in (_INT_TAG, _FLOAT_TAG) and ":" in node.value:
+            return node.value  # 2:00:00 is a time, not the base-60 integer 7200
+        if node.tag == _STR_TAG and _EXPONENT_FLOAT.match(node.value):
+            return float(node.value)  # 1e-5 is a number, not a string
     try:
         return constructor.construct_object(node, deep=True)
     except yaml.YAMLError as exc:

@@ -1,0 +1,25 @@
+"""Small helpers for reading an experiment's store in tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpsearch.store.store import STORE_FILE, Reader
+
+
+def read_store(runs: Path, name: str):
+    """(experiment row, trial rows) of an experiment, read-only."""
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return reader.experiment(), reader.trials()
+    finally:
+        reader.close()
+
+
+def quad(x: float, y: float) -> float:
+    return (x - 1) ** 2 + (y + 2) ** 2
+
+
+# A fast trial: awk computes the quadratic and reports it as an @hpsearch stdout line.
+AWK_QUAD = ("awk -v x={x} -v y={y} 'BEGIN { printf \"@hpsearch step=0 loss=%.17g\\n\", "
+            "(x - 1)^2 + (y + 2)^2 }'")
