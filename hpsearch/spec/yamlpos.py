@@ -36,6 +36,10 @@ def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
+        context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and start is not None and start.line + 1 != line:
+            # An unclosed quote or bracket is found only at the end: say where it opened.
+            problem += f" ({context} that starts on line {start.line + 1})"
         raise BadInput(f"YAML syntax error: {problem}", file, line) from None
     lines: dict[KeyPath, int] = {}
     if root is None:

@@ -1,0 +1,177 @@
+"""Crash safety on the local executor: the driver is SIGKILLed at chosen points and at random
+moments; `hpsearch resume` must finish with exactly the requested trials, each run once."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import time
+from collections import Counter
+
+import pytest
+
+from hpsearch.executors import procs
+from tests.helpers import read_store
+
+TRIALS = 6
+
+
+def _spec(cli, name: str, sleep: float = 0.3, trials: int = TRIALS, parallel: int = 2):
+    runlog = cli.cwd / f"{name}.runs"
+    return cli.write_spec(f"""
+        name: {name}
+        command: 'echo "{{trial_id}} $HPSEARCH_ATTEMPT" >> "$RUNLOG"; sleep {sleep}; echo "@hpsearch step=0 loss={{x}}"'
+        env: {{RUNLOG: "{runlog}"}}
+        search:
+          strategy: tpe
+          trials: {trials}
+          parallel: {parallel}
+          seed: 3
+          space:
+            x: {{low: 0.0, high: 1.0}}
+        objective: {{metric: loss}}
+        """, f"{name}.yaml"), runlog
+
+
+def _assert_exactly_once(cli, name: str, runlog, trials: int = TRIALS):
+    exp, rows = read_store(cli.runs, name)
+    assert exp.status == "completed"
+    assert [t.id for t in rows] == list(range(trials))
+    assert all(t.state == "completed" for t in rows), [(t.id, t.state, t.error) for t in rows]
+    assert len({t.params["x"] for t in rows}) == trials  # no trial duplicated
+    runs = Counter(int(line.split()[0]) for line in runlog.read_text().splitlines())
+    assert runs == Counter(range(trials)), f"each trial must run exactly once: {runs}"
+    con = sqlite3.connect(cli.runs / name / "store.sqlite")
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+    return rows
+
+
+@pytest.mark.parametrize("point", ["after_insert", "after_launch", "after_running",
+                                   "mid_ingest", "after_finish"])
+def test_resume_after_sigkill_at_each_point(cli, point):
+    spec, runlog = _spec(cli, f"kill-{point.replace('_', '-')}")
+    name = spec.stem
+    crashed = cli("submit", spec, env={"HPSEARCH_FAULT": f"{point}:3"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    cli("resume", name, check=0)
+    rows = _assert_exactly_once(cli, name, runlog)
+    if point == "after_insert":  # stored but never launched: re-run as attempt 2
+        assert sorted(t.attempt for t in rows) == [1] * (TRIALS - 1) + [2]
+
+
+def test_resume_adopts_trials_still_running(cli):
+    spec, runlog = _spec(cli, "adopt", sleep=4)
+    crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:2"})
+    assert crashed.returncode == -signal.SIGKILL
+    _, rows = read_store(cli.runs, "adopt")
+    running = [t for t in rows if t.state == "running"]
+    assert len(running) == 2 and all(procs.alive(t.pid, t.pid_start) for t in running)
+    cli("resume", "adopt", check=0, timeout=180)
+    _assert_exactly_once(cli, "adopt", runlog)
+    events = cli("status", "adopt", check=0)
+    assert events.returncode == 0
+    from hpsearch.store.store import Reader
+    reader = Reader(cli.runs / "adopt" / "store.sqlite")
+    adopted = [e for e in reader.events(limit=1000) if e["kind"] == "adopted"]
+    reader.close()
+    assert {e["trial"] for e in adopted} == {t.id for t in running}
+    assert all(t.attempt == 1 for t in read_store(cli.runs, "adopt")[1])
+
+
+def test_resume_after_sigkill_at_random_moments(cli):
+    spec, runlog = _spec(cli, "chaos", sleep=0.2, trials=10, parallel=3)
+    rng = random.Random(20261126)
+    proc = cli.popen("submit", spec)
+    for _ in range(6):
+        time.sleep(rng.uniform(0.3, 1.2))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc = cli.popen("resume", "chaos")
+    proc.wait(timeout=120)
+    if proc.returncode != 0:  # the last kill may have landed late: finish the search
+        cli("resume", "chaos", check=0)
+    _assert_exactly_once(cli, "chaos", runlog, trials=10)
+
+
+def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli):
+    spec = cli.write_spec("""
+        name: ctrlc
+        command: 'if [ "$HPSEARCH_ATTEMPT" = 1 ]; then sleep 60 & sleep 60; fi; echo "@hpsearch step=0 loss={x}"'
+        search:
+          strategy: random
+          trials: 4
+          parallel: 2
+          seed: 0
+          space:
+            x: {low: 0.0, high: 1.0}
+        objective: {metric: loss}
+        """)
+    proc = cli.popen("submit", spec)
+    rows = _wait_for(cli, "ctrlc", lambda rows: sum(t.state == "running" for t in rows) == 2)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 1
+    assert time.monotonic() - began < 15
+    _, after = read_store(cli.runs, "ctrlc")
+    assert [t.state for t in after] == ["cancelled", "cancelled"]
+    for t in rows:  # the whole process group is gone, background `sleep` included
+        assert _group_gone(t.pid)
+    cli("resume", "ctrlc", check=0)
+    _, final = read_store(cli.runs, "ctrlc")
+    assert [t.state for t in final] == ["completed"] * 4
+    assert [t.attempt for t in final] == [2, 2, 1, 1]
+
+
+def test_detached_driver_refuses_a_second_and_stops_on_cancel(cli):
+    spec = cli.write_spec("""
+        name: bg
+        command: 'sleep 60; echo "@hpsearch step=0 loss={x}"'
+        search:
+          strategy: random
+          trials: 3
+          parallel: 2
+          space:
+            x: {low: 0.0, high: 1.0}
+        objective: {metric: loss}
+        """)
+    out = cli("submit", spec, "--detach", check=0).stdout
+    pid = int(out.split("(pid ")[1].split(")")[0])
+    assert os.getsid(pid) != os.getsid(0)  # its own session: survives our terminal closing
+    rows = _wait_for(cli, "bg", lambda rows: sum(t.state == "running" for t in rows) == 2)
+    second = cli("resume", "bg", check=2)
+    assert f"already being driven by pid {pid}" in second.stderr
+    assert f"pid {pid}" in cli("status", check=0).stdout
+    cancelled = cli("cancel", "bg", check=0)
+    assert "stopped the driver" in cancelled.stdout
+    assert procs.start_time(pid) is None
+    exp, after = read_store(cli.runs, "bg")
+    assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * 2
+    assert all(_group_gone(t.pid) for t in rows)
+
+
+def _group_gone(pgid: int, timeout: float = 5) -> bool:
+    """SIGKILLed orphans linger a moment until init reaps them."""
+    deadline = time.monotonic() + timeout
+    while procs.group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _wait_for(cli, name, predicate, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rows = read_store(cli.runs, name)[1]
+            if predicate(rows):
+                return rows
+        except Exception:  # store not created yet
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting on {name}")
