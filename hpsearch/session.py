@@ -91,14 +91,16 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     lock = runs.DriverLock(exp_dir)
     lock.acquire()
     try:
-        store = Store(exp_dir / STORE_FILE)
-        if create and not list(store.db["experiment"].rows):
-            search = make_search(spec)
-            store.create_experiment(spec.name, Path(spec.source).read_text(), str(spec.source),
-                                    str(Path(spec.source).parent), spec.search.strategy,
-                                    [o.direction for o in spec.objectives], search.total)
+        search = make_search(spec)
+        if create and not (exp_dir / STORE_FILE).exists():
+            store = Store.create(exp_dir / STORE_FILE, name=spec.name,
+                                 spec_yaml=Path(spec.source).read_text(),
+                                 spec_file=str(spec.source), base_dir=str(Path(spec.source).parent),
+                                 strategy=spec.search.strategy,
+                                 directions=[o.direction for o in spec.objectives],
+                                 trials_requested=search.total)
         else:
-            search = make_search(spec)
+            store = Store(exp_dir / STORE_FILE)
         on_ready()
         return Driver(spec, store, make_executor(spec), search, on_event).run()
     finally:

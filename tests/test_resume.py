@@ -63,7 +63,7 @@ def test_resume_after_sigkill_at_each_point(cli, point):
 
 
 def test_resume_adopts_trials_still_running(cli):
-    spec, runlog = _spec(cli, "adopt", sleep=4)
+    spec, runlog = _spec(cli, "adopt", sleep=2.5)
     crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:2"})
     assert crashed.returncode == -signal.SIGKILL
     _, rows = read_store(cli.runs, "adopt")
@@ -91,7 +91,9 @@ def test_resume_after_sigkill_at_random_moments(cli):
             break
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        proc = cli.popen("resume", "chaos")
+        # Killed before the experiment was recorded, it is not there: submit again.
+        started = (cli.runs / "chaos" / "store.sqlite").exists()
+        proc = cli.popen("resume", "chaos") if started else cli.popen("submit", spec)
     proc.wait(timeout=120)
     if proc.returncode != 0:  # the last kill may have landed late: finish the search
         cli("resume", "chaos", check=0)
@@ -101,7 +103,7 @@ def test_resume_after_sigkill_at_random_moments(cli):
 def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli):
     spec = cli.write_spec("""
         name: ctrlc
-        command: 'if [ "$HPSEARCH_ATTEMPT" = 1 ]; then sleep 60 & sleep 60; fi; echo "@hpsearch step=0 loss={x}"'
+        command: 'if [ ! -e go-fast ]; then sleep 60 & sleep 60; fi; echo "@hpsearch step=0 loss={x}"'
         search:
           strategy: random
           trials: 4
@@ -121,6 +123,7 @@ def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli)
     assert [t.state for t in after] == ["cancelled", "cancelled"]
     for t in rows:  # the whole process group is gone, background `sleep` included
         assert _group_gone(t.pid)
+    (cli.cwd / "go-fast").touch()
     cli("resume", "ctrlc", check=0)
     _, final = read_store(cli.runs, "ctrlc")
     assert [t.state for t in final] == ["completed"] * 4

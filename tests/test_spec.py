@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from hpsearch.cli.main import main
 from hpsearch.errors import BadInput
 from hpsearch.search.grid import GridSearch, grid_points, grid_size
 from hpsearch.spec import load_spec, parse_spec
@@ -35,7 +37,7 @@ BAD_SPECS = [
           strategy: tpe
           space: {lr: {low: 0.1, high: 1.0}
         objective: {metric: loss}   # <-
-        """, None, ["YAML syntax error: expected ',' or '}', but got ':' (while parsing a "
+        """, None, ["YAML syntax error: expected ',' or '}', but got '<scalar>' (while parsing a "
                     "flow mapping that starts on line 5)"]),
     ("yaml-unclosed-quote", """
         name: demo
@@ -599,15 +601,24 @@ BAD_SPECS = [
 # Where no line can carry the mark: an unclosed quote runs to the end of the file (3 lines).
 END_OF_FILE = {"yaml-unclosed-quote": 4}
 
-# A few of the above, also given to `submit`: it must refuse them before creating anything.
-SUBMIT_CASES = ["yaml-syntax-error", "unknown-key-did-you-mean", "grid-float-without-step",
-                "param-never-used", "name-dot-dot", "bad-timeout-duration",
-                "cmaes-with-two-objectives"]
+# The cases the issue names run through the real CLI as a subprocess (`validate`), some also
+# through `submit`; every case runs through the CLI's main() in-process, which is the same
+# code from argument parsing to exit code, at a fraction of the cost.
+SUBPROCESS_CASES = [
+    "yaml-syntax-error", "unknown-key-did-you-mean", "unknown-nested-param-key",
+    "trials-is-a-string", "parallel-is-a-float", "log-is-a-string", "low-above-high",
+    "log-scale-low-zero", "empty-choices", "grid-float-without-step", "trials-zero",
+    "duplicate-param-yaml-key", "duplicate-objective-metric", "unknown-strategy-did-you-mean",
+    "placeholder-without-param", "param-never-used",
+]
+SUBMIT_CASES = ["yaml-syntax-error", "unknown-key-did-you-mean", "param-never-used",
+                "name-dot-dot", "cmaes-with-two-objectives"]
+CASES = {c[0]: c[1:] for c in BAD_SPECS}
 
 
-def _write(cli, case: str, text: str) -> int:
-    """Write the spec as spec.yaml; return the line its message must name."""
-    path = cli.write_spec(text)
+def _write(cli, case: str) -> int:
+    """Write the case's spec as spec.yaml; return the line its message must name."""
+    path = cli.write_spec(CASES[case][0])
     lines = path.read_text().splitlines()
     marked = [n for n, line in enumerate(lines, 1) if MARK in line]
     assert len(marked) <= 1
@@ -617,35 +628,47 @@ def _write(cli, case: str, text: str) -> int:
     return marked[0] if marked else 1
 
 
-def _expected_prefix(line: int, key: str | None) -> str:
-    return f"hpsearch: error: spec.yaml:{line}: " + (f"{key}: " if key else "")
-
-
-def _assert_one_message(proc, line: int, key: str | None, fragments: list[str]) -> None:
+def _assert_one_message(proc, case: str, line: int) -> None:
+    _, key, fragments = CASES[case]
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stdout == ""
     message = proc.stderr.rstrip("\n")
     assert "\n" not in message, "expected one message line, got:\n" + proc.stderr
-    assert message.startswith(_expected_prefix(line, key)), message
+    prefix = f"hpsearch: error: spec.yaml:{line}: " + (f"{key}: " if key else "")
+    assert message.startswith(prefix), message
     for fragment in fragments:
         assert fragment in message, message
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("case,text,key,fragments", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
-def test_validate_rejects_bad_spec_with_one_clear_message(cli, case, text, key, fragments):
-    line = _write(cli, case, text)
-    proc = cli("validate", "spec.yaml")
-    _assert_one_message(proc, line, key, fragments)
+def _main_in_process(capsys, *args: str) -> SimpleNamespace:
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_spec_gets_one_clear_message(cli, monkeypatch, capsys, case):
+    line = _write(cli, case)
+    monkeypatch.chdir(cli.cwd)
+    monkeypatch.setenv("HPSEARCH_RUNS_DIR", str(cli.runs))
+    _assert_one_message(_main_in_process(capsys, "validate", "spec.yaml"), case, line)
+    _assert_one_message(_main_in_process(capsys, "submit", "spec.yaml"), case, line)
+    assert sorted(os.listdir(cli.cwd)) == ["spec.yaml"]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_validate_cli_rejects_bad_spec(cli, case):
+    line = _write(cli, case)
+    _assert_one_message(cli("validate", "spec.yaml"), case, line)
     assert sorted(os.listdir(cli.cwd)) == ["spec.yaml"]
 
 
 @pytest.mark.parametrize("case", SUBMIT_CASES)
-def test_submit_of_bad_spec_creates_nothing(cli, case):
-    _, text, key, fragments = next(c for c in BAD_SPECS if c[0] == case)
-    line = _write(cli, case, text)
-    proc = cli("submit", "spec.yaml")
-    _assert_one_message(proc, line, key, fragments)
+def test_submit_cli_of_bad_spec_creates_nothing(cli, case):
+    line = _write(cli, case)
+    _assert_one_message(cli("submit", "spec.yaml"), case, line)
     assert not cli.runs.exists()
     assert sorted(os.listdir(cli.cwd)) == ["spec.yaml"]
 
@@ -673,10 +696,11 @@ def test_missing_spec_file_is_bad_input(cli):
 
 
 def test_bad_input_carries_file_line_and_key_in_process(tmp_path):
-    text = "name: demo\ncommand: run {lr}\nsearch:\n  strategy: tpe\n  trials: ten\n"
+    text = ("name: demo\ncommand: run {lr}\nobjective: {metric: loss}\nsearch:\n"
+            "  space: {lr: {low: 0.1, high: 1.0}}\n  strategy: tpe\n  trials: ten\n")
     with pytest.raises(BadInput) as err:
         parse_spec(text, "my.yaml", tmp_path)
-    assert (err.value.file, err.value.line, err.value.key) == ("my.yaml", 5, "search.trials")
+    assert (err.value.file, err.value.line, err.value.key) == ("my.yaml", 7, "search.trials")
     assert err.value.detail == "expected an integer; got a string 'ten'"
 
 

@@ -8,6 +8,7 @@ already durable (write-ahead).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -111,6 +112,21 @@ class Store(Reader):
             raise
 
     # -- experiment ------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | Path, **experiment: Any) -> "Store":
+        """Create the store with its experiment row, atomically: it is built under a temporary
+        name and renamed into place, so a store file always holds its experiment."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".creating")
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)  # from a submit killed mid-way (we hold the lock)
+        store = cls(tmp)
+        store.create_experiment(**experiment)
+        store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.close()
+        os.replace(tmp, path)
+        return cls(path)
+
     def create_experiment(self, name: str, spec_yaml: str, spec_file: str, base_dir: str,
                           strategy: str, directions: list[str], trials_requested: int) -> None:
         now = time.time()
