@@ -1,0 +1,114 @@
+"""The SQLite store: WAL, versioned schema, read-only readers that never block the driver."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from hpsearch.store.schema import SCHEMA_VERSION
+from hpsearch.store.store import Reader, Store
+from tests.helpers import read_store
+
+
+def _experiment(path):
+    return Store.create(path, name="e", spec_yaml="x: 1\n", spec_file="s.yaml", base_dir="/",
+                        strategy="random", directions=["minimize"], trials_requested=3)
+
+
+def test_store_is_wal_and_versioned(tmp_path):
+    store = _experiment(tmp_path / "store.sqlite")
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert {"experiment", "trials", "attempts", "metrics", "checkpoints", "events"} <= set(
+        store.db.table_names())
+    store.close()
+
+
+def test_newer_schema_is_refused_not_clobbered(tmp_path):
+    path = tmp_path / "store.sqlite"
+    _experiment(path).close()
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    con.close()
+    with pytest.raises(RuntimeError, match="newer than this hpsearch understands"):
+        Store(path)
+
+
+def test_reader_cannot_write(tmp_path):
+    path = tmp_path / "store.sqlite"
+    _experiment(path).close()
+    reader = Reader(path)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.db.execute("update experiment set status = 'x'")
+    reader.close()
+
+
+def test_readers_never_block_the_driver(cli):
+    spec = cli.write_spec("""
+        name: busy
+        command: 'sleep 0.05; echo "@hpsearch step=0 loss={x}"; echo "@hpsearch step=1 loss={x}"'
+        search:
+          strategy: random
+          trials: 40
+          parallel: 4
+          seed: 2
+          space:
+            x: {low: 0.0, high: 1.0}
+        objective: {metric: loss}
+        """)
+    proc = cli.popen("submit", spec)
+    store = cli.runs / "busy" / "store.sqlite"
+    deadline = time.monotonic() + 30
+    while not store.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    errors, snapshots, reads = [], [], [0]
+
+    def hold_a_read_transaction():
+        # An open read transaction (a TUI or a slow export) for the whole search.
+        try:
+            con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+            con.execute("BEGIN")
+            first = con.execute("select count(*) from trials").fetchone()[0]
+            while proc.poll() is None:
+                snapshots.append(con.execute("select count(*) from trials").fetchone()[0] - first)
+                time.sleep(0.05)
+            con.execute("COMMIT")
+            con.close()
+        except Exception as exc:  # noqa: BLE001 - any error fails the test below
+            errors.append(repr(exc))
+
+    def poll_constantly():
+        while proc.poll() is None:
+            try:
+                reader = Reader(store)
+                reader.trials()
+                reader.state_counts()
+                reader.close()
+                reads[0] += 1
+            except Exception as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=hold_a_read_transaction),
+               threading.Thread(target=poll_constantly)]
+    for t in threads:
+        t.start()
+    statuses = 0
+    while proc.poll() is None:
+        assert cli("status", "busy").returncode == 0
+        statuses += 1
+    for t in threads:
+        t.join()
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert errors == []
+    assert reads[0] > 10 and statuses >= 1
+    assert set(snapshots) == {0}  # the held transaction saw one consistent snapshot
+    exp, trials = read_store(cli.runs, "busy")
+    assert exp.status == "completed" and len(trials) == 40
+    con = sqlite3.connect(store)
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert con.execute("select count(*) from metrics").fetchone()[0] == 80
+    con.close()
