@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import os
 import platform
+import resource
 import shlex
 import shutil
 import statistics
@@ -69,6 +70,23 @@ def trial_command(sleep: float, x: float) -> str:
 class Outcome:
     makespan: float
     completed: int
+    own_cpu: float = 0.0     # CPU seconds of this process (driver, or Optuna and its threads)
+    trials_cpu: float = 0.0  # CPU seconds of the trial processes (sh, sleep)
+
+
+class CpuMeter:
+    """CPU used by this process and by its reaped children between start() and stop()."""
+
+    def start(self) -> None:
+        self.own = time.process_time()
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.children = usage.ru_utime + usage.ru_stime
+
+    def stop(self, out: Outcome) -> Outcome:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out.own_cpu = time.process_time() - self.own
+        out.trials_cpu = usage.ru_utime + usage.ru_stime - self.children
+        return out
 
 
 def run_hpsearch(args: argparse.Namespace, runs_dir: Path) -> tuple[Outcome, list[float]]:
@@ -82,6 +100,8 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path) -> tuple[Outcome, lis
     lock = runs.DriverLock(spec.experiment_dir)
     lock.acquire()
     try:
+        cpu = CpuMeter()
+        cpu.start()
         began = time.perf_counter()
         store = Store(spec.experiment_dir / STORE_FILE)
         search = make_search(spec)
@@ -98,7 +118,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path) -> tuple[Outcome, lis
     per_trial = [0.0] * args.trials
     for trial_id, seconds in driver.bookkeeping:
         per_trial[trial_id] += seconds
-    return Outcome(makespan, completed), per_trial
+    return cpu.stop(Outcome(makespan, completed)), per_trial
 
 
 def run_optuna(args: argparse.Namespace) -> Outcome:
@@ -115,13 +135,15 @@ def run_optuna(args: argparse.Namespace) -> Outcome:
                 return float(pairs["loss"])
         raise RuntimeError(f"trial reported no loss (exit {proc.returncode}): {proc.stderr}")
 
+    cpu = CpuMeter()
+    cpu.start()
     began = time.perf_counter()
     study = optuna.create_study(direction="minimize",
                                 sampler=optuna.samplers.RandomSampler(seed=args.seed))
     study.optimize(objective, n_trials=args.trials, n_jobs=args.parallel)
     makespan = time.perf_counter() - began
     done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-    return Outcome(makespan, done)
+    return cpu.stop(Outcome(makespan, done))
 
 
 def median_ms(values: list[float]) -> float:
@@ -159,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"{'':10} {'completed':>9} {'makespan s':>11} {'ideal s':>8} {'ratio':>6} "
-          f"{'overhead ms/trial':>18}")
+          f"{'overhead ms/trial':>18} {'CPU ms/trial: own':>17} {'trials':>6}")
     for name, out in (("hpsearch", hp), ("optuna", op)):
         overhead = (out.makespan - ideal) * args.parallel / args.trials * 1000
         print(f"{name:10} {out.completed:>9} {out.makespan:>11.2f} {ideal:>8.2f} "
-              f"{out.makespan / ideal:>6.3f} {overhead:>18.2f}")
+              f"{out.makespan / ideal:>6.3f} {overhead:>18.2f} "
+              f"{out.own_cpu / args.trials * 1000:>17.2f} {out.trials_cpu / args.trials * 1000:>6.2f}")
 
     early = bookkeeping[50:150]
     late = bookkeeping[-100:]

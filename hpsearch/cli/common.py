@@ -7,10 +7,12 @@ from pathlib import Path
 
 from hpsearch.runs import default_runs_dir
 
+EXIT_CODES = "exit codes: 0 ok, 1 trials failed or search incomplete, 2 bad input or conflict"
+
 
 def add_command(sub, name: str, help_text: str, examples: str, handler) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_text, description=help_text,
-                            epilog="examples:\n" + examples,
+                            epilog="examples:\n" + examples + "\n\n" + EXIT_CODES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=handler)
     return parser
