@@ -180,14 +180,24 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     lock.acquire()
     try:
         store = Store(exp_dir / STORE_FILE)
-        stopped = 0
-        for row in store.trials([r.SUBMITTING, r.RUNNING]):
-            if procs.alive(row.pid, row.pid_start):
-                procs.signal_group(row.pid, signal.SIGKILL)
+        rows = store.trials([r.SUBMITTING, r.RUNNING])
+        groups = []
+        for row in rows:
+            pid = row.pid if procs.alive(row.pid, row.pid_start) else \
+                procs.find_trial_leader(Path(row.trial_dir), row.attempt)
+            if pid is not None:
+                procs.signal_group(pid, signal.SIGTERM)
+                groups.append(pid)
+        deadline = time.monotonic() + 10
+        while any(procs.group_alive(g) for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for g in groups:
+            procs.signal_group(g, signal.SIGKILL)
+        for row in rows:
             store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
-            stopped += 1
         store.set_experiment_status("cancelled", "cancelled with no driver running")
         store.close()
-        return f"no driver was running; cancelled {stopped} trial(s) left in flight"
+        return (f"no driver was running; stopped {len(groups)} trial process group(s) and "
+                f"marked {len(rows)} trial(s) cancelled")
     finally:
         lock.release()

@@ -1,0 +1,72 @@
+"""The CLI surface: help with examples, exit codes, errors for missing experiments."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from hpsearch.executors import procs
+from tests.helpers import read_store
+
+COMMANDS = ["validate", "plan", "submit", "resume", "cancel", "status", "best", "export"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_examples_and_exit_codes(cli, command):
+    out = cli(command, "--help", check=0).stdout
+    assert "examples:\n  hpsearch " + command in out
+    assert "exit codes: 0 ok, 1 trials failed or search incomplete, 2 bad input" in out
+
+
+def test_bad_flags_and_unknown_commands_exit_2(cli):
+    assert cli("frobnicate").returncode == 2
+    assert cli("best").returncode == 2  # missing NAME
+    assert cli("export", "x", "--format", "xml").returncode == 2
+
+
+@pytest.mark.parametrize("command", ["status", "best", "export", "resume", "cancel"])
+def test_missing_experiment_is_a_clear_error(cli, command):
+    proc = cli(command, "nope", check=2)
+    assert "no experiment 'nope'" in proc.stderr
+    assert not cli.runs.exists()
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", ""])
+def test_names_cannot_escape_the_runs_dir(cli, name):
+    proc = cli("status", name, check=2)
+    assert "bad experiment name" in proc.stderr
+
+
+def test_slurm_executor_is_refused_clearly_until_it_exists(cli):
+    spec = cli.write_spec("""
+        name: s
+        command: "echo {x}"
+        search: {strategy: random, trials: 1, space: {x: {low: 0.0, high: 1.0}}}
+        objective: {metric: loss}
+        """)
+    proc = cli("submit", spec, "--executor", "slurm", check=2)
+    assert "executor 'slurm' is not available" in proc.stderr
+    assert not cli.runs.exists()
+
+
+def test_cancel_with_no_driver_stops_orphaned_trials(cli):
+    spec = cli.write_spec("""
+        name: orphans
+        command: 'sleep 60; echo "@hpsearch step=0 loss={x}"'
+        search: {strategy: random, trials: 4, parallel: 2, space: {x: {low: 0.0, high: 1.0}}}
+        objective: {metric: loss}
+        """)
+    crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:2"})
+    assert crashed.returncode == -signal.SIGKILL
+    _, rows = read_store(cli.runs, "orphans")
+    assert all(procs.alive(t.pid, t.pid_start) for t in rows)
+    out = cli("cancel", "orphans", check=0).stdout
+    assert "no driver was running; stopped 2 trial process group(s)" in out
+    deadline = time.monotonic() + 5
+    while any(procs.group_alive(t.pid) for t in rows) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(procs.group_alive(t.pid) for t in rows)
+    exp, after = read_store(cli.runs, "orphans")
+    assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * 2
