@@ -31,8 +31,12 @@ def make_executor(spec: Spec) -> Executor:
             gpus = detect_gpus() or None
         elif ex.gpus:
             gpus = list(ex.gpus)
-        return LocalExecutor(spec.search.parallel, gpus, spec.resources.gpus_per_node or 1,
-                             ex.timeout, ex.grace)
+        per_trial = spec.resources.gpus_per_node or 1
+        if gpus is not None and len(gpus) < per_trial:
+            raise BadInput(f"executor.gpus lists {len(gpus)} device(s) but each trial needs "
+                           f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
+                           key="executor.gpus")
+        return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace)
     raise BadInput(f"executor '{ex.type}' is not available in this version; use "
                    "--executor local", str(spec.source or ""), key="executor.type")
 

@@ -15,7 +15,9 @@ import pytest
 from hpsearch.cli.main import main
 from hpsearch.errors import BadInput
 from hpsearch.search.grid import GridSearch, grid_points, grid_size
-from hpsearch.spec import load_spec, parse_spec
+from hpsearch.spec import load_spec, parse_spec, validate
+from hpsearch.spec.model import STRATEGIES
+from hpsearch.template import BUILTIN_PLACEHOLDERS
 from tests.conftest import EXAMPLES
 
 MARK = "# <-"
@@ -973,3 +975,27 @@ objective: {metric: loss}
 retries: 3
 executor: {gpus: auto}
 """, tmp_path).retries.max == 3
+
+
+# -- docs/spec.md stays true to the code -----------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
+
+
+def test_docs_complete_example_validates(tmp_path):
+    text = DOC.read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    spec = parse_spec(example, "example.yaml", tmp_path)
+    assert set(spec.raw) == set(validate.TOP_KEYS)  # it shows every top-level key
+    assert {p.kind for p in spec.search.space} == {"float", "int", "categorical", "fixed"}
+
+
+def test_docs_name_every_key_strategy_and_placeholder():
+    text = DOC.read_text()
+    keys = (validate.TOP_KEYS + validate.SEARCH_KEYS + validate.PARAM_KEYS +
+            validate.OBJECTIVE_KEYS + validate.RESOURCE_KEYS + validate.RETRY_KEYS +
+            validate.CHECKPOINT_KEYS + validate.EXECUTOR_KEYS + validate.PARAM_TYPES +
+            STRATEGIES)
+    missing = [k for k in keys if f"`{k}`" not in text and f"{k}:" not in text]
+    assert missing == []
+    assert [b for b in BUILTIN_PLACEHOLDERS if f"`{{{b}}}`" not in text] == []
