@@ -44,6 +44,15 @@ def _open(args) -> Reader:
     return Reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
 
 
+def _load(args):
+    """(experiment, trials) of the experiment named in args."""
+    reader = _open(args)
+    try:
+        return reader.experiment(), reader.trials()
+    finally:
+        reader.close()
+
+
 def _metric_names(exp) -> list[str]:
     from hpsearch.spec.yamlpos import load_yaml_with_lines
     raw, _ = load_yaml_with_lines(exp.spec_yaml, exp.spec_file)
@@ -110,11 +119,7 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def best(args) -> int:
-    reader = _open(args)
-    try:
-        exp, trials = reader.experiment(), reader.trials()
-    finally:
-        reader.close()
+    exp, trials = _load(args)
     metrics = _metric_names(exp)
     top = best_trials(trials, exp.directions, args.k)
     if args.json:
@@ -136,11 +141,7 @@ def best(args) -> int:
 
 
 def export(args) -> int:
-    reader = _open(args)
-    try:
-        exp, trials = reader.experiment(), reader.trials()
-    finally:
-        reader.close()
+    exp, trials = _load(args)
     metrics = _metric_names(exp)
     records = []
     for t in trials:

@@ -62,10 +62,9 @@ def plan(args) -> int:
         sizes = [len(p.grid_values()) for p in s.space]
         print(f"grid: {' x '.join(map(str, sizes))} = {math.prod(sizes)} points; "
               f"{s.trials} trials, {s.parallel} in parallel")
-        exact, shown = True, s.trials
+        shown = s.trials
     else:
         deterministic = s.strategy in ("random", "qmc") and s.seed is not None
-        exact = deterministic
         shown = s.trials if deterministic else min(s.trials, s.parallel)
         print(f"{s.strategy}: {s.trials} trials, {s.parallel} in parallel" +
               ("" if deterministic else f"; the first {shown} are launched together, later "
