@@ -30,6 +30,8 @@ def shell_value(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return ""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)  # a fixed list or mapping arrives as JSON
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return repr(value)  # keep 1.0 a float on the command line
     return str(value)

@@ -55,7 +55,7 @@ def test_each_strategy_runs_a_real_search(cli, strategy):
     best = min(trials, key=lambda t: t.objective_values[0])
     assert f"best trial: #{best.id}" in proc.stdout
     if strategy == "grid":
-        assert "grid: 5 x 5 = 25 trials" in proc.stdout
+        assert "grid: 5 x 5 = 25 points; 25 trials" in proc.stdout
         assert sorted((t.params["x"], t.params["y"]) for t in trials) == sorted(
             (x, y) for x in (-3.0, -1.5, 0.0, 1.5, 3.0) for y in range(-4, 1))
 

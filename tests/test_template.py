@@ -160,7 +160,9 @@ def test_placeholders_in_order_with_repeats():
 def test_builtin_placeholders_filled_and_quoted(tmp_path):
     spec = parse_spec("""
 name: built.ins
-command: "{python} -c 'import sys, json; print(json.dumps(sys.argv[1:]))' {trial_id} {trial_dir} {checkpoint_dir} {experiment} {lr}"
+command: >-
+  {python} -c 'import sys, json; print(json.dumps(sys.argv[1:]))'
+  {trial_id} {trial_dir} {checkpoint_dir} {experiment} {lr}
 runs_dir: runs with space
 search: {strategy: random, trials: 1, space: {lr: {low: 0.1, high: 1.0}}}
 objective: {metric: loss}

@@ -13,7 +13,13 @@ from pathlib import Path
 from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.results import best as best_trials
-from hpsearch.store.store import STORE_FILE, Reader
+
+from hpsearch.store import STORE_FILE
+
+
+def _reader(path):
+    from hpsearch.store import Reader  # loads sqlite-utils on first use (see hpsearch.store)
+    return Reader(path)
 
 
 def register(sub) -> None:
@@ -40,8 +46,8 @@ def register(sub) -> None:
     add_runs_dir(p)
 
 
-def _open(args) -> Reader:
-    return Reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
+def _open(args):
+    return _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
 
 
 def _load(args):
@@ -88,7 +94,7 @@ def status(args) -> int:
 def _status_all(runs_dir: Path) -> int:
     rows = []
     for exp_dir in runs.list_experiments(runs_dir):
-        reader = Reader(exp_dir / STORE_FILE)
+        reader = _reader(exp_dir / STORE_FILE)
         try:
             exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
         finally:

@@ -6,9 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpsearch import session
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, runs_dir_of
-from hpsearch.store.store import STORE_FILE, Reader
 
 
 def register(sub) -> None:
@@ -47,25 +45,34 @@ def _add_run_flags(p) -> None:
 
 
 def submit(args) -> int:
+    from hpsearch import session
+
     spec, exists = session.new_experiment(args.spec, args.runs_dir and args.runs_dir.absolute(),
                                           args.executor, args.resume)
     if spec.search.strategy == "grid":
+        from hpsearch.search.grid import grid_size
         sizes = " x ".join(str(len(p.grid_values())) for p in spec.search.space)
-        print(f"grid: {sizes} = {spec.search.trials} trials")
+        print(f"grid: {sizes} = {grid_size(spec.search)} points; {spec.search.trials} trials")
     return _run(spec, create=not exists, args=args)
 
 
 def resume(args) -> int:
+    from hpsearch import session
+
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
     return _run(spec, create=False, args=args)
 
 
 def cancel(args) -> int:
+    from hpsearch import session
+
     print(session.cancel(runs_dir_of(args), args.name))
     return 0
 
 
 def _run(spec, create: bool, args) -> int:
+    from hpsearch import session
+
     exp_dir = spec.experiment_dir
     if args.detach:
         pid = session.detach(lambda ready: session.drive(spec, create, _printer(False), ready),
@@ -89,6 +96,7 @@ def _printer(quiet: bool):
 
 def _summary(spec, elapsed: float) -> None:
     from hpsearch.results import best
+    from hpsearch.store.store import STORE_FILE, Reader
     reader = Reader(spec.experiment_dir / STORE_FILE)
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()

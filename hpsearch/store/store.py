@@ -20,7 +20,7 @@ from hpsearch.errors import NotFound
 from hpsearch.store import rows as r
 from hpsearch.store.schema import migrate
 
-STORE_FILE = "store.sqlite"
+from hpsearch.store import STORE_FILE  # noqa: F401 - re-exported
 
 
 def _dumps(value: Any) -> str:
