@@ -202,7 +202,7 @@ search:
 objective: {{metric: loss}}
 """)
     proc = cli("submit", "spec.yaml", "-q", check=0)
-    assert f"grid: {len(E2E_VALUES)} x 1 = {len(E2E_VALUES)} trials" in proc.stdout
+    assert f"grid: {len(E2E_VALUES)} x 1 = {len(E2E_VALUES)} points; {len(E2E_VALUES)} trials" in proc.stdout
     trials = cli.runs / "quoting" / "trials"
     for trial_id, value in enumerate(E2E_VALUES):
         tdir = trials / f"{trial_id:05d}"
