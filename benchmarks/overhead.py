@@ -124,6 +124,19 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path,
     return outcome, per_trial
 
 
+def _filesystem(path: Path) -> str:
+    """The type of the file system holding path, from /proc/mounts (longest mount prefix)."""
+    best, kind = "", "unknown"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            _, mount, fstype = line.split()[:3]
+            if str(path.resolve()).startswith(mount) and len(mount) > len(best):
+                best, kind = mount, fstype
+    except OSError:
+        pass
+    return f"{kind} at {best}" if best else kind
+
+
 def run_optuna(args: argparse.Namespace) -> Outcome:
     """The baseline: study.optimize with n_jobs threads, each running the same command."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -167,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the pair this many times, alternating which goes first, and "
                              "report the median run of each side (default 1)")
     parser.add_argument("--keep", action="store_true", help="keep the runs dir and say where")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="make the runs dir under this folder (default: the system temp "
+                             "dir); trial dirs cost file-system work, so say which it is")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.parallel < 1 or args.sleep <= 0 or args.repeat < 1:
         parser.error("--trials, --parallel and --repeat must be >= 1, --sleep > 0")
@@ -179,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
           f"random sampler; ideal N*t/P = {ideal:.2f} s"
           + (f"; {args.repeat} alternating pairs" if args.repeat > 1 else ""))
 
-    runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-overhead-"))
+    runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-overhead-", dir=args.dir))
+    print(f"runs dir: {runs_dir} ({_filesystem(runs_dir)})")
     hp_runs: list[Outcome] = []
     op_runs: list[Outcome] = []
     bookkeeping: list[list[float]] = []

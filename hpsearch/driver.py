@@ -18,7 +18,7 @@ from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
-from hpsearch.launching import build_launch, prepare_trial_dir
+from hpsearch.launching import build_launch
 from hpsearch.search.base import Search
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
@@ -31,7 +31,9 @@ INGEST_INTERVAL = 1.0  # seconds between reads of running trials' metric files
 class _Live:
     """The driver's memory of a trial in flight (rebuilt from store and files on resume)."""
 
-    row: r.TrialRow
+    trial_id: int
+    attempt: int
+    trial_dir: Path
     files: TrialFiles
     last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
 
@@ -77,7 +79,7 @@ class Driver:
             self.store.set_experiment_status("running", "resumed")
 
     def _adopt(self, row: r.TrialRow) -> None:
-        live = _Live(row, TrialFiles(Path(row.trial_dir)))
+        live = _Live(row.id, row.attempt, Path(row.trial_dir), TrialFiles(Path(row.trial_dir)))
         self.live[row.id] = live
         outcome = self.executor.adopt(Adoptable(row.id, row.attempt, Path(row.trial_dir),
                                                 row.pid, row.pid_start, row.gpus, row.job_id))
@@ -104,12 +106,18 @@ class Driver:
             self._fill_slots()
             if not self.live:
                 return  # nothing running, nothing left to launch
-            for ended in self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())):
-                self.finalize(ended)
+            self._handle(self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())))
             if time.monotonic() >= next_ingest:
                 for live in list(self.live.values()):
                     self._ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
+
+    def _handle(self, events: list[Started | Ended]) -> None:
+        for event in events:
+            if isinstance(event, Started):
+                self._record_started(event)
+            else:
+                self.finalize(event)
 
     def _fill_slots(self) -> None:
         while self.executor.free_slots() > 0 and not self.stop_reason:
@@ -133,34 +141,41 @@ class Driver:
             self._launch(launch, began)
 
     def _launch(self, launch: Launch, began: float) -> None:
-        trial_id, attempt = launch.trial_id, launch.attempt
-        prepare_trial_dir(launch)
+        self.live[launch.trial_id] = _Live(launch.trial_id, launch.attempt, launch.trial_dir,
+                                           TrialFiles(launch.trial_dir))
         started = self.executor.submit(launch)
-        fault_point("after_launch")
-        self.store.mark_running(trial_id, attempt, started.host, started.pid, started.pid_start,
-                                started.gpus, started.job_id)
-        fault_point("after_running")
-        self.live[trial_id] = _Live(self.store.trial(trial_id), TrialFiles(launch.trial_dir))
-        self.bookkeeping.append((trial_id, time.perf_counter() - began))
-        self.on_event(f"trial {trial_id} started (attempt {attempt}): "
+        if started is not None:
+            self._record_started(started)
+        self.bookkeeping.append((launch.trial_id, time.perf_counter() - began))
+        self.on_event(f"trial {launch.trial_id} started (attempt {launch.attempt}): "
                       + " ".join(f"{k}={v}" for k, v in launch.params.items()))
+
+    def _record_started(self, started: Started) -> None:
+        fault_point("after_launch")  # the process runs; its pid is not stored yet
+        self.store.mark_running(started.trial_id, started.attempt, started.host, started.pid,
+                                started.pid_start, started.gpus, started.job_id)
+        fault_point("after_running")
 
     def _ingest(self, live: _Live) -> None:
         records = live.files.read_new()
         if records:
-            self.store.add_metrics(live.row.id, live.row.attempt, records)
+            self.store.add_metrics(live.trial_id, live.attempt, records)
             for rec in records:
                 for name, value in rec.items():
                     if name not in ("step", "time"):
                         if name not in live.last or rec["step"] >= live.last[name][0]:
                             live.last[name] = (rec["step"], value)
         for warning in live.files.warnings:
-            self.store.add_event("warning", warning, live.row.id)
-            self.on_event(f"trial {live.row.id}: {warning}")
+            self.store.add_event("warning", warning, live.trial_id)
+            self.on_event(f"trial {live.trial_id}: {warning}")
         live.files.warnings.clear()
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
+        with self.store.batch():  # the last metrics and the outcome: one commit
+            self._finalize(ended)
+
+    def _finalize(self, ended: Ended) -> None:
         began = time.perf_counter()
         live = self.live.pop(ended.trial_id)
         self._ingest(live)
@@ -176,7 +191,7 @@ class Driver:
             self.on_event(f"trial {tid}: {ended.detail}; it will run again")
             return
         values, error = None, None
-        if ended.reason == "timeout":
+        if ended.reason in ("timeout", "launch_error"):
             error = ended.detail
         elif ended.exit_code != 0:
             error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail else "")
@@ -195,7 +210,7 @@ class Driver:
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
     def _failed(self, live: _Live, attempt: int, exit_code: int | None, error: str) -> None:
-        tid = live.row.id
+        tid = live.trial_id
         failures = self.store.db.execute(
             "select count(*) from attempts where trial = ? and state = ?", (tid, r.FAILED)
         ).fetchone()[0]
@@ -226,8 +241,7 @@ class Driver:
         for trial_id in list(self.live):
             self.executor.cancel(trial_id)
         while self.live:
-            for ended in self.executor.poll(timeout=0.5):
-                self.finalize(ended)
+            self._handle(self.executor.poll(timeout=0.5))
 
     def finish(self) -> int:
         counts = self.store.state_counts()
@@ -245,7 +259,7 @@ class Driver:
 def _with_stderr_tail(error: str, live: _Live, lines: int = 5) -> str:
     """The error plus the last lines of the attempt's stderr, so `status` shows the cause."""
     try:
-        with open(Path(live.row.trial_dir) / "stderr.log", "rb") as fh:
+        with open(live.trial_dir / "stderr.log", "rb") as fh:
             fh.seek(0, 2)
             fh.seek(max(0, fh.tell() - 4096))
             tail = fh.read().decode("utf-8", "replace").splitlines()[-lines:]

@@ -3,7 +3,7 @@
 HPSEARCH_FAULT="after_launch:3" makes the driver SIGKILL itself the 3rd time it passes
 `fault_point("after_launch")`. Unset (always, outside tests) it costs one dict lookup.
 Points: after_insert (trial stored, not launched), after_launch (process started, pid not
-stored), after_running (pid stored), mid_ingest (metrics stored, end not recorded),
+stored), after_running (pid stored), mid_ingest (final metrics read, outcome not committed),
 after_finish (end recorded, sampler told).
 """
 

@@ -37,7 +37,8 @@ def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]
 
 def prepare_trial_dir(launch: Launch) -> None:
     """Create the trial dir with params.json and checkpoints/ (idempotent)."""
-    (launch.trial_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    launch.trial_dir.mkdir(parents=True, exist_ok=True)
+    (launch.trial_dir / "checkpoints").mkdir(exist_ok=True)
     path = launch.trial_dir / "params.json"
     if not path.exists():
         tmp = path.with_suffix(".json.tmp")

@@ -41,7 +41,7 @@ class Ended:
     trial_id: int
     attempt: int
     exit_code: int | None   # None when unknown (the process ended while nobody watched)
-    reason: str             # exited | timeout | cancelled | lost
+    reason: str             # exited | timeout | cancelled | lost | launch_error
     detail: str = ""
 
 
@@ -65,12 +65,16 @@ class Executor(ABC):
         """How many more trials may start now."""
 
     @abstractmethod
-    def submit(self, launch: Launch) -> Started:
-        """Start one attempt. Called only after the store holds it as `submitting`."""
+    def submit(self, launch: Launch) -> Started | None:
+        """Start one attempt. Called only after the store holds it as `submitting`. The
+        executor lays out the trial dir first (hpsearch.launching.prepare_trial_dir), where
+        and when it suits it. Returns Started if it started synchronously, or None if poll()
+        will report it."""
 
     @abstractmethod
-    def poll(self, timeout: float) -> list[Ended]:
-        """Wait up to `timeout` seconds for attempts to end; return those that did."""
+    def poll(self, timeout: float) -> list[Started | Ended]:
+        """Wait up to `timeout` seconds for news; return attempts that started (if submit
+        returned None for them) or ended. A trial's Started always comes before its Ended."""
 
     @abstractmethod
     def cancel(self, trial_id: int) -> None:

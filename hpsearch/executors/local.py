@@ -5,22 +5,29 @@ timeout, and stop by process group (SIGTERM, then SIGKILL after `grace`). Waitin
 so a finishing trial frees its slot at once, and processes adopted after a driver restart
 (no longer our children) are watched the same way; their exit code comes from the
 `exit_code` file the wrapper shell writes on exit.
+
+Processes are spawned on worker threads: fork/exec of a trial can stall for milliseconds on a
+busy machine, and the driver's one thread must keep ingesting and launching meanwhile.
+submit() returns at once; poll() reports the Started (or a launch error) when it happened.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import select
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.executors import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
+from hpsearch.launching import prepare_trial_dir
 
 # Runs before the user's command in the same shell; records its exit status for a driver
 # that may have been restarted meanwhile (and so cannot waitpid on it).
@@ -64,36 +71,73 @@ class LocalExecutor(Executor):
         self.gpus_per_trial = max(1, gpus_per_trial)
         self.timeout, self.grace = timeout, grace
         self.host = socket.gethostname()
+        self.base_env = dict(os.environ)
         self.running_: dict[int, _Running] = {}
+        self.spawning: dict[int, list[str]] = {}  # trial id -> its GPUs, until spawned
+        self.cancel_on_spawn: set[int] = set()
+        self.spawned: queue.SimpleQueue = queue.SimpleQueue()
+        self.spawner = ThreadPoolExecutor(max_workers=min(parallel, 4),
+                                          thread_name_prefix="hpsearch-spawn")
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
         self.poller = select.poll()
+        self.poller.register(self.wake_read, select.POLLIN)
         self.by_fd: dict[int, int] = {}
 
     # -- Executor ---------------------------------------------------------------------------
     def free_slots(self) -> int:
-        free = self.parallel - len(self.running_)
+        free = self.parallel - len(self.running_) - len(self.spawning)
         if self.free_gpus is not None:
             free = min(free, len(self.free_gpus) // self.gpus_per_trial)
         return max(0, free)
 
     def running(self) -> list[int]:
-        return list(self.running_)
+        return list(self.running_) + list(self.spawning)
 
-    def submit(self, launch: Launch) -> Started:
+    def submit(self, launch: Launch) -> None:
+        """Queue the spawn; poll() reports it as Started, or as Ended if it could not start."""
         gpus = self._take_gpus()
-        env = {**os.environ, **launch.env}
+        env = {**self.base_env, **launch.env}
         if self.free_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        launch.trial_dir.mkdir(parents=True, exist_ok=True)
-        with open(launch.trial_dir / "stdout.log", "ab") as out, \
-                open(launch.trial_dir / "stderr.log", "ab") as err:
-            popen = subprocess.Popen(["/bin/sh", "-c", EXIT_TRAP + launch.command],
-                                     cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=err, start_new_session=True)
-        pid_start = procs.start_time(popen.pid)
-        self._watch(_Running(launch.trial_id, launch.attempt, popen.pid, launch.trial_dir, popen,
-                             None, gpus, self._deadline()))
-        return Started(launch.trial_id, launch.attempt, self.host, popen.pid, pid_start,
-                       ",".join(gpus) if self.free_gpus is not None else None)
+        self.spawning[launch.trial_id] = gpus
+        self.spawner.submit(self._spawn, launch, env, gpus)
+
+    def _spawn(self, launch: Launch, env: dict[str, str], gpus: list[str]) -> None:
+        """On a worker thread: start the process; hand the outcome to the driver's thread."""
+        try:
+            prepare_trial_dir(launch)
+            with open(launch.trial_dir / "stdout.log", "ab") as out, \
+                    open(launch.trial_dir / "stderr.log", "ab") as err:
+                popen = subprocess.Popen(["/bin/sh", "-c", EXIT_TRAP + launch.command],
+                                         cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=err, start_new_session=True)
+            self.spawned.put((launch, gpus, popen, procs.start_time(popen.pid), None))
+        except OSError as exc:
+            self.spawned.put((launch, gpus, None, None, f"could not start: {exc}"))
+        os.write(self.wake_write, b"x")
+
+    def _collect_spawned(self) -> list[Started | Ended]:
+        events: list[Started | Ended] = []
+        while True:
+            try:
+                launch, gpus, popen, pid_start, error = self.spawned.get_nowait()
+            except queue.Empty:
+                return events
+            del self.spawning[launch.trial_id]
+            if popen is None:
+                self._give_back_gpus(gpus)
+                events.append(Ended(launch.trial_id, launch.attempt, None, "launch_error", error))
+                continue
+            run = _Running(launch.trial_id, launch.attempt, popen.pid, launch.trial_dir, popen,
+                           None, gpus, self._deadline())
+            self._watch(run)
+            events.append(Started(launch.trial_id, launch.attempt, self.host, popen.pid,
+                                  pid_start, ",".join(gpus) if self.free_gpus is not None
+                                  else None))
+            if launch.trial_id in self.cancel_on_spawn:
+                self.cancel_on_spawn.discard(launch.trial_id)
+                self._stop(run, "cancelled")
 
     def adopt(self, known: Adoptable) -> Started | Ended | None:
         pid = known.pid if procs.alive(known.pid, known.pid_start) else None
@@ -117,11 +161,17 @@ class LocalExecutor(Executor):
                      "the process ended while no driver was running and left no exit code")
 
     def cancel(self, trial_id: int) -> None:
+        if trial_id in self.spawning:
+            self.cancel_on_spawn.add(trial_id)
+            return
         run = self.running_.get(trial_id)
         if run is not None and run.kill_at is None:
             self._stop(run, "cancelled")
 
-    def poll(self, timeout: float) -> list[Ended]:
+    def poll(self, timeout: float) -> list[Started | Ended]:
+        events = self._collect_spawned()
+        if events:
+            timeout = 0.0
         now = time.monotonic()
         wait = timeout
         for run in self.running_.values():
@@ -130,26 +180,34 @@ class LocalExecutor(Executor):
                     wait = min(wait, max(0.0, moment - now))
         if any(run.fd is None for run in self.running_.values()):
             wait = min(wait, 0.01)  # no pidfd for some process: fall back to short sleeps
-        if self.by_fd:
-            self.poller.poll(wait * 1000)
-        elif wait > 0:
-            time.sleep(wait)
-        ended = []
+        ready = {fd for fd, _ in self.poller.poll(wait * 1000)}
+        if self.wake_read in ready:
+            try:
+                os.read(self.wake_read, 4096)  # drain wake-ups; spawned() holds the news
+            except BlockingIOError:
+                pass
+        events += self._collect_spawned()
         now = time.monotonic()
         for run in list(self.running_.values()):
+            due = (run.kill_at or run.deadline or float("inf")) <= now
+            if run.fd is not None and run.fd not in ready and not due:
+                continue  # its pidfd says it still runs
             code = self._exit_status(run)
             if code is not _STILL_RUNNING:
-                ended.append(self._finish(run, code))
+                events.append(self._finish(run, code))
             elif run.kill_at is not None and now >= run.kill_at:
                 procs.signal_group(run.pid, signal.SIGKILL)
             elif run.kill_at is None and run.deadline is not None and now >= run.deadline:
                 self._stop(run, "timeout")
-        return ended
+        return events
 
     def close(self) -> None:
+        self.spawner.shutdown(wait=True)
         for fd in list(self.by_fd):
             os.close(fd)
         self.by_fd.clear()
+        os.close(self.wake_read)
+        os.close(self.wake_write)
 
     # -- helpers ---------------------------------------------------------------------------
     def _deadline(self) -> float | None:
@@ -161,6 +219,10 @@ class LocalExecutor(Executor):
         taken, self.free_gpus = (self.free_gpus[:self.gpus_per_trial],
                                  self.free_gpus[self.gpus_per_trial:])
         return taken
+
+    def _give_back_gpus(self, gpus: list[str]) -> None:
+        if self.free_gpus is not None:
+            self.free_gpus.extend(gpus)
 
     def _watch(self, run: _Running) -> None:
         run.fd = procs.pidfd(run.pid)
@@ -191,8 +253,7 @@ class LocalExecutor(Executor):
             os.close(run.fd)
             del self.by_fd[run.fd]
         del self.running_[run.trial_id]
-        if self.free_gpus is not None:
-            self.free_gpus.extend(run.gpus)
+        self._give_back_gpus(run.gpus)
         if run.reason is not None:
             return Ended(run.trial_id, run.attempt, code, run.reason,
                          f"stopped after {self.timeout:g}s timeout" if run.reason == "timeout"

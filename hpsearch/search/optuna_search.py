@@ -7,6 +7,7 @@ QMC keep theirs there); trials in flight are added as RUNNING and told when they
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import warnings
 from typing import Any
@@ -17,6 +18,7 @@ from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.store import rows as r
 
 
+@functools.cache
 def _optuna():
     import optuna  # heavy: imported only when a search is built
 
@@ -71,6 +73,7 @@ class OptunaSearch(Search):
         self.directions = [o.direction for o in objectives]
         self.distributions = {p.name: distribution(p) for p in search.tuned}
         self.study = None
+        self.asked = 0  # trials in the study (added on rebuild, or asked)
 
     def rebuild(self, trials: list[r.TrialRow], study_attrs: dict) -> None:
         optuna = _optuna()
@@ -99,14 +102,15 @@ class OptunaSearch(Search):
                 state=state, params=params, distributions=self.distributions, values=values,
                 system_attrs=t.sampler_attrs))
         self.study.add_trials(frozen)
+        self.asked = len(frozen)
 
     def ask(self) -> Asked | None:
         if self.study is None:
             self.rebuild([], {})
-        if len(self.study._storage.get_all_trials(self.study._study_id, deepcopy=False)) \
-                >= self.total:
+        if self.asked >= self.total:
             return None
         trial = self.study.ask(self.distributions)
+        self.asked += 1
         storage = self.study._storage
         params: dict[str, Any] = {**self.spec.fixed, **trial.params}
         return Asked(trial.number, params,
@@ -116,11 +120,8 @@ class OptunaSearch(Search):
     def tell(self, trial_id: int, state: str, values: list[float] | None) -> dict | None:
         TrialState = _optuna().trial.TrialState
         if state == r.COMPLETED:
-            self.study.tell(trial_id, values=values, skip_if_finished=True)
+            frozen = self.study.tell(trial_id, values=values, skip_if_finished=True)
         else:
-            self.study.tell(trial_id, state=TrialState.PRUNED if state == r.PRUNED
-                            else TrialState.FAIL, skip_if_finished=True)
-        frozen = self.study._storage.get_trial(
-            self.study._storage.get_trial_id_from_study_id_trial_number(
-                self.study._study_id, trial_id))
+            frozen = self.study.tell(trial_id, state=TrialState.PRUNED if state == r.PRUNED
+                                     else TrialState.FAIL, skip_if_finished=True)
         return dict(frozen.system_attrs)

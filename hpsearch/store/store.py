@@ -7,6 +7,7 @@ already durable (write-ahead).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -83,6 +84,7 @@ class Store(Reader):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._depth = 0  # nesting of batch()
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
                                check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -90,26 +92,31 @@ class Store(Reader):
         self.db = sqlite_utils.Database(conn)
         migrate(self.db)
 
-    def _write(self, sql: str, args: Iterable[Any] = ()) -> None:
+    @contextlib.contextmanager
+    def batch(self):
+        """Group several writes into one transaction (one commit). Nested writes join it."""
         conn = self.db.conn
-        conn.execute("BEGIN IMMEDIATE")
+        if self._depth == 0:
+            conn.execute("BEGIN IMMEDIATE")
+        self._depth += 1
         try:
-            conn.execute(sql, tuple(args))
-            conn.execute("COMMIT")
+            yield
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._depth -= 1
+            if self._depth == 0:
+                conn.execute("ROLLBACK")
             raise
+        self._depth -= 1
+        if self._depth == 0:
+            conn.execute("COMMIT")
+
+    def _write(self, sql: str, args: Iterable[Any] = ()) -> None:
+        self._write_many([(sql, args)])
 
     def _write_many(self, statements: list[tuple[str, Iterable[Any]]]) -> None:
-        conn = self.db.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self.batch():
             for sql, args in statements:
-                conn.execute(sql, tuple(args))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+                self.db.conn.execute(sql, tuple(args))
 
     # -- experiment ------------------------------------------------------------------------
     @classmethod
@@ -164,7 +171,10 @@ class Store(Reader):
              (trial_id, 1, r.SUBMITTING)),
         ]
         if study_attrs is not None:
-            statements.append(("update experiment set study_attrs = ?", (_dumps(study_attrs),)))
+            text = _dumps(study_attrs)
+            if text != getattr(self, "_study_attrs_written", None):
+                statements.append(("update experiment set study_attrs = ?", (text,)))
+                self._study_attrs_written = text
         self._write_many(statements)
 
     def begin_attempt(self, trial_id: int, attempt: int, reason: str) -> None:
@@ -224,15 +234,9 @@ class Store(Reader):
                     rows.append((trial_id, step, name, value, attempt, when))
         if not rows:
             return
-        conn = self.db.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany("insert or replace into metrics (trial, step, name, value, attempt,"
-                             " time) values (?,?,?,?,?,?)", rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        with self.batch():
+            self.db.conn.executemany("insert or replace into metrics (trial, step, name, value,"
+                                     " attempt, time) values (?,?,?,?,?,?)", rows)
 
     def add_event(self, kind: str, message: str, trial_id: int | None = None) -> None:
         self._write("insert into events (time, trial, kind, message) values (?,?,?,?)",
