@@ -4,4 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test,gp
+# The Slurm tests run on a real emulated cluster (scripts/slurm-cluster.sh; docs/testing.md).
+# Installing its Debian packages here keeps apt out of the tests' time limits. Not root: the
+# Slurm tests skip and say why (under CI=true they fail instead).
+if [ "$(id -u)" = 0 ]; then
+  scripts/slurm-cluster.sh install
+fi
 exec .venv/bin/python -m pytest -q -rs "$@"

@@ -1,0 +1,154 @@
+"""The `slurm_cluster` fixture: a real Slurm cluster on this host, from scripts/slurm-cluster.sh.
+
+The cluster starts once per test session (installing its packages first on a fresh machine)
+and stops at the end if this session started it; one started by hand is left running.
+Where it cannot start (not root, no apt-get, a daemon that fails) every test that uses it is
+skipped, and the reason, with the tail of the script's output, shows in `pytest -rs`. With
+CI set in the environment the same failure fails those tests instead: CI must run them.
+See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
+# Enough for apt-get install on a fresh machine (about 30 s here) plus a start (5 s here).
+START_TIMEOUT_S = 600
+CANNOT_RUN_HERE = 77  # the script's exit code for "not root" / "no apt-get"
+OUTPUT_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """A running cluster: pass `env` to every Slurm command (it holds SLURM_CONF)."""
+
+    state_dir: Path
+    env: dict[str, str]
+    nodes: tuple[str, ...]
+
+    @property
+    def conf(self) -> Path:
+        return Path(self.env["SLURM_CONF"])
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+        """Runs a Slurm command; with check, a non-zero exit fails with its output."""
+        proc = subprocess.run([str(a) for a in args], env=self.env, cwd=cwd,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            pytest.fail(f"{shlex.join(map(str, args))} exited {proc.returncode}\n"
+                        f"stdout: {proc.stdout}\nstderr: {proc.stderr}", pytrace=False)
+        return proc
+
+    def sbatch(self, *args: str, cwd: Path | None = None) -> str:
+        """Submits with `sbatch --parsable ARGS`; returns the job id."""
+        out = self.run("sbatch", "--parsable", *args, cwd=cwd).stdout.strip()
+        return out.split(";")[0]  # "<id>" or "<id>;<cluster>"
+
+    def wait_until_gone_from_queue(self, job_id: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.run("squeue", "-h", "-j", job_id, "-o", "%i", check=False).stdout.strip():
+            if time.monotonic() > deadline:
+                pytest.fail(f"job {job_id} still in squeue after {timeout}s")
+            time.sleep(0.3)
+
+    def wait_for_accounting(self, job_id: str, fields: str, rows: int = 1,
+                            timeout: float = 60) -> list[list[str]]:
+        """`sacct --parsable2 --noheader -X -j JOB -o FIELDS` once it shows `rows` records
+        (an array's task count), each in a final state. sacct lags the job: slurmctld reports
+        to slurmdbd a moment after each change, and an array shows first as `ID_[0-3]`, then
+        as some of its tasks, or even as the bare `ID`, for a few seconds. FIELDS must start
+        with State; returns the records split on '|'."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = self.run("sacct", "--parsable2", "--noheader", "-X", "-j", job_id,
+                           "-o", fields).stdout
+            records = [line.split("|") for line in out.splitlines() if line]
+            if len(records) == rows and all(
+                    r[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING") for r in records):
+                return records
+            if time.monotonic() > deadline:
+                pytest.fail(f"sacct did not show job {job_id} as {rows} finished records "
+                            f"after {timeout}s: {out!r}")
+            time.sleep(0.3)
+
+
+def _run_script(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _exported_variables(stdout: str) -> dict[str, str]:
+    """The `export NAME=VALUE` lines that `start` prints."""
+    found = {}
+    for line in stdout.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, value = words[1].split("=", 1)
+            found[name] = value
+    return found
+
+
+def _not_available(reason: str) -> None:
+    """Skips, or fails where CI is set; never returns."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set, so the Slurm tests must run, but: {reason}", pytrace=False)
+    pytest.skip(f"Slurm test cluster not available: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    was_running = _run_script("status", timeout=60).returncode == 0
+    began = time.monotonic()
+    try:
+        proc = _run_script("start", timeout=START_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        _not_available(f"`{SCRIPT.name} start` still running after {START_TIMEOUT_S}s\n"
+                       f"{_tail(exc.stderr)}")
+    if proc.returncode != 0:
+        what = ("cannot run here" if proc.returncode == CANNOT_RUN_HERE
+                else f"`{SCRIPT.name} start` exited {proc.returncode}")
+        _not_available(f"{what}\n{_tail(proc.stderr + proc.stdout)}")
+    exported = _exported_variables(proc.stdout)
+    if "SLURM_CONF" not in exported:
+        _not_available(f"`{SCRIPT.name} start` printed no SLURM_CONF\n{_tail(proc.stdout)}")
+    print(f"\nSlurm test cluster up in {time.monotonic() - began:.1f}s "
+          f"(SLURM_CONF={exported['SLURM_CONF']})")
+    conf = Path(exported["SLURM_CONF"])
+    yield SlurmCluster(state_dir=conf.parent.parent, env={**os.environ, **exported},
+                       nodes=tuple(f"node{i}" for i in range(1, 9)))
+    if not was_running and not os.environ.get("HPSEARCH_SLURM_KEEP"):
+        _run_script("stop", timeout=120)
+
+
+def _tail(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return "\n".join((text or "").rstrip().splitlines()[-OUTPUT_TAIL_LINES:])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The first test that uses the cluster also waits for it to start, which on a fresh
+    machine includes apt-get install: give that one test START_TIMEOUT_S more than its
+    pytest-timeout limit (every other test keeps its own)."""
+    for item in items:
+        if "slurm_cluster" not in getattr(item, "fixturenames", ()):
+            continue
+        marker = item.get_closest_marker("timeout")
+        try:
+            limit = float(marker.args[0]) if marker and marker.args else float(
+                config.getini("timeout") or 0)
+        except (ValueError, TypeError):  # no pytest-timeout: nothing to extend
+            return
+        if limit > 0:
+            item.add_marker(pytest.mark.timeout(limit + START_TIMEOUT_S))
+        return
