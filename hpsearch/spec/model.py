@@ -9,6 +9,8 @@ from typing import Any
 STRATEGIES = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2")
 DIRECTIONS = ("minimize", "maximize")
 EXECUTORS = ("local", "slurm")
+LAUNCHERS = ("none", "srun", "torchrun", "mpirun", "horovodrun")
+RUNTIMES = ("none", "apptainer", "singularity", "pyxis", "charliecloud", "podman")
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,29 @@ class Executor:
     gpus: tuple[str, ...] | str | None = None  # device ids, "auto" (detect), or None (no GPU slots)
     timeout: float | None = None  # seconds per trial attempt
     grace: float = 10.0  # seconds between SIGTERM and SIGKILL
+    # slurm only
+    array: bool = True  # ready single-node trials go as one job array
+    array_throttle: int | None = None  # %N on arrays (default: search.parallel)
+    poll_interval: float = 5.0  # seconds between batched state queries (backs off when idle)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How a trial's ranks start across its nodes (hpsearch.launch)."""
+
+    type: str = "none"  # none | srun | torchrun | mpirun | horovodrun
+    args: tuple[str, ...] = ()  # extra arguments for the launcher program
+
+
+@dataclass(frozen=True)
+class Container:
+    """The image each rank runs in (hpsearch.launch)."""
+
+    runtime: str = "none"  # none | apptainer | singularity | pyxis | charliecloud | podman
+    image: str | None = None
+    binds: tuple[str, ...] = ()  # "src[:dst[:opts]]"
+    env: tuple[str, ...] = ()  # host variables passed into the container (HPSEARCH_* always are)
+    args: tuple[str, ...] = ()  # extra arguments for the runtime
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,8 @@ class Spec:
     retries: Retries = field(default_factory=Retries)
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     executor: Executor = field(default_factory=Executor)
+    launcher: Launcher = field(default_factory=Launcher)
+    container: Container = field(default_factory=Container)
     env: tuple[tuple[str, str], ...] = ()
     source: Path | None = None  # the YAML file it came from
     raw: dict = field(default_factory=dict, compare=False, repr=False)  # as written, for the store

@@ -20,7 +20,7 @@ SLURM_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
-            "retries", "checkpoints", "executor", "env")
+            "retries", "checkpoints", "executor", "launcher", "container", "env")
 SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space")
 PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "value")
 OBJECTIVE_KEYS = ("metric", "direction")
@@ -28,7 +28,9 @@ RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "m
                  "partition", "account", "qos", "sbatch_extra")
 RETRY_KEYS = ("max",)
 CHECKPOINT_KEYS = ("keep_last", "keep_best")
-EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace")
+EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval")
+LAUNCHER_KEYS = ("type", "args")
+CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
 PARAM_TYPES = ("float", "int", "categorical", "fixed")
 
 
@@ -151,6 +153,8 @@ class _Validator:
             retries=self.optional(top, "retries", (), self.retries, m.Retries()),
             checkpoints=self.optional(top, "checkpoints", (), self.checkpoints, m.Checkpoints()),
             executor=self.optional(top, "executor", (), self.executor, m.Executor()),
+            launcher=self.optional(top, "launcher", (), self.launcher, m.Launcher()),
+            container=self.optional(top, "container", (), self.container, m.Container()),
             env=env, raw=raw,
         )
 
@@ -375,7 +379,47 @@ class _Validator:
             gpus = tuple(str(g) for g in gpus)
         timeout = self.optional(d, "timeout", path, self.duration)
         grace = self.optional(d, "grace", path, self.duration, 10.0)
-        return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace)
+        array = self.optional(d, "array", path, lambda v, p: self.typed(
+            v, p, lambda x: isinstance(x, bool), "true or false"), True)
+        throttle = self.optional(d, "array_throttle", path, lambda v, p: self.integer(v, p, 1))
+        poll = self.optional(d, "poll_interval", path, self.duration, 5.0)
+        return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
+                          array_throttle=throttle, poll_interval=poll)
+
+    def launcher(self, value: Any, path: KeyPath) -> m.Launcher:
+        if isinstance(value, str):
+            value = {"type": value}
+        d = self.mapping(value, path, LAUNCHER_KEYS)
+        kind = self.choice(d.get("type", "none"), path + ("type",), m.LAUNCHERS, "launcher")
+        return m.Launcher(type=kind, args=self.optional(d, "args", path, self.strings, ()))
+
+    def container(self, value: Any, path: KeyPath) -> m.Container:
+        d = self.mapping(value, path, CONTAINER_KEYS)
+        runtime = self.choice(d.get("runtime", "none"), path + ("runtime",), m.RUNTIMES,
+                              "container runtime")
+        image = self.optional(d, "image", path, self.string)
+        if runtime != "none" and image is None:
+            raise self.fail(path, f"missing required key 'image' for the {runtime} runtime")
+        env = self.optional(d, "env", path, self.strings, ())
+        for i, name in enumerate(env):
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise self.fail(path + ("env", i), f"expected an environment variable name; "
+                                                   f"got {name!r}")
+        return m.Container(runtime=runtime, image=image, env=env,
+                           binds=self.optional(d, "binds", path, self.strings, ()),
+                           args=self.optional(d, "args", path, self.strings, ()))
+
+    def choice(self, value: Any, path: KeyPath, allowed: tuple[str, ...], what: str) -> str:
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise self.fail(path, f"unknown {what} {value!r}; expected one of "
+                                  f"{', '.join(allowed)}{hint}")
+        return value
+
+    def strings(self, value: Any, path: KeyPath) -> tuple[str, ...]:
+        return tuple(self.typed(value, path, lambda v: isinstance(v, list) and all(
+            isinstance(x, str) and x for x in v), "a list of strings"))
 
     def duration(self, value: Any, path: KeyPath) -> float:
         try:
