@@ -112,3 +112,22 @@ def test_readers_never_block_the_driver(cli):
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert con.execute("select count(*) from metrics").fetchone()[0] == 80
     con.close()
+
+
+def test_a_version_1_store_is_migrated_in_place(tmp_path):
+    import sqlite_utils
+
+    from hpsearch.store import schema
+    path = tmp_path / "store.sqlite"
+    db = sqlite_utils.Database(path)
+    schema._v1(db)
+    db.execute("PRAGMA user_version = 1")
+    db["trials"].insert({"id": 0, "state": "completed", "params": "{}", "attempt": 1,
+                         "created": 1.0, "trial_dir": "/t"})
+    db.conn.commit()
+    db.conn.close()
+    store = Store(path)
+    assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION >= 2
+    (row,) = store.trials()
+    assert row.state == "completed" and row.nodes is None and row.pending_reason is None
+    store.close()

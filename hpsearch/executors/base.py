@@ -45,6 +45,17 @@ class Ended:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Update:
+    """News of an attempt that has not ended: the scheduler's state, why it waits, its nodes."""
+
+    trial_id: int
+    attempt: int
+    sched_state: str
+    pending_reason: str | None = None
+    nodes: str | None = None
+
+
 @dataclass
 class Adoptable:
     """What the store knows of an attempt in flight when a driver resumes."""
@@ -72,7 +83,7 @@ class Executor(ABC):
         will report it."""
 
     @abstractmethod
-    def poll(self, timeout: float) -> list[Started | Ended]:
+    def poll(self, timeout: float) -> list[Started | Update | Ended]:
         """Wait up to `timeout` seconds for news; return attempts that started (if submit
         returned None for them) or ended. A trial's Started always comes before its Ended."""
 

@@ -32,6 +32,9 @@ class TrialRow:
     trial_dir: str
     job_id: str | None
     sampler_attrs: dict
+    sched_state: str | None = None   # the scheduler's word: PENDING, RUNNING, ...
+    pending_reason: str | None = None
+    nodes: str | None = None         # hostlist of the current attempt
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> "TrialRow":

@@ -37,7 +37,15 @@ def _v1(db: sqlite_utils.Database) -> None:
     db["events"].create_index(["trial"])
 
 
-MIGRATIONS = [_v1]
+def _v2(db: sqlite_utils.Database) -> None:
+    """Where and how a trial waits or runs on a cluster: the scheduler's state, its pending
+    reason, and the nodes of the current attempt (also kept per attempt)."""
+    for column in ("sched_state", "pending_reason", "nodes"):
+        db["trials"].add_column(column, str)
+    db["attempts"].add_column("nodes", str)
+
+
+MIGRATIONS = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -201,6 +201,17 @@ class Store(Reader):
              (r.RUNNING, now, host, pid, job_id, trial_id, attempt)),
         ])
 
+    def update_placement(self, trial_id: int, attempt: int, sched_state: str | None,
+                         pending_reason: str | None, nodes: str | None) -> None:
+        """What the scheduler says of a submitted attempt: state, pending reason, nodes."""
+        self._write_many([
+            ("update trials set sched_state = ?, pending_reason = ?, nodes = ?,"
+             " host = coalesce(?, host) where id = ? and attempt = ?",
+             (sched_state, pending_reason, nodes, nodes, trial_id, attempt)),
+            ("update attempts set nodes = ?, host = coalesce(?, host)"
+             " where trial = ? and attempt = ?", (nodes, nodes, trial_id, attempt)),
+        ])
+
     def finish_attempt(self, trial_id: int, attempt: int, state: str, exit_code: int | None,
                        error: str | None, values: list[float] | None = None,
                        requeue: bool = False, sampler_attrs: dict | None = None) -> None:
