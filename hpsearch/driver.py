@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started, Update
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
 from hpsearch.launching import build_launch
@@ -112,10 +112,13 @@ class Driver:
                     self._ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
 
-    def _handle(self, events: list[Started | Ended]) -> None:
+    def _handle(self, events: list[Started | Update | Ended]) -> None:
         for event in events:
             if isinstance(event, Started):
                 self._record_started(event)
+            elif isinstance(event, Update):
+                self.store.update_placement(event.trial_id, event.attempt, event.sched_state,
+                                            event.pending_reason, event.nodes)
             else:
                 self.finalize(event)
 
@@ -181,6 +184,8 @@ class Driver:
         self._ingest(live)
         fault_point("mid_ingest")
         tid, attempt = ended.trial_id, ended.attempt
+        if ended.nodes:
+            self.store.update_placement(tid, attempt, None, None, ended.nodes)
         if ended.reason == "cancelled":
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")
@@ -191,13 +196,13 @@ class Driver:
             self.on_event(f"trial {tid}: {ended.detail}; it will run again")
             return
         values, error = None, None
-        if ended.reason in ("timeout", "launch_error"):
-            error = ended.detail
-        elif ended.exit_code != 0:
-            error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail else "")
-        else:
+        if ended.reason == "exited" and ended.exit_code == 0:
             last = {name: value for name, (step, value) in live.last.items()}
             values, error = objective_values(live.files.result(), last, self.metrics)
+        elif ended.reason == "exited":
+            error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail else "")
+        else:  # timeout, launch error, or a scheduler's end (out of memory, node failure, ...)
+            error = ended.detail or ended.reason
         if error is None:
             attrs = self.search.tell(tid, r.COMPLETED, values)
             self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,

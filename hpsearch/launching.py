@@ -17,6 +17,11 @@ from hpsearch.spec.model import Spec
 from hpsearch.template import render
 
 
+# Runs before the trial's command in the same shell; records its exit status for a driver
+# that may have been restarted meanwhile (and so cannot wait for it).
+EXIT_TRAP = "trap 'printf \"%s\\n\" \"$?\" > \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n"
+
+
 def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]) -> Launch:
     tdir = runs.trial_dir(spec.experiment_dir, trial_id)
     ckpt = tdir / "checkpoints"

@@ -37,8 +37,8 @@ def make_executor(spec: Spec) -> Executor:
                            f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
                            key="executor.gpus")
         return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace)
-    raise BadInput(f"executor '{ex.type}' is not available in this version; use "
-                   "--executor local", str(spec.source or ""), key="executor.type")
+    from hpsearch.executors.slurm import SlurmExecutor
+    return SlurmExecutor(spec)
 
 
 def with_executor(spec: Spec, executor_type: str | None) -> Spec:

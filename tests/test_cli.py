@@ -39,18 +39,6 @@ def test_names_cannot_escape_the_runs_dir(cli, name):
     assert "bad experiment name" in proc.stderr
 
 
-def test_slurm_executor_is_refused_clearly_until_it_exists(cli):
-    spec = cli.write_spec("""
-        name: s
-        command: "echo {x}"
-        search: {strategy: random, trials: 1, space: {x: {low: 0.0, high: 1.0}}}
-        objective: {metric: loss}
-        """)
-    proc = cli("submit", spec, "--executor", "slurm", check=2)
-    assert "executor 'slurm' is not available" in proc.stderr
-    assert not cli.runs.exists()
-
-
 def test_cancel_with_no_driver_stops_orphaned_trials(cli):
     spec = cli.write_spec("""
         name: orphans

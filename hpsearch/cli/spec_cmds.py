@@ -21,7 +21,9 @@ def register(sub) -> None:
     p = add_command(sub, "plan", "Dry run: the number of trials (or grid size) and the exact "
                     "command line each trial would run.",
                     "  hpsearch plan examples/quadratic/grid.yaml          # every grid point\n"
-                    "  hpsearch plan examples/quadratic/spec.yaml --limit 3", plan)
+                    "  hpsearch plan examples/quadratic/spec.yaml --limit 3\n"
+                    "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch script",
+                    plan)
     p.add_argument("spec", type=Path)
     p.add_argument("--limit", type=int, default=20,
                    help="show at most this many trials (default 20; 0 for all)")
@@ -82,7 +84,11 @@ def plan(args) -> int:
             break
         launch = build_launch(spec, asked.trial_id, 1, asked.params)
         print(f"\ntrial {asked.trial_id}: {format_params(asked.params)}")
-        print(f"  $ {launch.command}")
+        if spec.executor.type == "slurm":
+            from hpsearch.slurm.sbatch import batch_script
+            print(batch_script(spec, launch), end="")
+        else:
+            print(f"  $ {launch.command}")
     if limit < shown:
         print(f"\n... {shown - limit} more (use --limit 0 to show all)")
     return 0

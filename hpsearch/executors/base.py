@@ -41,8 +41,10 @@ class Ended:
     trial_id: int
     attempt: int
     exit_code: int | None   # None when unknown (the process ended while nobody watched)
-    reason: str             # exited | timeout | cancelled | lost | launch_error
+    reason: str             # exited | cancelled | lost | timeout | launch_error | failed, or
+                            # a scheduler's end such as out_of_memory, node_fail, preempted
     detail: str = ""
+    nodes: str | None = None  # hostlist it ran on, where the executor knows it
 
 
 @dataclass(frozen=True)

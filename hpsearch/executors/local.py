@@ -27,11 +27,8 @@ from pathlib import Path
 
 from hpsearch.executors import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
-from hpsearch.launching import prepare_trial_dir
+from hpsearch.launching import EXIT_TRAP, prepare_trial_dir
 
-# Runs before the user's command in the same shell; records its exit status for a driver
-# that may have been restarted meanwhile (and so cannot waitpid on it).
-EXIT_TRAP = "trap 'printf \"%s\\n\" \"$?\" > \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n"
 
 
 @dataclass

@@ -1,0 +1,166 @@
+"""Slurm executor: one batch job per trial attempt, watched by one batched query per poll.
+
+submit() runs sbatch and returns the job id (the driver stores it at once). poll() asks
+sacct about every job in flight in one call, backing off while nothing changes; pending
+jobs get their reason from one squeue call. Without accounting (sacct says it is disabled)
+squeue and `scontrol show job` stand in. A job whose id was never stored (the driver died
+between sbatch and the store) is found again by its unique job name.
+
+Why not submitit: its jobs run a pickled Python function through `python -m submitit...`,
+which needs submitit and the driver's Python on every compute node and hides the command a
+trial runs. hpsearch trials are shell commands (possibly in a container, under a launcher),
+so the batch script is ours: a pure function (hpsearch.slurm.sbatch) with golden files, as
+submitit itself does for its own script.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started, Update
+from hpsearch.launching import prepare_trial_dir
+from hpsearch.slurm import sbatch
+from hpsearch.slurm.hostlist import compress
+from hpsearch.spec.model import Spec
+
+MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
+LOST_AFTER = 300.0  # a job unknown to both sacct and squeue this long is lost
+
+# Final Slurm states and how the driver sees them.
+_ENDED_AS = {"COMPLETED": "exited", "FAILED": "exited", "CANCELLED": "cancelled",
+             "TIMEOUT": "timeout", "OUT_OF_MEMORY": "out_of_memory", "NODE_FAIL": "node_fail",
+             "PREEMPTED": "preempted", "BOOT_FAIL": "boot_fail", "DEADLINE": "deadline",
+             "REVOKED": "revoked", "SPECIAL_EXIT": "special_exit"}
+
+
+@dataclass
+class _Job:
+    trial_id: int
+    attempt: int
+    job_id: str
+    submitted: float
+    state: str = "PENDING"
+    reason: str | None = None
+    nodes: str | None = None
+    cancel_requested: bool = False
+    last_seen: float = 0.0
+
+
+class SlurmExecutor(Executor):
+    def __init__(self, spec: Spec, slurm=None) -> None:
+        if slurm is None:
+            from hpsearch.slurm.commands import Slurm
+            slurm = Slurm()
+        self.spec, self.slurm = spec, slurm
+        self.parallel = spec.search.parallel
+        self.interval = spec.executor.poll_interval
+        self.wait = self.interval
+        self.next_query = 0.0
+        self.jobs: dict[int, _Job] = {}  # trial id -> its job in flight
+
+    def free_slots(self) -> int:
+        return max(0, self.parallel - len(self.jobs))
+
+    def running(self) -> list[int]:
+        return list(self.jobs)
+
+    def submit(self, launch: Launch) -> Started:
+        prepare_trial_dir(launch)
+        job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch))
+        now = time.monotonic()
+        self.jobs[launch.trial_id] = _Job(launch.trial_id, launch.attempt, job_id, now,
+                                          last_seen=now)
+        self._soon()
+        return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
+
+    def adopt(self, known: Adoptable) -> Started | Ended | None:
+        job_id = known.job_id or self._find_by_name(known)
+        if job_id is None:
+            return None
+        job = _Job(known.trial_id, known.attempt, job_id, time.monotonic(),
+                   last_seen=time.monotonic())
+        self.jobs[known.trial_id] = job
+        for event in self._query([job]):
+            if isinstance(event, Ended):
+                return event
+        self._soon()
+        return Started(known.trial_id, known.attempt, host=job.nodes or "", job_id=job_id)
+
+    def cancel(self, trial_id: int) -> None:
+        job = self.jobs.get(trial_id)
+        if job is not None and not job.cancel_requested:
+            job.cancel_requested = True
+            self.slurm.scancel([job.job_id])
+            self._soon()
+
+    def poll(self, timeout: float) -> list[Started | Update | Ended]:
+        now = time.monotonic()
+        if now < self.next_query:
+            time.sleep(min(timeout, self.next_query - now))
+            if time.monotonic() < self.next_query:
+                return []
+        events = self._query(list(self.jobs.values())) if self.jobs else []
+        # Back off while nothing happens; come back quickly after a change.
+        self.wait = self.interval if events else min(self.wait * 1.5, MAX_BACKOFF)
+        self.next_query = time.monotonic() + self.wait
+        return events
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _soon(self) -> None:
+        self.wait = self.interval
+        self.next_query = min(self.next_query, time.monotonic() + min(1.0, self.interval))
+
+    def _find_by_name(self, known: Adoptable) -> str | None:
+        name = sbatch.job_name(self.spec.name, known.trial_id, known.attempt)
+        return self.slurm.job_id_by_name(name)
+
+    def _query(self, jobs: list[_Job]) -> list[Update | Ended]:
+        by_id = {job.job_id: job for job in jobs}
+        records = self.slurm.sacct(list(by_id))
+        seen: dict[str, object] = {}
+        if records is not None:
+            seen.update((rec.job_id, rec) for rec in records if rec.job_id in by_id)
+        waiting = [jid for jid in by_id if jid not in seen or seen[jid].state == "PENDING"]
+        queue = {rec.job_id: rec for rec in self.slurm.squeue(waiting)} if waiting else {}
+        events: list[Update | Ended] = []
+        now = time.monotonic()
+        for job_id, job in by_id.items():
+            rec = seen.get(job_id)
+            queued = queue.get(job_id)
+            if rec is None and queued is None and records is None:
+                rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
+            if rec is None and queued is None:
+                if now - job.last_seen > LOST_AFTER:
+                    events.append(self._end(job, None, "lost", "Slurm no longer knows job "
+                                                                 f"{job_id}"))
+                continue
+            job.last_seen = now
+            if queued is not None and (rec is None or not rec.finished):
+                state, reason, nodes = queued.state, queued.reason, queued.nodes
+            else:
+                state, reason, nodes = rec.state, None, rec.nodes
+            nodelist = compress(list(nodes)) if nodes else None
+            if rec is not None and rec.finished:
+                events.append(self._ended(job, rec, nodelist))
+            elif (state, reason, nodelist) != (job.state, job.reason, job.nodes):
+                job.state, job.reason, job.nodes = state, reason, nodelist
+                events.append(Update(job.trial_id, job.attempt, state,
+                                     reason if state == "PENDING" else None, nodelist))
+        return events
+
+    def _ended(self, job: _Job, rec, nodelist: str | None) -> Ended:
+        job.nodes = nodelist or job.nodes
+        kind = _ENDED_AS.get(rec.state, rec.state.lower())
+        code = rec.exit_code
+        if rec.signal and not code:
+            code = 128 + rec.signal
+        if kind == "cancelled" and not job.cancel_requested:
+            kind = "failed"
+        detail = f"Slurm job {job.job_id} {rec.raw_state}" + (f" on {job.nodes}" if job.nodes
+                                                               else "")
+        return self._end(job, code, kind, detail)
+
+    def _end(self, job: _Job, code: int | None, kind: str, detail: str) -> Ended:
+        del self.jobs[job.trial_id]
+        return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes)

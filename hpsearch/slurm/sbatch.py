@@ -1,0 +1,60 @@
+"""The batch script of one trial attempt: a pure function of the launch and the spec.
+
+`hpsearch plan` prints exactly this text, and golden files in tests/golden/sbatch/ pin it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from hpsearch.executors.base import Launch
+from hpsearch.launching import EXIT_TRAP
+from hpsearch.spec.model import Spec
+
+_SAFE = re.compile(r"^[^\s\"']*$")
+
+
+def job_name(experiment: str, trial_id: int, attempt: int) -> str:
+    """Unique per attempt, so a restarted driver can find a job whose id it never stored."""
+    return f"hps.{experiment}.{trial_id}.{attempt}"
+
+
+def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
+    """Every resource field mapped to its sbatch option, then the user's extra options."""
+    res = spec.resources
+    opts = [
+        f"--job-name={job_name(spec.name, launch.trial_id, launch.attempt)}",
+        f"--output={launch.trial_dir / 'stdout.log'}",
+        f"--error={launch.trial_dir / 'stderr.log'}",
+        "--open-mode=append",
+        f"--chdir={launch.workdir}",
+        f"--nodes={res.nodes}",
+        f"--ntasks-per-node={res.tasks_per_node}",
+        f"--cpus-per-task={res.cpus_per_task}",
+    ]
+    if res.gpus_per_node:
+        opts.append(f"--gres=gpu:{res.gpus_per_node}")
+    for key, value in (("mem", res.mem), ("time", res.time), ("partition", res.partition),
+                       ("account", res.account), ("qos", res.qos)):
+        if value is not None:
+            opts.append(f"--{key}={value}")
+    opts.extend(res.sbatch_extra)
+    return opts
+
+
+def _directive(option: str) -> str:
+    # sbatch reads #SBATCH lines itself (no shell): double quotes keep a path with spaces whole.
+    return f"#SBATCH {option}" if _SAFE.match(option) else \
+        '#SBATCH ' + option.split("=", 1)[0] + '="' + option.split("=", 1)[1] + '"'
+
+
+def batch_script(spec: Spec, launch: Launch) -> str:
+    lines = ["#!/bin/bash"]
+    lines += [_directive(opt) for opt in sbatch_options(spec, launch)]
+    lines.append(f"# hpsearch: experiment {spec.name}, trial {launch.trial_id}, "
+                 f"attempt {launch.attempt}")
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
+    lines.append(EXIT_TRAP.rstrip("\n"))
+    lines.append(launch.command)
+    return "\n".join(lines) + "\n"
