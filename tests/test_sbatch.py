@@ -1,0 +1,72 @@
+"""Golden tests of the batch script each Slurm trial gets (what `hpsearch plan` prints).
+
+Set UPDATE_GOLDEN=1 to rewrite the files after a deliberate change, then read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hpsearch.launching import build_launch
+from hpsearch.slurm.sbatch import batch_script, job_name
+from hpsearch.spec import parse_spec
+
+GOLDEN = Path(__file__).parent / "golden" / "sbatch"
+
+BASE = """
+name: golden
+command: "train --lr {lr} --name {tag}"
+workdir: /work/project
+runs_dir: /scratch/runs
+search:
+  strategy: grid
+  space:
+    lr: {choices: [0.1]}
+    tag: {choices: ["it's a $(test)"]}
+objective: {metric: loss}
+executor: slurm
+"""
+
+CASES = {
+    "minimal": "",
+    "all_resources": """
+resources:
+  nodes: 2
+  tasks_per_node: 4
+  gpus_per_node: 4
+  cpus_per_task: 8
+  mem: 64G
+  time: "1-00:00:00"
+  partition: gpu
+  account: proj42
+  qos: high
+  sbatch_extra: ["--constraint=a100", "--exclusive"]
+env: {OMP_NUM_THREADS: 8, WANDB_MODE: offline}
+""",
+}
+
+
+def _script(extra: str, attempt: int = 1) -> str:
+    spec = parse_spec(BASE + extra, "golden.yaml", Path("/work/project"))
+    launch = build_launch(spec, 0, attempt, {"lr": 0.1, "tag": "it's a $(test)"})
+    return batch_script(spec, launch)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batch_script_matches_golden_file(case):
+    text = _script(CASES[case])
+    path = GOLDEN / f"{case}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_values_are_quoted_and_names_are_unique_per_attempt():
+    text = _script("")
+    assert "--name 'it'\"'\"'s a $(test)'" in text
+    assert "#SBATCH --job-name=hps.golden.0.1" in text
+    assert job_name("golden", 0, 2) in _script("", attempt=2)
+    assert "export HPSEARCH_ATTEMPT=2" in _script("", attempt=2)
