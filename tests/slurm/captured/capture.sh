@@ -11,7 +11,8 @@ WORK=$(mktemp -d /tmp/hpsearch-capture.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 
-SACCT_FORMAT=JobID,JobName,State,ExitCode,NodeList,Elapsed,Start,End,Reason
+# Keep equal to hpsearch.slurm.parse.SACCT_FORMAT (tests/test_slurm_parse.py checks it).
+SACCT_FORMAT=JobID,JobName,State,ExitCode,NodeList,Elapsed,Submit,Start,End,Reason
 
 # out NAME COMMAND...: COMMAND's stdout, exactly, into NAME.txt (a failure stops the script).
 out() {
@@ -23,6 +24,22 @@ wait_state() {  # wait_state JOB STATE: until squeue shows the job (every task) 
     local deadline=$((SECONDS + 60))
     until [ "$(squeue -h -j "$1" -o %T | sort -u)" = "$2" ]; do
         [ "$SECONDS" -lt "$deadline" ] || { echo "job $1 never reached $2" >&2; exit 1; }
+        sleep 0.3
+    done
+}
+
+wait_sacct_shows() {  # wait_sacct_shows JOB REGEX: until a line of sacct -X for JOB matches
+    local deadline=$((SECONDS + 60))
+    until sacct -X -n -P -j "$1" --format="$SACCT_FORMAT" | grep -qE "$2"; do
+        [ "$SECONDS" -lt "$deadline" ] || { echo "sacct never showed $2 for $1" >&2; exit 1; }
+        sleep 0.3
+    done
+}
+
+wait_running_tasks() {  # wait_running_tasks ARRAY_JOB N: until squeue shows N tasks RUNNING
+    local deadline=$((SECONDS + 60))
+    until [ "$(squeue -h -j "$1" -t RUNNING -o %i | wc -l)" -eq "$2" ]; do
+        [ "$SECONDS" -lt "$deadline" ] || { echo "$1: never $2 tasks running" >&2; exit 1; }
         sleep 0.3
     done
 }
@@ -69,11 +86,15 @@ pending_resources=$(sbatch --parsable -J wants_8_nodes -N8 -o /dev/null --wrap '
 sbatch --parsable -J held --hold -o /dev/null --wrap 'true' >/dev/null
 sbatch --parsable -J dependent -d "afterok:$running_job" -o /dev/null --wrap 'true' >/dev/null
 sbatch --parsable -J later --begin=now+1hour -o /dev/null --wrap 'true' >/dev/null
-sbatch --parsable -J pending_array --array=0-3 -N8 -o /dev/null --wrap 'true' >/dev/null
+pending_array=$(sbatch --parsable -J pending_array --array=0-3 -N8 -o /dev/null --wrap 'true')
 sleep 3  # one scheduling pass, so every pending job has its reason
+# sacct lags (slurmdbd is busy after a burst of submissions): wait until it has caught up.
+wait_sacct_shows "$running_job" '\|running\|RUNNING\|'
+wait_sacct_shows "$pending_resources" '\|wants_8_nodes\|PENDING\|'
+wait_sacct_shows "$pending_array" '_\[0-3\]\|pending_array\|PENDING\|'
 out squeue_running_and_pending squeue -h -o '%i|%T|%r|%N'
 out sacct_running_and_pending sacct --parsable2 --noheader -X --format="$SACCT_FORMAT" \
-    -j "$running_job,$pending_resources"
+    -j "$running_job,$pending_resources,$pending_array"
 
 # --- sinfo with mixed, allocated, draining, drained and down nodes ------------------------
 # node7 and node8 are idle (jobs run on node1-6): drain one, down the other; drain node1,
@@ -83,9 +104,43 @@ scontrol update nodename=node8 state=down reason="capture: down by hand"
 scontrol update nodename=node1 state=drain reason="capture: draining by hand"
 out sinfo_nodes_drained_down sinfo -h -N -o '%N|%T|%P'
 out sinfo_nodes_with_reasons sinfo -h -N -o '%N|%T|%P|%E'
+out scontrol_show_node_drained_oneliner scontrol show node -o node7
+out scontrol_show_node_drained scontrol show node node7
 
 squeue -h -o %i | grep -vx "$timeout_job" | xargs -r scancel  # the TIMEOUT job runs on
-scontrol update nodename=node1,node7,node8 state=resume
+# One at a time, errors ignored: a DOWN node may already be back (ReturnToService=2), and
+# resuming an idle node is an error ("Invalid node state specified").
+for node in node1 node7 node8; do
+    scontrol update nodename=$node state=resume 2>/dev/null || true
+done
+out scontrol_show_node_oneliner scontrol show node -o node8
+
+# --- a throttled array (--array=0-5%2): pending tasks as ranges, in squeue and sacct -------
+throttled_job=$(sbatch --parsable -J throttled --array=0-5%2 -w node2 -o /dev/null \
+    --wrap 'sleep 600')
+wait_running_tasks "$throttled_job" 2
+wait_sacct_shows "$throttled_job" '_\[2-5%2\]\|.*\|PENDING\|'
+out squeue_throttled_array squeue -h -j "$throttled_job" -o '%i|%T|%r|%N'
+out sacct_throttled_array sacct --parsable2 --noheader -X --format="$SACCT_FORMAT" \
+    -j "$throttled_job"
+out scontrol_show_job_pending_array_task scontrol show job "${throttled_job}_4"
+{ squeue -h -j "$throttled_job,999999" -o '%i|%T|%r|%N' 2>&1 && echo exit=0 \
+    || echo "exit=$?"; } >"$HERE/squeue_known_and_unknown_jobs.txt"
+scancel "${throttled_job}_1"  # a running task: task 2 starts
+wait_state "${throttled_job}_2" RUNNING
+scancel "${throttled_job}_4"  # a pending task: a gap in the pending range
+sleep 1
+out squeue_throttled_array_gap squeue -h -j "$throttled_job" -o '%i|%T|%r|%N'
+out sacct_throttled_array_gap sacct --parsable2 --noheader -X --format="$SACCT_FORMAT" \
+    -j "$throttled_job"
+scancel "$throttled_job"
+
+# --- a requeued job: two accounting records of one job id (sacct -D shows both) ------------
+requeued_job=$(sbatch --parsable -J requeued -w node3 -o /dev/null --wrap 'sleep 600')
+wait_state "$requeued_job" RUNNING
+scontrol requeue "$requeued_job"
+wait_state "$requeued_job" PENDING  # held back by a BeginTime ~2 min ahead
+scancel "$requeued_job"
 
 # --- jobs that are gone ------------------------------------------------------------------
 { squeue -h -j 999999 -o '%i|%T|%r|%N' 2>&1 || echo "exit=$?"; } >"$HERE/squeue_unknown_job.txt"
@@ -93,7 +148,7 @@ scontrol update nodename=node1,node7,node8 state=resume
 
 # --- sacct once every job has ended -------------------------------------------------------
 wait_accounted "$completed_job" "$failed_job" "$cancelled_job" "$array_job" "$two_node_job" \
-    "$running_job" "$pending_resources" "$timeout_job"
+    "$running_job" "$pending_resources" "$timeout_job" "$throttled_job" "$requeued_job"
 out scontrol_show_job_completed scontrol show job "$completed_job"
 for case in completed failed cancelled array two_node timeout; do
     job_var=${case}_job
@@ -102,6 +157,10 @@ done
 out sacct_allocations_only sacct --parsable2 --noheader -X --format="$SACCT_FORMAT" \
     -j "$completed_job,$failed_job,$cancelled_job,$array_job,$two_node_job,$timeout_job,$running_job,$pending_resources"
 out scontrol_show_topology scontrol show topology
+out sacct_throttled_array_cancelled sacct --parsable2 --noheader -X --format="$SACCT_FORMAT" \
+    -j "$throttled_job"
+out sacct_requeued_duplicates sacct --parsable2 --noheader -X -D --format="$SACCT_FORMAT" \
+    -j "$requeued_job"
 
 # --- sacct listing a just-finished job as "allocation" (a transient seen a few seconds at
 # most, often enough to catch with a handful of short jobs) --------------------------------

@@ -1,0 +1,255 @@
+"""The one place that runs Slurm commands (DESIGN.md, invariant 5).
+
+`Slurm` runs sbatch, sacct, squeue, scancel, sinfo and scontrol as argument lists (never
+through a shell), hands their output to the parsers of hpsearch.slurm.parse, counts every
+call by command name, and turns a failure into SlurmError. Job ids are batched into one
+call (comma-separated), in chunks of at most `max_ids_per_call`.
+
+Two answers that are not errors: sacct on a cluster without accounting returns None (never
+[]: no accounting is not "no such job"), and a job slurmctld has forgotten is simply absent
+from squeue's answer (or {} / None from scontrol).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+
+from hpsearch.errors import EXIT_INCOMPLETE, HpsearchError
+from hpsearch.slurm import parse
+from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
+
+DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while
+MAX_IDS_PER_CALL = 500  # job ids per sacct/squeue/scancel call
+_STDERR_TAIL_CHARS = 600
+_COMMAND_CHARS = 300  # of the command line, in an error message
+
+
+class SlurmError(HpsearchError):
+    """A Slurm command failed: exited non-zero (for a reason not handled), timed out, or is
+    not installed. The message names the command, its exit code and the tail of what it
+    printed on stderr (on stdout where stderr was empty)."""
+
+    exit_code = EXIT_INCOMPLETE
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
+                 problem: str | None = None) -> None:
+        self.argv, self.returncode, self.stderr = list(argv), returncode, stderr
+        line = shlex.join(self.argv)
+        if len(line) > _COMMAND_CHARS:
+            line = line[:_COMMAND_CHARS] + "..."
+        problem = problem or f"exited {returncode}"
+        tail = stderr.strip()[-_STDERR_TAIL_CHARS:]
+        super().__init__(f"Slurm command `{line}` {problem}" + (f": {tail}" if tail else ""))
+
+
+def _unique(job_ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(str(job_id) for job_id in job_ids))
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+class Slurm:
+    """Runs Slurm's commands for hpsearch.
+
+    env: variables added to this process's environment for every command (e.g. SLURM_CONF).
+    timeout: seconds each command may take before SlurmError.
+    calls: how many times each command ran ("sbatch", "sacct", ...).
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None,
+                 timeout: float = DEFAULT_TIMEOUT,
+                 max_ids_per_call: int = MAX_IDS_PER_CALL) -> None:
+        # SLURM_TIME_FORMAT=standard: the parsers read ISO times, whatever the user set.
+        self.env = {**os.environ, **(env or {}), "SLURM_TIME_FORMAT": "standard"}
+        self.timeout = timeout
+        self.max_ids_per_call = max(1, max_ids_per_call)
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    # -- running ---------------------------------------------------------------------------
+    def _run(self, argv: list[str], stdin: str | None = None,
+             cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+        """Runs argv and returns it whatever its exit code; SlurmError if it cannot run."""
+        self.calls[argv[0]] += 1
+        try:
+            return subprocess.run(argv, check=False, input=stdin, capture_output=True,
+                                  text=True, env=self.env, cwd=cwd, timeout=self.timeout,
+                                  stdin=None if stdin is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
+                else (exc.stderr or "")
+            raise SlurmError(argv, None, stderr,
+                             f"did not finish in {self.timeout:g} s") from None
+        except OSError as exc:  # not installed, not executable
+            raise SlurmError(argv, None, "",
+                             f"could not run ({exc.strerror or exc}); is Slurm installed "
+                             f"and on PATH?") from None
+
+    def _check(self, argv: list[str], stdin: str | None = None,
+               cwd: str | os.PathLike | None = None) -> str:
+        """Runs argv; its stdout, or SlurmError if it exited non-zero."""
+        proc = self._run(argv, stdin, cwd)
+        if proc.returncode != 0:
+            raise _failed(argv, proc)
+        return proc.stdout
+
+    @staticmethod
+    def _parsed(argv: list[str], parser, text: str):
+        """parser(text), a ValueError (output of an unexpected shape) as SlurmError."""
+        try:
+            return parser(text)
+        except ValueError as exc:
+            raise SlurmError(argv, 0, "", f"printed output hpsearch cannot read: {exc}") \
+                from None
+
+    # -- jobs ------------------------------------------------------------------------------
+    def sbatch(self, script: str, extra_args: Sequence[str] = (),
+               cwd: str | os.PathLike | None = None) -> str:
+        """Submits a batch script (given as text, passed on stdin) with `sbatch --parsable
+        EXTRA_ARGS`; returns the job id. `cwd` is where sbatch runs (the job's default
+        working directory and the base of relative output paths)."""
+        argv = ["sbatch", "--parsable", *extra_args]
+        return self._parsed(argv, parse.parse_sbatch_parsable, self._check(argv, script, cwd))
+
+    def sacct(self, job_ids: Iterable[str]) -> list[JobRecord] | None:
+        """Accounting records of these jobs ("123" gives every task of array 123), one per
+        job or task, steps left out. None when the cluster keeps no accounting. A job
+        submitted a moment ago may be missing, or listed only as a pending range, for a
+        few seconds: sacct lags slurmctld."""
+        ids = _unique(job_ids)
+        if not ids:
+            return []
+        outputs = []
+        for chunk in _chunks(ids, self.max_ids_per_call):
+            argv = ["sacct", "--parsable2", "--noheader", "-X",
+                    f"--format={parse.SACCT_FORMAT}", "-j", ",".join(chunk)]
+            proc = self._run(argv)
+            if proc.returncode != 0:
+                if parse.is_accounting_disabled(proc.stderr):
+                    return None
+                raise _failed(argv, proc)
+            outputs.append(proc.stdout)
+        # One parse over every chunk: a job listed twice keeps its newest record.
+        return self._parsed(["sacct"], parse.parse_sacct, "".join(outputs))
+
+    def squeue(self, job_ids: Iterable[str] | None = None) -> list[QueueRecord]:
+        """Jobs in slurmctld's queue (pending, running, completing...), all of them or only
+        these. A job that has left the queue is just not in the answer."""
+        base = ["squeue", "-h", "-o", parse.SQUEUE_FORMAT]
+        if job_ids is None:
+            return self._parsed(base, parse.parse_squeue, self._check(base))
+        outputs = []
+        for chunk in _chunks(_unique(job_ids), self.max_ids_per_call):
+            argv = [*base, "-j", ",".join(chunk)]
+            proc = self._run(argv)
+            # One unknown id alone: "Invalid job id specified", exit 1 (several: exit 0).
+            if proc.returncode != 0 and not parse.is_invalid_job_id(proc.stderr):
+                raise _failed(argv, proc)
+            outputs.append(proc.stdout)
+        return self._parsed(["squeue"], parse.parse_squeue, "".join(outputs))
+
+    def scancel(self, job_ids: Iterable[str], signal: str | int | None = None) -> None:
+        """Cancels these jobs, or with `signal` (a name like "USR1" or a number) sends it to
+        the batch shell and every step (`--full`). Jobs already gone are not an error."""
+        options = [f"--signal={signal}", "--full"] if signal is not None else []
+        for chunk in _chunks(_unique(job_ids), self.max_ids_per_call):
+            argv = ["scancel", *options, *chunk]
+            proc = self._run(argv)
+            if proc.returncode != 0 and not _only_gone_jobs(proc.stderr):
+                raise _failed(argv, proc)
+
+    def scontrol_show_job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job ID` as Key=value strings; {} once slurmctld has forgotten the
+        job (MinJobAge after it ended)."""
+        argv = ["scontrol", "show", "job", str(job_id)]
+        proc = self._run(argv)
+        if proc.returncode != 0:
+            if parse.is_invalid_job_id(proc.stderr):
+                return {}
+            raise _failed(argv, proc)
+        return self._parsed(argv, parse.parse_scontrol_job, proc.stdout)
+
+    def job_record(self, job_id: str) -> JobRecord | None:
+        """The job as slurmctld knows it (`scontrol show job`), shaped like a sacct record:
+        the stand-in where there is no accounting. None once slurmctld has forgotten it."""
+        argv = ["scontrol", "show", "job", str(job_id)]
+        proc = self._run(argv)
+        if proc.returncode != 0:
+            if parse.is_invalid_job_id(proc.stderr):
+                return None
+            raise _failed(argv, proc)
+        records = [record
+                   for fields in self._parsed(argv, parse.parse_scontrol_records, proc.stdout)
+                   for record in self._parsed(argv, parse.job_records_from_scontrol, fields)]
+        for record in records:
+            if record.job_id == str(job_id):
+                return record
+        # Asked for "123" and got its tasks, or asked for a task by its own job id.
+        return records[0] if records else None
+
+    def job_id_by_name(self, name: str) -> str | None:
+        """The id of the newest job named `name` (slurmctld's queue first, then
+        accounting), or None. For finding a job whose id a crash kept from being stored."""
+        argv = ["squeue", "-h", "-t", "all", "--name", name, "-o", "%i|%j"]
+        queued = [line.split("|", 1)[0] for line in self._check(argv).splitlines()
+                  if line.split("|", 1)[-1] == name]
+        if queued:
+            return max(queued, key=_job_id_order)
+        argv = ["sacct", "--parsable2", "--noheader", "-X", "--starttime=1970-01-01",
+                "--name", name, f"--format={parse.SACCT_FORMAT}"]
+        proc = self._run(argv)
+        if proc.returncode != 0:
+            if parse.is_accounting_disabled(proc.stderr):
+                return None
+            raise _failed(argv, proc)
+        records = [r for r in self._parsed(argv, parse.parse_sacct, proc.stdout)
+                   if r.name == name]
+        if not records:
+            return None
+        newest = max(records, key=lambda r: (r.submit is not None, r.submit or 0,
+                                             _job_id_order(r.job_id)))
+        return newest.job_id
+
+    # -- the cluster -----------------------------------------------------------------------
+    def sinfo_nodes(self) -> list[NodeState]:
+        """Every node, its state, partitions and drain/down reason."""
+        argv = ["sinfo", "-h", "-N", "-o", parse.SINFO_NODES_FORMAT]
+        return self._parsed(argv, parse.parse_sinfo_nodes, self._check(argv))
+
+    def topology(self) -> list[Switch]:
+        """The switches of the topology plugin; [] where there is none."""
+        argv = ["scontrol", "show", "topology"]
+        return self._parsed(argv, parse.parse_topology, self._check(argv))
+
+    def node_addr(self, node: str) -> str:
+        """The address slurmd of `node` listens on (NodeAddr), e.g. for a rendezvous."""
+        argv = ["scontrol", "show", "node", "-o", node]
+        fields = self._parsed(argv, parse.parse_scontrol_node, self._check(argv))
+        if not fields.get("NodeAddr"):
+            raise SlurmError(argv, 0, "", "printed no NodeAddr")
+        return fields["NodeAddr"]
+
+
+def _failed(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
+    # Most commands complain on stderr; some only on stdout (`scontrol show node nodeX`
+    # prints "Node nodeX not found" there and exits 1).
+    return SlurmError(argv, proc.returncode, proc.stderr if proc.stderr.strip() else proc.stdout)
+
+
+def _only_gone_jobs(stderr: str) -> bool:
+    """scancel's complaints are all about jobs that already ended or were forgotten."""
+    errors = [line for line in stderr.splitlines() if "error" in line.lower()]
+    return bool(errors) and all(
+        parse.is_invalid_job_id(line) or "already completing or completed" in line
+        for line in errors)
+
+
+def _job_id_order(job_id: str) -> tuple[int, int]:
+    """"123_4" -> (123, 4): job ids in submission order (within one slurmctld life)."""
+    job, _, task = job_id.partition("_")
+    return (int(job) if job.isdigit() else -1, int(task) if task.isdigit() else -1)

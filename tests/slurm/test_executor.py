@@ -1,0 +1,114 @@
+"""The Slurm executor on the real emulated cluster: searches, failures, cancel, crash safety."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections import Counter
+
+from tests.helpers import read_store
+
+SPEC = """
+name: {name}
+command: '{command}'
+search:
+  strategy: random
+  trials: {trials}
+  parallel: {parallel}
+  seed: 4
+  space:
+    x: {{low: 0.0, high: 1.0}}
+objective: {{metric: loss}}
+resources: {{nodes: {nodes}, time: "00:05:00"}}
+executor: {{type: slurm, poll_interval: 0.5}}
+"""
+
+# Experiment names are unique per test session: job names (hps.<name>.<trial>.<attempt>) must
+# not meet those of an earlier session in the cluster's accounting.
+RUN = uuid.uuid4().hex[:6]
+
+REPORT = 'echo \"node=$SLURMD_NODENAME\"; echo \"@hpsearch step=0 loss={x}\"'
+
+
+def _spec(cli, name, command=REPORT, trials=4, parallel=4, nodes=1):
+    """Writes the spec of experiment `name`-RUN; returns (path, experiment name)."""
+    name = f"{name}-{RUN}"
+    return cli.write_spec(SPEC.format(name=name, command=command, trials=trials,
+                                      parallel=parallel, nodes=nodes), f"{name}.yaml"), name
+
+
+def _jobs_named(slurm_cluster, prefix: str) -> Counter:
+    out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
+                            "-o", "JobName").stdout
+    return Counter(n for n in out.split() if n.startswith(prefix))
+
+
+def test_slurm_search_runs_each_trial_as_a_job(cli, slurm_cluster):
+    spec, name = _spec(cli, "sl-basic")
+    cli("submit", spec, env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 4
+    for t in trials:
+        assert t.job_id and t.objective_values == [t.params["x"]]
+        node = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        assert f"node={t.nodes}" in node  # the node Slurm reports is where it ran
+        (state,) = slurm_cluster.wait_for_accounting(t.job_id, "State,NodeList")
+        assert state == ["COMPLETED", t.nodes]
+    assert _jobs_named(slurm_cluster, f"hps.{name}.") == Counter(
+        {f"hps.{name}.{i}.1": 1 for i in range(4)})
+
+
+def test_two_node_trials_get_two_distinct_nodes(cli, slurm_cluster):
+    command = 'srun -N2 -n2 sh -c \"echo rank=\\$SLURM_PROCID node=\\$SLURMD_NODENAME\"; echo \"@hpsearch step=0 loss={x}\"'
+    spec, name = _spec(cli, "sl-two", command=command, trials=2, parallel=2, nodes=2)
+    cli("submit", spec, env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    for t in trials:
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        nodes = {line.split("node=")[1] for line in out.splitlines() if "rank=" in line}
+        assert len(nodes) == 2, out
+        (state,) = slurm_cluster.wait_for_accounting(t.job_id, "State,NodeList,AllocNodes")
+        assert state[0] == "COMPLETED" and state[2] == "2"
+
+
+def test_failing_trial_is_recorded_with_exit_code_and_stderr(cli, slurm_cluster):
+    command = 'echo \"broken input {x}\" >&2; exit 3'
+    spec, name = _spec(cli, "sl-fail", command=command, trials=1, parallel=1)
+    cli("submit", spec, env=slurm_cluster.env, check=1, timeout=300)
+    _, (t,) = read_store(cli.runs, name)
+    assert t.state == "failed" and t.exit_code == 3
+    assert t.error.startswith("exit code 3") and "broken input" in t.error
+
+
+def test_cancelling_a_search_leaves_no_job_in_squeue(cli, slurm_cluster):
+    spec, name = _spec(cli, "sl-cancel", command="sleep 300; echo {x}", trials=3, parallel=3)
+    proc = cli.popen("submit", spec, env=slurm_cluster.env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            rows = read_store(cli.runs, name)[1]
+            if len(rows) == 3 and all(r.job_id for r in rows):
+                break
+        except Exception:  # noqa: BLE001 - store not there yet
+            pass
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 1
+    _, rows = read_store(cli.runs, name)
+    assert [r.state for r in rows] == ["cancelled"] * 3
+    queue = slurm_cluster.run("squeue", "-h", "-o", "%i", "-j", ",".join(r.job_id for r in rows),
+                              check=False).stdout.split()
+    assert queue == []
+
+
+def test_resume_after_kill_between_sbatch_and_store_submits_nothing_twice(cli, slurm_cluster):
+    spec, name = _spec(cli, "sl-crash", trials=4, parallel=2)
+    crashed = cli("submit", spec, env={**slurm_cluster.env, "HPSEARCH_FAULT": "after_launch:3"})
+    assert crashed.returncode == -signal.SIGKILL
+    cli("resume", name, env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 4
+    assert all(t.attempt == 1 for t in trials)  # the unrecorded job was found, not resubmitted
+    assert _jobs_named(slurm_cluster, f"hps.{name}.") == Counter(
+        {f"hps.{name}.{i}.1": 1 for i in range(4)})
