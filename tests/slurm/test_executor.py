@@ -38,10 +38,17 @@ def _spec(cli, name, command=REPORT, trials=4, parallel=4, nodes=1):
                                       parallel=parallel, nodes=nodes), f"{name}.yaml"), name
 
 
-def _jobs_named(slurm_cluster, prefix: str) -> Counter:
-    out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
-                            "-o", "JobName").stdout
-    return Counter(n for n in out.split() if n.startswith(prefix))
+def _jobs_named(slurm_cluster, prefix: str, expect: int) -> Counter:
+    """Job names in accounting that start with prefix, once sacct lists `expect` of them
+    (it lags the cluster by seconds) or after 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
+                                "-o", "JobName").stdout
+        names = Counter(n for n in out.split() if n.startswith(prefix))
+        if sum(names.values()) >= expect or time.monotonic() > deadline:
+            return names
+        time.sleep(0.5)
 
 
 def test_slurm_search_runs_each_trial_as_a_job(cli, slurm_cluster):
@@ -55,7 +62,7 @@ def test_slurm_search_runs_each_trial_as_a_job(cli, slurm_cluster):
         assert f"node={t.nodes}" in node  # the node Slurm reports is where it ran
         (state,) = slurm_cluster.wait_for_accounting(t.job_id, "State,NodeList")
         assert state == ["COMPLETED", t.nodes]
-    assert _jobs_named(slurm_cluster, f"hps.{name}.") == Counter(
+    assert _jobs_named(slurm_cluster, f"hps.{name}.", 4) == Counter(
         {f"hps.{name}.{i}.1": 1 for i in range(4)})
 
 
@@ -110,5 +117,5 @@ def test_resume_after_kill_between_sbatch_and_store_submits_nothing_twice(cli, s
     _, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed"] * 4
     assert all(t.attempt == 1 for t in trials)  # the unrecorded job was found, not resubmitted
-    assert _jobs_named(slurm_cluster, f"hps.{name}.") == Counter(
+    assert _jobs_named(slurm_cluster, f"hps.{name}.", 4) == Counter(
         {f"hps.{name}.{i}.1": 1 for i in range(4)})

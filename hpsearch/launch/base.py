@@ -1,0 +1,225 @@
+"""The Launcher and ContainerRuntime seams, and the shell pieces every launcher shares.
+
+A trial's command runs as `launcher.wrap(command, layout, runtime)`: the launcher starts the
+ranks and, inside each rank, asks the runtime to wrap `sh -c <rank script>` in the image. The
+launcher composes the runtime (not the other way round, as DESIGN.md first drew it) because a
+container must start inside each rank on each node, and pyxis is not a program at all but a
+set of srun options. docs/launchers.md shows what each combination produces.
+
+Every value that differs between nodes or ranks (SLURM_PROCID, the first node's address) is
+read from the environment by a shell at run time; everything Python knows is a literal,
+quoted once by `shell_join`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Iterable, Sequence
+
+from hpsearch.errors import HpsearchError
+
+# The trial contract's variables (docs/trial.md), passed into every rank and container.
+TRIAL_ENV = ("HPSEARCH_EXPERIMENT", "HPSEARCH_TRIAL_ID", "HPSEARCH_ATTEMPT",
+             "HPSEARCH_TRIAL_DIR", "HPSEARCH_CHECKPOINT_DIR", "HPSEARCH_PARAMS")
+# What every launcher sets in every rank, with the same meaning as torchrun's.
+RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+            "MASTER_ADDR", "MASTER_PORT")
+
+PORT_LOW, PORT_SPAN = 20000, 40000  # master ports are in 20000-59999
+LOCAL_ADDR = "127.0.0.1"
+
+
+class LaunchError(HpsearchError):
+    """A launcher/container combination that cannot work (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """Where a trial's ranks go, as the launcher needs it."""
+
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 1
+    master_port: int = 29500   # unique per trial: see port_for()
+    under_slurm: bool = False  # True: the text is a batch script's body in an allocation
+    binds: tuple[str, ...] = ()  # host paths every runtime binds at the same path
+    workdir: str | None = None   # the command's working directory (containers start there)
+
+    @property
+    def node_count(self) -> int:
+        """Nodes the ranks span. The local executor runs a trial on this machine: one."""
+        return self.nodes if self.under_slurm else 1
+
+    @property
+    def world_size(self) -> int:
+        return self.node_count * self.tasks_per_node
+
+
+def port_for(experiment: str, trial_id: int) -> int:
+    """The trial's master port: a stable hash of the experiment, plus the trial id, so
+    trials of one experiment never share a port (until 40000 trials apart)."""
+    digest = hashlib.sha256(experiment.encode()).digest()
+    return PORT_LOW + (int.from_bytes(digest[:8], "big") + trial_id) % PORT_SPAN
+
+
+def layout_for(resources, *, master_port: int, under_slurm: bool, workdir: str,
+               trial_dir: str) -> RankLayout:
+    """A RankLayout from the spec's `resources`, binding the workdir and the trial dir."""
+    return RankLayout(resources.nodes, resources.tasks_per_node, resources.gpus_per_node,
+                      resources.cpus_per_task, master_port, under_slurm,
+                      (str(workdir), str(trial_dir)), str(workdir))
+
+
+# -- binds ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Bind:
+    src: str
+    dst: str
+    opts: str = ""  # as written after the second colon (ro, rw, ...): runtime-specific
+
+    def spec(self) -> str:
+        """src:dst[:opts], the form apptainer, pyxis and podman all read."""
+        return f"{self.src}:{self.dst}" + (f":{self.opts}" if self.opts else "")
+
+
+def parse_bind(text: str) -> Bind:
+    src, _, rest = text.partition(":")
+    dst, _, opts = rest.partition(":")
+    if not src.startswith("/") or (dst and not dst.startswith("/")):
+        raise LaunchError(f"container.binds: {text!r}: expected src[:dst[:opts]] with "
+                          "absolute paths")
+    return Bind(src, dst or src, opts)
+
+
+def _inside(path: str, parent: str) -> bool:
+    return PurePosixPath(path).is_relative_to(PurePosixPath(parent))
+
+
+def merged_binds(container_binds: Iterable[str], layout: RankLayout) -> list[Bind]:
+    """The spec's binds, then the layout's same-path binds that no bind already shows at
+    their own path; parents before children, so a bind inside another stays visible."""
+    binds = [parse_bind(b) for b in container_binds]
+    same_path = [b.dst for b in binds if b.src == b.dst]
+    for path in layout.binds:
+        if any(b.dst == path for b in binds) or any(_inside(path, p) for p in same_path):
+            continue
+        binds.append(Bind(path, path))
+        same_path.append(path)
+    return sorted(binds, key=lambda b: len(PurePosixPath(b.dst).parts))
+
+
+# -- shell text -------------------------------------------------------------------------------
+
+class Ref(str):
+    """An argument with `$name` references that the batch script's shell expands (a host
+    list computed at run time). shell_join double-quotes it instead of single-quoting it."""
+
+    _SAFE = re.compile(r"[A-Za-z0-9_$:.,=/+{}-]*")
+
+    def __new__(cls, text: str) -> "Ref":
+        if not cls._SAFE.fullmatch(text):
+            raise ValueError(f"Ref {text!r}: only names, $references and , : . = / + -")
+        return super().__new__(cls, text)
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """shlex.join, except that Ref arguments keep their $references live."""
+    return " ".join(f'"{a}"' if isinstance(a, Ref) else shlex.quote(a) for a in argv)
+
+
+def command_line(launcher_argv: Sequence[str], runtime: "ContainerRuntime",
+                 argv: list[str], layout: "RankLayout") -> str:
+    """The launcher's argv, then `argv` wrapped by the runtime, joined once: one line per
+    part (launcher, runtime, program), continued with backslashes, so a reader sees each."""
+    wrapped = runtime.wrap(argv, layout)
+    if wrapped[len(wrapped) - len(argv):] != argv:
+        raise AssertionError(f"{runtime.name}: wrap must end with the argv it wraps")
+    parts = [launcher_argv, wrapped[:len(wrapped) - len(argv)], argv]
+    return " \\\n    ".join(shell_join(p) for p in parts if p)
+
+
+def exports(pairs: dict[str, str | int]) -> str:
+    """`export A=x B=y`; values are literal ints or shell words written by this package."""
+    return "export " + " ".join(f"{name}={value}" for name, value in pairs.items())
+
+
+def rank_script(export_lines: Sequence[str], command: str) -> str:
+    """What one rank's `sh -c` runs: its rank variables, then the user's command."""
+    return "\n".join([*export_lines, command])
+
+
+# The first node's NodeAddr: what slurmd listens on, so it reaches the node even where node
+# names do not resolve (the emulated test cluster: every node is 127.0.0.1).
+_SLURM_MASTER = (
+    'hpsearch_first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    'MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node"'
+    " | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+    'export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"',
+)
+
+
+def preamble(layout: RankLayout, runtime: "ContainerRuntime") -> list[str]:
+    """The runtime's setup, then MASTER_ADDR and MASTER_PORT, exported in the script's shell."""
+    if layout.under_slurm:
+        master = [*_SLURM_MASTER, f"export MASTER_PORT={layout.master_port}"]
+    else:
+        master = [exports({"MASTER_ADDR": LOCAL_ADDR, "MASTER_PORT": layout.master_port})]
+    return [*runtime.setup_lines(), *master]
+
+
+# A host list in Open MPI / horovodrun form (node1:2,node2:2), from the allocation.
+def hosts_line(layout: RankLayout) -> str:
+    return ('hpsearch_hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST"'
+            f" | sed 's/$/:{layout.tasks_per_node}/' | paste -sd, -)")
+
+
+def script(lines: Sequence[str]) -> str:
+    return "\n".join(lines)
+
+
+# -- the seams --------------------------------------------------------------------------------
+
+class ContainerRuntime(ABC):
+    """Runs an argv inside an image on this node."""
+
+    name = "none"
+    needs_srun_step = False  # pyxis: the image applies only to srun steps
+
+    @abstractmethod
+    def wrap(self, argv: list[str], layout: RankLayout) -> list[str]:
+        """The argv that runs `argv` inside the image (same argv for no container)."""
+
+    def srun_options(self, layout: RankLayout) -> list[str]:
+        """Options an srun step needs to start its tasks in the image (pyxis only)."""
+        return []
+
+    def setup_lines(self) -> list[str]:
+        """Shell lines the script runs first, in the host's shell (charliecloud: $USER)."""
+        return []
+
+
+class Launcher(ABC):
+    """Starts a trial's command as its ranks; each rank in the runtime's image."""
+
+    name = "none"
+
+    def __init__(self, args: Sequence[str] = ()) -> None:
+        self.args = tuple(args)
+
+    @abstractmethod
+    def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
+        """The shell text the trial runs. Under Slurm it is the batch script's body (it runs
+        on the allocation's first node and starts every rank); locally it runs as it is.
+        Raises LaunchError for a combination that cannot work."""
+
+    def check(self, layout: RankLayout, runtime: ContainerRuntime) -> None:
+        if runtime.needs_srun_step and not layout.under_slurm:
+            raise LaunchError(f"container.runtime: {runtime.name} is a Slurm srun plugin: it "
+                              "needs `executor: slurm` (this trial runs on the local executor)")

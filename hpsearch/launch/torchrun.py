@@ -1,0 +1,42 @@
+"""`launcher: torchrun`: one torchrun per node, each starting tasks_per_node workers.
+
+torchrun runs inside the container, with its static rendezvous on MASTER_ADDR:MASTER_PORT
+and the node's rank from Slurm (SLURM_NODEID). The static backend, not c10d, because only it
+gives the workers our MASTER_ADDR and MASTER_PORT and a NODE_RANK equal to the Slurm node id:
+torch 2.13's c10d backend hands the workers a fresh random port on whichever node joined
+first. Locally torchrun runs once, on 127.0.0.1 and the trial's port. Each worker runs the
+user's shell command through `--no-python sh -c` (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; NODE_RANK comes from its GROUP_RANK).
+`args` go to torchrun (e.g. `--max-restarts=1`).
+"""
+
+from __future__ import annotations
+
+from hpsearch.launch.base import (LOCAL_ADDR, ContainerRuntime, Launcher, RankLayout,
+                                  command_line, exports, preamble, rank_script,
+                                  script)
+
+# Runs on each node, inside the container, where Slurm's and the script's variables are set.
+NODE_SCRIPT = ('exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR"'
+               ' --master-port="$MASTER_PORT" "$@"')
+
+
+class TorchrunLauncher(Launcher):
+    name = "torchrun"
+
+    def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
+        self.check(layout, runtime)
+        ranks = rank_script([exports({"NODE_RANK": '"$GROUP_RANK"'})], command)
+        torchrun_args = [f"--nnodes={layout.node_count}",
+                         f"--nproc-per-node={layout.tasks_per_node}", "--rdzv-backend=static",
+                         *self.args, "--no-python", "sh", "-c", ranks]
+        if not layout.under_slurm:
+            argv = ["torchrun", "--node-rank=0", f"--master-addr={LOCAL_ADDR}",
+                    f"--master-port={layout.master_port}", *torchrun_args]
+            return script([*preamble(layout, runtime), command_line([], runtime, argv, layout)])
+        srun = ["srun", f"--nodes={layout.nodes}", f"--ntasks={layout.nodes}",
+                "--ntasks-per-node=1",
+                f"--cpus-per-task={layout.tasks_per_node * layout.cpus_per_task}",
+                "--kill-on-bad-exit=1", *runtime.srun_options(layout)]
+        per_node = ["sh", "-c", NODE_SCRIPT, "torchrun", *torchrun_args]
+        return script([*preamble(layout, runtime), command_line(srun, runtime, per_node, layout)])
