@@ -180,28 +180,41 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
         if lock.holder():
             raise Conflict(f"driver pid {pid} did not stop within {wait:g}s")
         return f"stopped the driver (pid {pid}); its running trials were cancelled"
-    from hpsearch.executors import procs
     lock.acquire()
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])
-        groups = []
-        for row in rows:
-            pid = row.pid if procs.alive(row.pid, row.pid_start) else \
-                procs.find_trial_leader(Path(row.trial_dir), row.attempt)
-            if pid is not None:
-                procs.signal_group(pid, signal.SIGTERM)
-                groups.append(pid)
-        deadline = time.monotonic() + 10
-        while any(procs.group_alive(g) for g in groups) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for g in groups:
-            procs.signal_group(g, signal.SIGKILL)
+        stopped = _stop_orphans(rows)
         for row in rows:
             store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
         store.set_experiment_status("cancelled", "cancelled with no driver running")
         store.close()
-        return (f"no driver was running; stopped {len(groups)} trial process group(s) and "
-                f"marked {len(rows)} trial(s) cancelled")
+        return (f"no driver was running; stopped {stopped} trial process group(s) or job(s) "
+                f"and marked {len(rows)} trial(s) cancelled")
     finally:
         lock.release()
+
+
+def _stop_orphans(rows: list) -> int:
+    """Stop what in-flight trials left running: scancel their Slurm jobs, and SIGTERM (then
+    SIGKILL) their local process groups. Returns how many it stopped."""
+    from hpsearch.executors import procs
+    jobs = [row.job_id for row in rows if row.job_id]
+    if jobs:
+        from hpsearch.slurm.commands import Slurm
+        Slurm().scancel(jobs)
+    groups = []
+    for row in rows:
+        if row.job_id:
+            continue
+        pid = row.pid if procs.alive(row.pid, row.pid_start) else \
+            procs.find_trial_leader(Path(row.trial_dir), row.attempt)
+        if pid is not None:
+            procs.signal_group(pid, signal.SIGTERM)
+            groups.append(pid)
+    deadline = time.monotonic() + 10
+    while any(procs.group_alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for g in groups:
+        procs.signal_group(g, signal.SIGKILL)
+    return len(jobs) + len(groups)

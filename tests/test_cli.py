@@ -51,7 +51,7 @@ def test_cancel_with_no_driver_stops_orphaned_trials(cli):
     _, rows = read_store(cli.runs, "orphans")
     assert all(procs.alive(t.pid, t.pid_start) for t in rows)
     out = cli("cancel", "orphans", check=0).stdout
-    assert "no driver was running; stopped 2 trial process group(s)" in out
+    assert "no driver was running; stopped 2 trial process group(s) or job(s)" in out
     deadline = time.monotonic() + 5
     while any(procs.group_alive(t.pid) for t in rows) and time.monotonic() < deadline:
         time.sleep(0.05)

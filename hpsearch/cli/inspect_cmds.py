@@ -85,10 +85,22 @@ def status(args) -> int:
         values = " ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values or []))
         duration = f"{t.duration:.1f}s" if t.duration is not None else ""
         note = (t.error or "").splitlines()[0] if t.error else ""
-        rows.append([str(t.id), t.state, str(t.attempt), duration, values,
+        rows.append([str(t.id), t.state, str(t.attempt), duration, _where(t), values,
                      format_params(t.params), note])
-    _table(["id", "state", "try", "time", "objective", "params", "error"], rows)
+    _table(["id", "state", "try", "time", "where", "objective", "params", "error"], rows)
     return 0
+
+
+def _where(t) -> str:
+    """Where a trial runs or waits: job id, scheduler state and pending reason, nodes."""
+    parts = []
+    if t.job_id:
+        parts.append(f"job {t.job_id}")
+    if t.state == "running" and t.sched_state and t.sched_state != "RUNNING":
+        parts.append(t.sched_state + (f" ({t.pending_reason})" if t.pending_reason else ""))
+    if t.nodes or t.host:
+        parts.append(t.nodes or t.host)
+    return " ".join(parts)
 
 
 def _status_all(runs_dir: Path) -> int:
