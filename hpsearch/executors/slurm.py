@@ -15,6 +15,8 @@ submitit itself does for its own script.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
 
@@ -58,21 +60,60 @@ class SlurmExecutor(Executor):
         self.wait = self.interval
         self.next_query = 0.0
         self.jobs: dict[int, _Job] = {}  # trial id -> its job in flight
+        self.waiting: list[Launch] = []  # single-node launches to submit as one array
+        self.arrays_dir = spec.experiment_dir / "slurm"
+        self.max_array: int | None = None
+        self.unsubmitted: list[Ended] = []  # cancelled while waiting to go in an array
 
     def free_slots(self) -> int:
-        return max(0, self.parallel - len(self.jobs))
+        return max(0, self.parallel - len(self.jobs) - len(self.waiting))
 
     def running(self) -> list[int]:
-        return list(self.jobs)
+        return list(self.jobs) + [launch.trial_id for launch in self.waiting]
 
-    def submit(self, launch: Launch) -> Started:
+    def submit(self, launch: Launch) -> Started | None:
         prepare_trial_dir(launch)
+        if self.spec.executor.array and self.spec.resources.nodes == 1:
+            self.waiting.append(launch)  # poll() submits the ready ones as one array
+            return None
         job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch))
+        self._track(launch, job_id)
+        return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
+
+    def _track(self, launch: Launch, job_id: str) -> None:
         now = time.monotonic()
         self.jobs[launch.trial_id] = _Job(launch.trial_id, launch.attempt, job_id, now,
                                           last_seen=now)
         self._soon()
-        return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
+
+    def _submit_waiting(self) -> list[Started]:
+        """Submit the buffered single-node launches: one job array per MaxArraySize chunk
+        (a lone launch goes as a plain job). A manifest written before sbatch maps each
+        task to its trial, so a restarted driver can find them by the array's name."""
+        started = []
+        while self.waiting:
+            if self.max_array is None:
+                self.max_array = self.slurm.max_array_size()
+            chunk, self.waiting = (self.waiting[:self.max_array],
+                                   self.waiting[self.max_array:])
+            if len(chunk) == 1:
+                job_ids = [self.slurm.sbatch(sbatch.batch_script(self.spec, chunk[0]))]
+            else:
+                first = chunk[0]
+                self.arrays_dir.mkdir(parents=True, exist_ok=True)
+                manifest = self.arrays_dir / f"{sbatch.array_name(self.spec.name, first.trial_id, first.attempt)}.json"
+                tmp = manifest.with_suffix(".tmp")
+                tmp.write_text(json.dumps([[la.trial_id, la.attempt] for la in chunk]))
+                os.replace(tmp, manifest)
+                throttle = self.spec.executor.array_throttle or self.parallel
+                array_id = self.slurm.sbatch(sbatch.array_script(
+                    self.spec, chunk, throttle, str(self.arrays_dir)))
+                job_ids = [f"{array_id}_{i}" for i in range(len(chunk))]
+            for launch, job_id in zip(chunk, job_ids):
+                self._track(launch, job_id)
+                started.append(Started(launch.trial_id, launch.attempt, host="",
+                                       job_id=job_id))
+        return started
 
     def adopt(self, known: Adoptable) -> Started | Ended | None:
         job_id = known.job_id or self._find_by_name(known)
@@ -88,6 +129,12 @@ class SlurmExecutor(Executor):
         return Started(known.trial_id, known.attempt, host=job.nodes or "", job_id=job_id)
 
     def cancel(self, trial_id: int) -> None:
+        for launch in self.waiting:  # not submitted yet: it never runs
+            if launch.trial_id == trial_id:
+                self.waiting.remove(launch)
+                self.unsubmitted.append(Ended(trial_id, launch.attempt, None, "cancelled",
+                                              "cancelled before it was submitted"))
+                return
         job = self.jobs.get(trial_id)
         if job is not None and not job.cancel_requested:
             job.cancel_requested = True
@@ -95,6 +142,9 @@ class SlurmExecutor(Executor):
             self._soon()
 
     def poll(self, timeout: float) -> list[Started | Update | Ended]:
+        if self.unsubmitted or self.waiting:
+            events, self.unsubmitted = list(self.unsubmitted), []
+            return events + self._submit_waiting()
         now = time.monotonic()
         if now < self.next_query:
             time.sleep(min(timeout, self.next_query - now))
@@ -113,7 +163,16 @@ class SlurmExecutor(Executor):
 
     def _find_by_name(self, known: Adoptable) -> str | None:
         name = sbatch.job_name(self.spec.name, known.trial_id, known.attempt)
-        return self.slurm.job_id_by_name(name)
+        found = self.slurm.job_id_by_name(name)
+        if found is not None:
+            return found
+        for manifest in sorted(self.arrays_dir.glob("*.json")):  # was it in an array?
+            tasks = [tuple(t) for t in json.loads(manifest.read_text())]
+            if (known.trial_id, known.attempt) in tasks:
+                array_id = self.slurm.job_id_by_name(manifest.stem)
+                if array_id is not None:
+                    return f"{array_id.split('_')[0]}_{tasks.index((known.trial_id, known.attempt))}"
+        return None
 
     def _query(self, jobs: list[_Job]) -> list[Update | Ended]:
         by_id = {job.job_id: job for job in jobs}

@@ -216,6 +216,15 @@ class Slurm:
         return newest.job_id
 
     # -- the cluster -----------------------------------------------------------------------
+    def max_array_size(self) -> int:
+        """The most tasks one job array may have: MaxArraySize from `scontrol show config`
+        (array indices run from 0 to MaxArraySize - 1)."""
+        out = self._check(["scontrol", "show", "config"])
+        for line in out.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MaxArraySize" and value.strip().isdigit():
+                return int(value.strip())
+        return 1001  # Slurm's default
     def sinfo_nodes(self) -> list[NodeState]:
         """Every node, its state, partitions and drain/down reason."""
         argv = ["sinfo", "-h", "-N", "-o", parse.SINFO_NODES_FORMAT]

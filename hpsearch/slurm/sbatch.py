@@ -58,3 +58,36 @@ def batch_script(spec: Spec, launch: Launch) -> str:
     lines.append(EXIT_TRAP.rstrip("\n"))
     lines.append(launch.command)
     return "\n".join(lines) + "\n"
+
+
+def array_name(experiment: str, first_trial: int, attempt: int) -> str:
+    """The job name of an array whose task 0 is `first_trial`'s attempt `attempt`."""
+    return f"hps.{experiment}.array.{first_trial}.{attempt}"
+
+
+def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str) -> str:
+    """One job array for single-node trials with the same resources: task i runs launches[i].
+
+    Each task sends its own output to its trial dir; Slurm's own messages for the task (a
+    time limit, a cancel) go to log_dir/<array id>_<task>.out.
+    """
+    first = launches[0]
+    opts = [o for o in sbatch_options(spec, first)
+            if not o.startswith(("--job-name=", "--output=", "--error="))]
+    opts = [f"--job-name={array_name(spec.name, first.trial_id, first.attempt)}",
+            f"--array=0-{len(launches) - 1}%{throttle}",
+            f"--output={log_dir}/%A_%a.out", f"--error={log_dir}/%A_%a.out"] + opts
+    lines = ["#!/bin/bash"] + [_directive(opt) for opt in opts]
+    lines.append(f"# hpsearch: experiment {spec.name}, trials "
+                 + ", ".join(f"{la.trial_id} (attempt {la.attempt})" for la in launches))
+    lines.append('case "$SLURM_ARRAY_TASK_ID" in')
+    for index, launch in enumerate(launches):
+        lines.append(f"{index})")
+        lines.append(f"  exec >>{shlex.quote(str(launch.trial_dir / 'stdout.log'))} "
+                     f"2>>{shlex.quote(str(launch.trial_dir / 'stderr.log'))}")
+        lines += [f"  export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
+        lines.append("  " + EXIT_TRAP.rstrip("\n"))
+        lines.append(launch.command)  # not indented: it may hold a here-document
+        lines.append("  ;;")
+    lines.append("esac")
+    return "\n".join(lines) + "\n"

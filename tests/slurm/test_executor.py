@@ -21,7 +21,7 @@ search:
     x: {{low: 0.0, high: 1.0}}
 objective: {{metric: loss}}
 resources: {{nodes: {nodes}, time: "00:05:00"}}
-executor: {{type: slurm, poll_interval: 0.5}}
+executor: {{type: slurm, poll_interval: 0.5, array: {array}}}
 """
 
 # Experiment names are unique per test session: job names (hps.<name>.<trial>.<attempt>) must
@@ -31,11 +31,12 @@ RUN = uuid.uuid4().hex[:6]
 REPORT = 'echo \"node=$SLURMD_NODENAME\"; echo \"@hpsearch step=0 loss={x}\"'
 
 
-def _spec(cli, name, command=REPORT, trials=4, parallel=4, nodes=1):
+def _spec(cli, name, command=REPORT, trials=4, parallel=4, nodes=1, array=False):
     """Writes the spec of experiment `name`-RUN; returns (path, experiment name)."""
     name = f"{name}-{RUN}"
-    return cli.write_spec(SPEC.format(name=name, command=command, trials=trials,
-                                      parallel=parallel, nodes=nodes), f"{name}.yaml"), name
+    text = SPEC.format(name=name, command=command, trials=trials, parallel=parallel,
+                       nodes=nodes, array="true" if array else "false")
+    return cli.write_spec(text, f"{name}.yaml"), name
 
 
 def _jobs_named(slurm_cluster, prefix: str, expect: int) -> Counter:
@@ -119,3 +120,32 @@ def test_resume_after_kill_between_sbatch_and_store_submits_nothing_twice(cli, s
     assert all(t.attempt == 1 for t in trials)  # the unrecorded job was found, not resubmitted
     assert _jobs_named(slurm_cluster, f"hps.{name}.", 4) == Counter(
         {f"hps.{name}.{i}.1": 1 for i in range(4)})
+
+
+def test_ready_single_node_trials_go_as_job_arrays(cli, slurm_cluster):
+    spec, name = _spec(cli, "sl-array", trials=10, parallel=4, array=True)
+    cli("submit", spec, env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 10
+    arrays = Counter(t.job_id.split("_")[0] for t in trials)
+    assert all("_" in t.job_id for t in trials[:4])  # the first 4 were ready together
+    assert len(arrays) < 10  # fewer sbatch calls than trials
+    for t in trials:
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        assert f"node={t.nodes}" in out  # each task wrote to its own trial dir
+        assert t.objective_values == [t.params["x"]]
+    first = trials[0].job_id.split("_")[0]
+    records = slurm_cluster.wait_for_accounting(first, "State,JobName", rows=arrays[first])
+    assert all(r == ["COMPLETED", f"hps.{name}.array.0.1"] for r in records)
+
+
+def test_resume_finds_array_tasks_whose_ids_were_never_stored(cli, slurm_cluster):
+    spec, name = _spec(cli, "sl-arrcrash", command="sleep 2; " + REPORT, trials=4, parallel=4,
+                       array=True)
+    crashed = cli("submit", spec, env={**slurm_cluster.env, "HPSEARCH_FAULT": "after_launch:1"})
+    assert crashed.returncode == -signal.SIGKILL
+    cli("resume", name, env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 4
+    assert all(t.attempt == 1 for t in trials)
+    assert len({t.job_id.split("_")[0] for t in trials}) == 1  # the one array, adopted
