@@ -36,8 +36,20 @@ def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]
         "HPSEARCH_CHECKPOINT_DIR": str(ckpt),
         "HPSEARCH_PARAMS": json.dumps(params, sort_keys=True),
     }
-    return Launch(trial_id, attempt, render(spec.command, params, builtins), env, tdir,
+    command = render(spec.command, params, builtins)
+    return Launch(trial_id, attempt, wrap_for_ranks(spec, trial_id, command, tdir), env, tdir,
                   Path(spec.workdir), dict(params))
+
+
+def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path) -> str:
+    """The trial's command as its launcher starts it over its ranks, in its container."""
+    from hpsearch.launch import layout_for, make_launcher, make_runtime, port_for
+
+    layout = layout_for(spec.resources, master_port=port_for(spec.name, trial_id),
+                        under_slurm=spec.executor.type == "slurm", workdir=str(spec.workdir),
+                        trial_dir=str(trial_dir))
+    runtime = make_runtime(spec.container, [name for name, _ in spec.env])
+    return make_launcher(spec.launcher).wrap(command, layout, runtime)
 
 
 def prepare_trial_dir(launch: Launch) -> None:

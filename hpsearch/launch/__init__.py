@@ -13,9 +13,19 @@ every combination.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hpsearch.launch.apptainer import ApptainerRuntime
-from hpsearch.launch.base import (RANK_ENV, TRIAL_ENV, ContainerRuntime, Launcher, LaunchError,
-                                  RankLayout, layout_for, port_for)
+from hpsearch.launch.base import (
+    RANK_ENV,
+    TRIAL_ENV,
+    ContainerRuntime,
+    Launcher,
+    LaunchError,
+    RankLayout,
+    layout_for,
+    port_for,
+)
 from hpsearch.launch.charliecloud import CharliecloudRuntime
 from hpsearch.launch.horovodrun import HorovodrunLauncher
 from hpsearch.launch.host import HostRuntime
@@ -41,24 +51,39 @@ def make_launcher(spec_launcher) -> Launcher:
     return LAUNCHERS[kind](args)
 
 
-def make_runtime(spec_container) -> ContainerRuntime:
-    """From the spec's `container` (hpsearch.spec.model.Container), or None for no container."""
+def make_runtime(spec_container, spec_env_names: Iterable[str] = ()) -> ContainerRuntime:
+    """From the spec's `container` (hpsearch.spec.model.Container), or None for no container.
+
+    spec_env_names: the names of the spec's `env`; runtimes that pass variables by name
+    (podman, pyxis's --container-env) pass them along with `container.env`.
+    """
     if spec_container is None or spec_container.runtime == "none":
         return HostRuntime()
     c = spec_container
     if not c.image:
         raise LaunchError(f"container.image: runtime {c.runtime} needs an image")
+    env = tuple(dict.fromkeys([*spec_env_names, *c.env]))
     if c.runtime in ("apptainer", "singularity"):
         return ApptainerRuntime(c.runtime, c.image, c.binds, c.args)
     if c.runtime == "pyxis":
-        return PyxisRuntime(c.image, c.binds, c.env, c.args)
+        return PyxisRuntime(c.image, c.binds, env, c.args)
     if c.runtime == "charliecloud":
         return CharliecloudRuntime(c.image, c.binds, c.args)
     if c.runtime == "podman":
-        return PodmanRuntime(c.image, c.binds, c.env, c.args)
+        return PodmanRuntime(c.image, c.binds, env, c.args)
     raise LaunchError(f"container.runtime: {c.runtime!r}: expected none, apptainer, "
                       "singularity, pyxis, charliecloud or podman")
 
 
-__all__ = ["RANK_ENV", "TRIAL_ENV", "ContainerRuntime", "Launcher", "LaunchError", "RankLayout",
-           "layout_for", "make_launcher", "make_runtime", "port_for"]
+__all__ = [
+    "RANK_ENV",
+    "TRIAL_ENV",
+    "ContainerRuntime",
+    "LaunchError",
+    "Launcher",
+    "RankLayout",
+    "layout_for",
+    "make_launcher",
+    "make_runtime",
+    "port_for",
+]

@@ -8,7 +8,7 @@ files pin these command lines (tests/golden/launch/).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hpsearch.launch.base import ContainerRuntime, LaunchError, RankLayout, merged_binds
 

@@ -17,9 +17,9 @@ import hashlib
 import re
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Iterable, Sequence
 
 from hpsearch.errors import HpsearchError
 
@@ -123,7 +123,7 @@ class Ref(str):
 
     _SAFE = re.compile(r"[A-Za-z0-9_$:.,=/+{}-]*")
 
-    def __new__(cls, text: str) -> "Ref":
+    def __new__(cls, text: str) -> Ref:
         if not cls._SAFE.fullmatch(text):
             raise ValueError(f"Ref {text!r}: only names, $references and , : . = / + -")
         return super().__new__(cls, text)
@@ -134,8 +134,8 @@ def shell_join(argv: Sequence[str]) -> str:
     return " ".join(f'"{a}"' if isinstance(a, Ref) else shlex.quote(a) for a in argv)
 
 
-def command_line(launcher_argv: Sequence[str], runtime: "ContainerRuntime",
-                 argv: list[str], layout: "RankLayout") -> str:
+def command_line(launcher_argv: Sequence[str], runtime: ContainerRuntime,
+                 argv: list[str], layout: RankLayout) -> str:
     """The launcher's argv, then `argv` wrapped by the runtime, joined once: one line per
     part (launcher, runtime, program), continued with backslashes, so a reader sees each."""
     wrapped = runtime.wrap(argv, layout)
@@ -159,13 +159,13 @@ def rank_script(export_lines: Sequence[str], command: str) -> str:
 # names do not resolve (the emulated test cluster: every node is 127.0.0.1).
 _SLURM_MASTER = (
     'hpsearch_first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-    'MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node"'
-    " | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')",
+    ('MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node"'
+     " | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')"),
     'export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"',
 )
 
 
-def preamble(layout: RankLayout, runtime: "ContainerRuntime") -> list[str]:
+def preamble(layout: RankLayout, runtime: ContainerRuntime) -> list[str]:
     """The runtime's setup, then MASTER_ADDR and MASTER_PORT, exported in the script's shell."""
     if layout.under_slurm:
         master = [*_SLURM_MASTER, f"export MASTER_PORT={layout.master_port}"]

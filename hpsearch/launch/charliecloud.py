@@ -1,16 +1,16 @@
 """`runtime: charliecloud`: `ch-run -b SRC:DST ... -c DIR IMAGE -- CMD`.
 
 ch-run passes the host environment through (it only unsets TMPDIR and sets CH_RUNNING), so
-HPSEARCH_* and the rank variables need no flags. It needs $USER: the script sets it if unset. Each bind's destination
-must exist in the image (ch-run 0.31 makes none in a read-only image; newer ones do with
---write-fake): see containers/README.md. ch-run binds take no options (no `:ro`). GPUs need
-the NVIDIA libraries injected into the image (ch-fromhost --nvidia). tests/test_charliecloud.py
-runs a trial in an image for real.
+HPSEARCH_* and the rank variables need no flags; it needs $USER, which the script sets if
+unset. Each bind's destination must exist in the image (ch-run 0.31 makes none in a read-only
+image; newer ones do with --write-fake): see containers/README.md. ch-run binds take no
+options (no `:ro`). GPUs need the NVIDIA libraries injected into the image (ch-fromhost
+--nvidia). tests/test_charliecloud.py runs trials in an image for real.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hpsearch.launch.base import ContainerRuntime, LaunchError, RankLayout, merged_binds
 

@@ -7,8 +7,15 @@ to the ranks. Ranks read RANK from Horovod's Gloo launcher (HOROVOD_*), else fro
 
 from __future__ import annotations
 
-from hpsearch.launch.base import (ContainerRuntime, Launcher, RankLayout, command_line, exports,
-                                  rank_script, script)
+from hpsearch.launch.base import (
+    ContainerRuntime,
+    Launcher,
+    RankLayout,
+    command_line,
+    exports,
+    rank_script,
+    script,
+)
 from hpsearch.launch.mpirun import host_list, node_rank_line
 
 

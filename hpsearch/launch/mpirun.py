@@ -9,9 +9,20 @@ passes MASTER_ADDR, MASTER_PORT and the HPSEARCH_* variables to remote ranks; ad
 
 from __future__ import annotations
 
-from hpsearch.launch.base import (TRIAL_ENV, ContainerRuntime, Launcher, LaunchError,
-                                  RankLayout, Ref, command_line, exports, hosts_line,
-                                  preamble, rank_script, script)
+from hpsearch.launch.base import (
+    TRIAL_ENV,
+    ContainerRuntime,
+    Launcher,
+    LaunchError,
+    RankLayout,
+    Ref,
+    command_line,
+    exports,
+    hosts_line,
+    preamble,
+    rank_script,
+    script,
+)
 
 PASSED = ("MASTER_ADDR", "MASTER_PORT", *TRIAL_ENV)
 

@@ -6,8 +6,16 @@ that starts its own processes over the nodes still finds MASTER_ADDR and MASTER_
 
 from __future__ import annotations
 
-from hpsearch.launch.base import (ContainerRuntime, Launcher, LaunchError, RankLayout, command_line,
-                                  exports, preamble, script)
+from hpsearch.launch.base import (
+    ContainerRuntime,
+    Launcher,
+    LaunchError,
+    RankLayout,
+    command_line,
+    exports,
+    preamble,
+    script,
+)
 
 ONE_RANK = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0, "LOCAL_WORLD_SIZE": 1, "NODE_RANK": 0}
 

@@ -10,7 +10,7 @@ Golden files only here.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hpsearch.launch.base import RANK_ENV, ContainerRuntime, RankLayout, merged_binds
 

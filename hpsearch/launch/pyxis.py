@@ -9,7 +9,7 @@ refused, and the local executor cannot use it. Golden files only (no pyxis here)
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from hpsearch.launch.base import ContainerRuntime, RankLayout, merged_binds
 

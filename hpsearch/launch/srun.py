@@ -6,8 +6,17 @@ inside the container. `args` go to srun (e.g. `--mpi=pmix` for an MPI program).
 
 from __future__ import annotations
 
-from hpsearch.launch.base import (ContainerRuntime, Launcher, LaunchError, RankLayout,
-                                  command_line, exports, preamble, rank_script, script)
+from hpsearch.launch.base import (
+    ContainerRuntime,
+    Launcher,
+    LaunchError,
+    RankLayout,
+    command_line,
+    exports,
+    preamble,
+    rank_script,
+    script,
+)
 
 
 class SrunLauncher(Launcher):

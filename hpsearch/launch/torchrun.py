@@ -12,9 +12,17 @@ LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; NODE_RANK comes from its GROUP_RA
 
 from __future__ import annotations
 
-from hpsearch.launch.base import (LOCAL_ADDR, ContainerRuntime, Launcher, RankLayout,
-                                  command_line, exports, preamble, rank_script,
-                                  script)
+from hpsearch.launch.base import (
+    LOCAL_ADDR,
+    ContainerRuntime,
+    Launcher,
+    RankLayout,
+    command_line,
+    exports,
+    preamble,
+    rank_script,
+    script,
+)
 
 # Runs on each node, inside the container, where Slurm's and the script's variables are set.
 NODE_SCRIPT = ('exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR"'

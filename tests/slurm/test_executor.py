@@ -7,6 +7,7 @@ import time
 import uuid
 from collections import Counter
 
+from hpsearch.slurm.hostlist import expand
 from tests.helpers import read_store
 
 SPEC = """
@@ -149,3 +150,37 @@ def test_resume_finds_array_tasks_whose_ids_were_never_stored(cli, slurm_cluster
     assert [t.state for t in trials] == ["completed"] * 4
     assert all(t.attempt == 1 for t in trials)
     assert len({t.job_id.split("_")[0] for t in trials}) == 1  # the one array, adopted
+
+
+def test_ddp_search_of_two_node_trials_runs_every_rank_on_distinct_nodes(cli, slurm_cluster):
+    """The digits DDP example: 6 two-node trials, torchrun (gloo on CPU) over srun."""
+    import shutil
+    import sys
+    from pathlib import Path
+    try:
+        import sklearn  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - scripts/test.sh installs both
+        import pytest
+        pytest.skip(f"the DDP example needs torch and scikit-learn: {exc}")
+    example = Path(__file__).resolve().parents[2] / "examples" / "digits_ddp"
+    shutil.copy(example / "train.py", cli.cwd / "train.py")
+    name = f"sl-ddp-{RUN}"
+    text = (example / "slurm.yaml").read_text().replace("name: digits-slurm", f"name: {name}")
+    text = text.replace("epochs: 5 ", "epochs: 2 ").replace("poll_interval: 2s", "poll_interval: 1s")
+    spec = cli.write_spec(text, "ddp.yaml")
+    # torchrun runs inside the jobs: put the interpreter's bin dir (the venv) on their PATH.
+    env = {**slurm_cluster.env,
+           "PATH": f"{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', '')}"}
+    cli("submit", spec, env=env, check=0, timeout=600)
+    _, trials = read_store(cli.runs, name)
+    assert len(trials) == 6 and all(t.state == "completed" for t in trials)
+    for t in trials:
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        starts = [line for line in out.splitlines() if line.startswith("rank ")]
+        assert sorted(line.split()[1] for line in starts) == ["0/2", "1/2"], out
+        ran_on = {line.split(" on ")[1].split()[0] for line in starts}
+        (record,) = slurm_cluster.wait_for_accounting(t.job_id, "State,NodeList,AllocNodes")
+        assert record[0] == "COMPLETED" and record[2] == "2"
+        assert len(ran_on) == 2 and ran_on == set(expand(record[1]))  # as sacct says
+        assert 0 < t.objective_values[0] <= 1
