@@ -9,5 +9,7 @@ scripts/setup.sh test,gp
 # Slurm tests skip and say why (under CI=true they fail instead).
 if [ "$(id -u)" = 0 ]; then
   scripts/slurm-cluster.sh install
+  # ch-run, for the trial that runs inside a charliecloud image (tests/test_charliecloud.py)
+  command -v ch-run >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q charliecloud-runtime
 fi
 exec .venv/bin/python -m pytest -q -rs "$@"
