@@ -10,6 +10,9 @@ scripts/setup.sh test,gp
 if [ "$(id -u)" = 0 ]; then
   scripts/slurm-cluster.sh install
   # ch-run, for the trial that runs inside a charliecloud image (tests/test_charliecloud.py)
-  command -v ch-run >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q charliecloud-runtime
+  if ! command -v ch-run >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q charliecloud-runtime || { apt-get update -q && apt-get install -y -q charliecloud-runtime; }
+  fi
 fi
 exec .venv/bin/python -m pytest -q -rs "$@"
