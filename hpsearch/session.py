@@ -70,7 +70,19 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
                            "changed spec another name, or resume the old one with "
                            f"`hpsearch resume {spec.name}`")
     make_executor(spec).close()  # fail now on an executor that cannot run
+    if spec.executor.type == "slurm":
+        _check_slurm_reachable(spec)
     return spec, exists
+
+
+def _check_slurm_reachable(spec: Spec) -> None:
+    from hpsearch.slurm.commands import Slurm, SlurmError
+    try:
+        Slurm(timeout=30).ping()
+    except SlurmError as exc:
+        raise BadInput(f"executor slurm: cannot reach the Slurm controller from here ({exc}); "
+                       "run on a login node, set SLURM_CONF, or use --executor local",
+                       str(spec.source or ""), key="executor.type") from None
 
 
 def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> Spec:

@@ -251,11 +251,15 @@ def _ranks(cwd: Path) -> list[str]:
     return sorted((cwd / "ranks.txt").read_text().splitlines())
 
 
-def test_none_runs_once_locally_as_rank_zero(tmp_path):
+def test_none_runs_a_local_command_exactly_as_written(tmp_path):
+    """Launcher none, no container, local executor: the trial's command itself, nothing
+    added (one plain process; rank variables are for launchers that start several)."""
     layout = RankLayout(tasks_per_node=2, master_port=41234, workdir=str(tmp_path))
-    text = make_launcher("none").wrap(RANK_LINE.format(name=NAME), layout, make_runtime(None))
+    command = RANK_LINE.format(name=NAME)
+    text = make_launcher("none").wrap(command, layout, make_runtime(None))
+    assert text == command
     _run(text, _trial_env(tmp_path, {}), tmp_path)
-    assert _ranks(tmp_path) == ["0 1 0 1 0 127.0.0.1 41234 3|it's a $(x) `y`"]
+    assert _ranks(tmp_path) == ["       3|it's a $(x) `y`"]
 
 
 DDP_PROBE = r'''

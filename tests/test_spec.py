@@ -675,7 +675,7 @@ def test_submit_cli_of_bad_spec_creates_nothing(cli, case):
     assert sorted(os.listdir(cli.cwd)) == ["spec.yaml"]
 
 
-def test_submit_of_unavailable_executor_creates_nothing(cli):
+def test_submit_to_an_unreachable_slurm_creates_nothing(cli):
     cli.write_spec("""
         name: demo
         command: "run {lr}"
@@ -684,9 +684,13 @@ def test_submit_of_unavailable_executor_creates_nothing(cli):
         executor: slurm
         """)
     assert cli("validate", "spec.yaml").returncode == 0  # a valid spec ...
-    proc = cli("submit", "spec.yaml")  # ... that this version cannot run
+    # A cluster whose controller does not answer (nothing listens on its port).
+    conf = cli.cwd.parent / "down-slurm.conf"
+    conf.write_text("ClusterName=nowhere\nSlurmctldHost=localhost\nSlurmctldPort=9\n"
+                    "AuthType=auth/none\n")
+    proc = cli("submit", "spec.yaml", env={"SLURM_CONF": str(conf)})
     assert proc.returncode == 2
-    assert "executor.type: executor 'slurm' is not available in this version" in proc.stderr
+    assert "executor.type: executor slurm: cannot reach the Slurm controller" in proc.stderr
     assert sorted(os.listdir(cli.cwd)) == ["spec.yaml"]
 
 

@@ -27,6 +27,8 @@ class NoLauncher(Launcher):
         self.check(layout, runtime)
         if self.args:
             raise LaunchError("launcher.args: launcher none starts no program to pass them to")
+        if runtime.name == "none" and not layout.under_slurm:
+            return command  # a plain local process: nothing to set up, the command as written
         lines = [*preamble(layout, runtime), exports(ONE_RANK)]
         if runtime.name == "none":
             return script([*lines, command])

@@ -216,6 +216,10 @@ class Slurm:
         return newest.job_id
 
     # -- the cluster -----------------------------------------------------------------------
+    def ping(self) -> None:
+        """Raise SlurmError unless the Slurm controller answers (`scontrol ping`)."""
+        self._check(["scontrol", "ping"])
+
     def max_array_size(self) -> int:
         """The most tasks one job array may have: MaxArraySize from `scontrol show config`
         (array indices run from 0 to MaxArraySize - 1)."""
