@@ -184,3 +184,53 @@ def test_ddp_search_of_two_node_trials_runs_every_rank_on_distinct_nodes(cli, sl
         assert record[0] == "COMPLETED" and record[2] == "2"
         assert len(ran_on) == 2 and ran_on == set(expand(record[1]))  # as sacct says
         assert 0 < t.objective_values[0] <= 1
+
+
+CH_TRIAL = r'''
+import json, os
+from hpsearch import trial
+p = trial.params()
+trial.report(0, loss=p["x"])
+print("inside", "CH_RUNNING" in os.environ, os.path.exists("/etc/debian_version"),
+      os.environ.get("SLURMD_NODENAME"))
+'''
+
+
+def test_trial_runs_inside_a_charliecloud_image_on_the_cluster(cli, slurm_cluster, tmp_path):
+    """A Slurm job whose trial runs in a ch-run container (a skeleton image binding the
+    host's /usr, Python and repository: see tests/test_charliecloud.py for why)."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from tests.test_charliecloud import _host_paths, _skeleton
+    if shutil.which("ch-run") is None:
+        import pytest
+        if os.environ.get("CI"):
+            pytest.fail("ch-run is missing under CI (scripts/test.sh installs it)")
+        pytest.skip("ch-run not found: apt-get install -y charliecloud-runtime")
+    image = tmp_path / "image"
+    binds = _host_paths()
+    _skeleton(image, binds)
+    (cli.cwd / "trial.py").write_text(CH_TRIAL)
+    name = f"sl-ch-{RUN}"
+    spec = cli.write_spec(f"""
+        name: {name}
+        command: "python trial.py # {{x}}"
+        search: {{strategy: random, trials: 2, parallel: 2, seed: 1,
+                 space: {{x: {{low: 0.0, high: 1.0}}}}}}
+        objective: {{metric: loss}}
+        resources: {{nodes: 1, time: "00:05:00"}}
+        executor: {{type: slurm, poll_interval: 0.5}}
+        container: {{runtime: charliecloud, image: "{image}", binds: {list(binds)}}}
+        """, "ch.yaml")
+    env = {**slurm_cluster.env,
+           "PATH": f"{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', '')}"}
+    cli("submit", spec, env=env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    for t in trials:
+        assert t.state == "completed" and t.objective_values == [t.params["x"]]
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        # in the container (ch-run sets CH_RUNNING; the host's /etc is not there), on a node
+        assert f"inside True False {t.nodes}" in out, out
