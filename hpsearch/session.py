@@ -97,6 +97,39 @@ def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> 
     return with_executor(dataclasses.replace(spec, source=Path(exp.spec_file)), executor_type)
 
 
+DRIVER_JOB_FILE = "driver.job"
+
+
+def create_store(spec: Spec, trials: int) -> Store:
+    """The experiment's store, created with its experiment row (atomically)."""
+    return Store.create(spec.experiment_dir / STORE_FILE, name=spec.name,
+                        spec_yaml=Path(spec.source).read_text(), spec_file=str(spec.source),
+                        base_dir=str(Path(spec.source).parent), strategy=spec.search.strategy,
+                        directions=[o.direction for o in spec.objectives],
+                        trials_requested=trials)
+
+
+def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
+    """Record the experiment here, then submit its driver as a small Slurm job that runs
+    `hpsearch resume` (requeued if its node fails; resume makes a restart safe). Returns the
+    driver job's id."""
+    from hpsearch.search import make_search
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.sbatch import driver_script
+
+    exp_dir = spec.experiment_dir
+    lock = runs.DriverLock(exp_dir)
+    lock.acquire()  # refuses while a driver runs; released before the job can start
+    try:
+        if create and not (exp_dir / STORE_FILE).exists():
+            create_store(spec, make_search(spec).total).close()
+    finally:
+        lock.release()
+    job_id = Slurm().sbatch(driver_script(spec, sys.executable, driver_time))
+    (exp_dir / DRIVER_JOB_FILE).write_text(job_id + "\n")  # `cancel` finds it here
+    return job_id
+
+
 def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
           on_ready: Callable[[], None] = lambda: None) -> int:
     """Own the experiment (lock), create or open its store, run the driver to the end."""
@@ -109,12 +142,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     try:
         search = make_search(spec)
         if create and not (exp_dir / STORE_FILE).exists():
-            store = Store.create(exp_dir / STORE_FILE, name=spec.name,
-                                 spec_yaml=Path(spec.source).read_text(),
-                                 spec_file=str(spec.source), base_dir=str(Path(spec.source).parent),
-                                 strategy=spec.search.strategy,
-                                 directions=[o.direction for o in spec.objectives],
-                                 trials_requested=search.total)
+            store = create_store(spec, search.total)
         else:
             store = Store(exp_dir / STORE_FILE)
         on_ready()
@@ -183,6 +211,9 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     processes and mark them cancelled (taking the driver lock to write the store)."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
     lock = runs.DriverLock(exp_dir)
+    stopped = _stop_driver_job(exp_dir, lock, wait)
+    if stopped:
+        return stopped
     pid = lock.holder()
     if pid:
         os.kill(pid, signal.SIGTERM)
@@ -205,6 +236,26 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
                 f"and marked {len(rows)} trial(s) cancelled")
     finally:
         lock.release()
+
+
+def _stop_driver_job(exp_dir: Path, lock: runs.DriverLock, wait: float) -> str | None:
+    """If the driver runs as a Slurm job (--driver-job), SIGTERM it there and wait for it to
+    cancel its trials and let go of the experiment."""
+    path = exp_dir / DRIVER_JOB_FILE
+    if not path.exists():
+        return None
+    from hpsearch.slurm.commands import Slurm
+    slurm = Slurm()
+    job_id = path.read_text().strip()
+    if not slurm.squeue([job_id]):
+        return None  # it has ended
+    slurm.scancel([job_id], signal="TERM")
+    deadline = time.monotonic() + wait
+    while slurm.squeue([job_id]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if slurm.squeue([job_id]):
+        raise Conflict(f"driver job {job_id} did not stop within {wait:g}s")
+    return f"stopped the driver job {job_id}; its running trials were cancelled"
 
 
 def _stop_orphans(rows: list) -> int:

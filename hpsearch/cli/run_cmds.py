@@ -15,7 +15,8 @@ def register(sub) -> None:
                     "  hpsearch submit examples/quadratic/spec.yaml --executor local\n"
                     "  hpsearch submit spec.yaml --detach      # survives logout; see "
                     "`hpsearch status NAME`\n"
-                    "  hpsearch submit spec.yaml --resume      # continue if it already exists",
+                    "  hpsearch submit spec.yaml --resume      # continue if it already exists\n"
+                    "  hpsearch submit spec.yaml --driver-job  # the driver runs as a Slurm job",
                     submit)
     p.add_argument("spec", type=Path)
     _add_run_flags(p)
@@ -40,6 +41,11 @@ def _add_run_flags(p) -> None:
                    help="override the spec's executor")
     p.add_argument("--detach", action="store_true",
                    help="run the driver in the background (log: <runs>/<name>/driver.log)")
+    p.add_argument("--driver-job", action="store_true",
+                   help="run the driver as its own small Slurm job (survives a login-node "
+                        "reboot; log: <runs>/<name>/driver.log)")
+    p.add_argument("--driver-time", default=None, metavar="TIME",
+                   help="time limit of the --driver-job (default: the partition's)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
     add_runs_dir(p)
 
@@ -74,6 +80,16 @@ def _run(spec, create: bool, args) -> int:
     from hpsearch import session
 
     exp_dir = spec.experiment_dir
+    if args.driver_job:
+        if spec.executor.type != "slurm":
+            from hpsearch.errors import BadInput
+            raise BadInput("--driver-job needs the Slurm executor (executor: slurm, or "
+                           "--executor slurm)")
+        job_id = session.submit_driver_job(spec, create, args.driver_time)
+        print(f"experiment {spec.name}: driver submitted as Slurm job {job_id}")
+        print(f"  log: {exp_dir / 'driver.log'}")
+        print(f"  watch: hpsearch status {spec.name}    stop: hpsearch cancel {spec.name}")
+        return 0
     if args.detach:
         pid = session.detach(lambda ready: session.drive(spec, create, _printer(False), ready),
                              exp_dir / "driver.log")

@@ -74,7 +74,20 @@ class Slurm:
     # -- running ---------------------------------------------------------------------------
     def _run(self, argv: list[str], stdin: str | None = None,
              cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-        """Runs argv and returns it whatever its exit code; SlurmError if it cannot run."""
+        """Runs argv and returns it whatever its exit code; SlurmError if it cannot run.
+
+        A query (anything but sbatch) killed by a signal is run once more: a driver running as
+        a Slurm job gets `scancel --signal=TERM --full`, which reaches its children too, and
+        must still be able to cancel its trials. sbatch is never repeated (it may have
+        submitted before it died)."""
+        for _ in range(1 if argv[0] == "sbatch" else 2):
+            proc = self._run_once(argv, stdin, cwd)
+            if proc.returncode >= 0:
+                break
+        return proc
+
+    def _run_once(self, argv: list[str], stdin: str | None,
+                  cwd: str | os.PathLike | None) -> subprocess.CompletedProcess:
         self.calls[argv[0]] += 1
         try:
             return subprocess.run(argv, check=False, input=stdin, capture_output=True,

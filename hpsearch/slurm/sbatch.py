@@ -91,3 +91,22 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
         lines.append("  ;;")
     lines.append("esac")
     return "\n".join(lines) + "\n"
+
+
+def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
+    """The batch script that runs the experiment's driver as its own small job."""
+    exp_dir = spec.experiment_dir
+    opts = [f"--job-name=hps-driver.{spec.name}", f"--output={exp_dir / 'driver.log'}",
+            "--open-mode=append", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+            "--requeue", f"--chdir={spec.workdir}"]
+    res = spec.resources
+    for key, value in (("time", time_limit), ("partition", res.partition),
+                       ("account", res.account), ("qos", res.qos)):
+        if value is not None:
+            opts.append(f"--{key}={value}")
+    command = [python, "-m", "hpsearch", "resume", spec.name, "--runs-dir", str(spec.runs_dir),
+               "--executor", "slurm", "--quiet"]
+    lines = ["#!/bin/bash"] + [_directive(opt) for opt in opts]
+    lines.append(f"# hpsearch: the driver of experiment {spec.name}, as a Slurm job")
+    lines.append("exec " + shlex.join(command))
+    return "\n".join(lines) + "\n"

@@ -234,3 +234,42 @@ def test_trial_runs_inside_a_charliecloud_image_on_the_cluster(cli, slurm_cluste
         out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
         # in the container (ch-run sets CH_RUNNING; the host's /etc is not there), on a node
         assert f"inside True False {t.nodes}" in out, out
+
+
+def test_driver_runs_as_its_own_slurm_job_and_cancel_stops_it(cli, slurm_cluster):
+    """--driver-job: the driver is a small Slurm job running `hpsearch resume`; the login
+    node only records the experiment and submits it. `cancel` SIGTERMs that job, which
+    cancels the trials' jobs before it exits."""
+    from pathlib import Path
+    spec, name = _spec(cli, "sl-driver", trials=3, parallel=3)
+    env = {**slurm_cluster.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = cli("submit", spec, "--driver-job", env=env, check=0).stdout
+    driver_job = out.split("Slurm job ")[1].split()[0]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        exp, trials = read_store(cli.runs, name)
+        if exp.status == "completed":
+            break
+        time.sleep(0.5)
+    assert exp.status == "completed" and [t.state for t in trials] == ["completed"] * 3
+    (record,) = slurm_cluster.wait_for_accounting(driver_job, "State,AllocNodes")
+    assert record == ["COMPLETED", "1"]  # (sacct may call it `allocation` for a moment)
+    assert (cli.runs / name / "driver.job").read_text().strip() == driver_job
+
+    spec2, name2 = _spec(cli, "sl-drvcancel", command="sleep 300; echo {x}", trials=2, parallel=2)
+    out = cli("submit", spec2, "--driver-job", env=env, check=0).stdout
+    driver_job = out.split("Slurm job ")[1].split()[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        rows = read_store(cli.runs, name2)[1]
+        if len(rows) == 2 and all(r.job_id for r in rows):
+            break
+        time.sleep(0.5)
+    stopped = cli("cancel", name2, env=env, check=0, timeout=180).stdout
+    assert f"stopped the driver job {driver_job}" in stopped
+    exp, rows = read_store(cli.runs, name2)
+    assert exp.status == "cancelled" and [r.state for r in rows] == ["cancelled"] * 2
+    queue = slurm_cluster.run("squeue", "-h", "-o", "%i", "-j",
+                              ",".join([driver_job] + [r.job_id for r in rows]),
+                              check=False).stdout.split()
+    assert queue == []
