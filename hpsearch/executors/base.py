@@ -98,8 +98,5 @@ class Executor(ABC):
         """After a driver restart: watch an attempt that is still running (Started), report
         one that ended meanwhile (Ended), or None if it never started."""
 
-    def running(self) -> list[int]:
-        return []
-
     def close(self) -> None:
         """Release resources; running attempts are left alone."""

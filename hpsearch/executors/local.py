@@ -88,9 +88,6 @@ class LocalExecutor(Executor):
             free = min(free, len(self.free_gpus) // self.gpus_per_trial)
         return max(0, free)
 
-    def running(self) -> list[int]:
-        return list(self.running_) + list(self.spawning)
-
     def submit(self, launch: Launch) -> None:
         """Queue the spawn; poll() reports it as Started, or as Ended if it could not start."""
         gpus = self._take_gpus()

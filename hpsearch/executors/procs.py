@@ -5,7 +5,6 @@ stopping a whole process group."""
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
 
@@ -82,6 +81,3 @@ def signal_group(pgid: int, sig: int) -> bool:
 def group_alive(pgid: int) -> bool:
     return signal_group(pgid, 0)
 
-
-def stop_group(pgid: int) -> None:
-    signal_group(pgid, signal.SIGTERM)

@@ -68,9 +68,6 @@ class SlurmExecutor(Executor):
     def free_slots(self) -> int:
         return max(0, self.parallel - len(self.jobs) - len(self.waiting))
 
-    def running(self) -> list[int]:
-        return list(self.jobs) + [launch.trial_id for launch in self.waiting]
-
     def submit(self, launch: Launch) -> Started | None:
         prepare_trial_dir(launch)
         if self.spec.executor.array and self.spec.resources.nodes == 1:

@@ -155,9 +155,6 @@ class Store(Reader):
                                (now, None, status, message)))
         self._write_many(statements)
 
-    def set_study_attrs(self, attrs: dict) -> None:
-        self._write("update experiment set study_attrs = ?", (_dumps(attrs),))
-
     # -- trials ----------------------------------------------------------------------------
     def insert_trial(self, trial_id: int, params: dict, trial_dir: str,
                      sampler_attrs: dict, study_attrs: dict | None = None) -> None:
