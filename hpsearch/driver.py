@@ -177,6 +177,7 @@ class Driver:
     def finalize(self, ended: Ended) -> None:
         with self.store.batch():  # the last metrics and the outcome: one commit
             self._finalize(ended)
+        fault_point("after_finish")
 
     def _finalize(self, ended: Ended) -> None:
         began = time.perf_counter()
@@ -211,7 +212,6 @@ class Driver:
                 f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
         else:
             self._failed(live, attempt, ended.exit_code, _with_stderr_tail(error, live))
-        fault_point("after_finish")
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
     def _failed(self, live: _Live, attempt: int, exit_code: int | None, error: str) -> None:
