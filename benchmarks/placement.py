@@ -1,0 +1,80 @@
+"""Placement of trials on a fat tree: Slurm first-fit, Slurm tree best-fit, hpsearch.
+
+Runs the three policies of `hpsearch.placement.simulate` on one seeded workload (the same
+background jobs and trial stream) and prints, side by side: the fraction of multi-node trials
+that span leaves, mean and p95 queue wait, utilization, and the modeled all-reduce time per
+step of multi-node trials; then wait against first-fit's and step time against hpsearch's.
+
+Goal: at most 5% of multi-node trials span leaves under hpsearch, with mean wait at most
+1.10 x first-fit's. docs/placement.md describes the model.
+
+    python benchmarks/placement.py                         # 1,024 nodes, 32 leaves, 500 trials
+    python benchmarks/placement.py --max-wait 120 --seed 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hpsearch.placement.simulate import POLICIES, SimConfig, simulate  # noqa: E402
+
+SPAN_GOAL = 0.05
+WAIT_GOAL = 1.10
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    defaults = SimConfig()
+    parser.add_argument("--nodes", type=int, default=defaults.nodes)
+    parser.add_argument("--leaves", type=int, default=defaults.leaves)
+    parser.add_argument("--trials", type=int, default=defaults.trials)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--oversubscription", type=float, default=defaults.oversubscription)
+    parser.add_argument("--max-wait", type=float, default=defaults.max_wait,
+                        help="seconds tree and hpsearch wait for one leaf (default %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        config = SimConfig(nodes=args.nodes, leaves=args.leaves, trials=args.trials,
+                           seed=args.seed, oversubscription=args.oversubscription,
+                           max_wait=args.max_wait)
+    except ValueError as error:
+        print(f"placement.py: {error}", file=sys.stderr)
+        return 2
+
+    results, seconds = {}, {}
+    for policy in POLICIES:
+        began = time.perf_counter()
+        results[policy] = simulate(policy, config)
+        seconds[policy] = time.perf_counter() - began
+
+    print(f"{config.nodes} nodes in {config.leaves} leaves, uplinks {config.oversubscription:g}:1, "
+          f"{config.trials} trials ({config.parallel} in flight), seed {config.seed}, "
+          f"max_wait {config.max_wait:g} s, S {config.gradient_bytes / 1e6:g} MB, "
+          f"B {config.link_bandwidth / 1e9:g} Gb/s")
+    first_fit, ours = results["first-fit"], results["hpsearch"]
+    header = (f"{'policy':<10} {'spanning':>9} {'mean wait':>10} {'p95 wait':>9} {'util':>6} "
+              f"{'step ms':>8} {'wait/ff':>8} {'step/hps':>9} {'sim s':>6}")
+    print(header)
+    print("-" * len(header))
+    for policy, r in results.items():
+        wait_ratio = r.mean_wait / first_fit.mean_wait if first_fit.mean_wait else float("nan")
+        print(f"{policy:<10} {r.spanning_fraction:>8.1%} {r.mean_wait:>9.1f}s {r.p95_wait:>8.1f}s "
+              f"{r.utilization:>6.1%} {r.mean_step_time * 1e3:>8.2f} {wait_ratio:>7.2f}x "
+              f"{r.mean_step_time / ours.mean_step_time:>8.2f}x {seconds[policy]:>6.2f}")
+    span_ok = ours.spanning_fraction <= SPAN_GOAL
+    wait_ok = ours.mean_wait <= WAIT_GOAL * first_fit.mean_wait
+    print(f"{'ok' if span_ok else 'MISS'}: hpsearch spans leaves for {ours.spanning_fraction:.1%} "
+          f"of multi-node trials (goal <= {SPAN_GOAL:.0%})")
+    print(f"{'ok' if wait_ok else 'MISS'}: hpsearch mean wait {ours.mean_wait:.1f} s = "
+          f"{ours.mean_wait / first_fit.mean_wait if first_fit.mean_wait else float('nan'):.2f} x "
+          f"first-fit's {first_fit.mean_wait:.1f} s (goal <= {WAIT_GOAL:.2f} x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
