@@ -59,7 +59,7 @@ def fewest_leaves(states: dict[str, LeafState], k: int) -> list[tuple[str, list[
 
 
 def place(k: int, states: dict[str, LeafState], policy: str = "leaf-switch",
-          waited: float = 0.0, max_wait: float = 600.0, tree_plugin: bool = False) -> Placement:
+          waited: float = 0.0, max_wait: float = 300.0, tree_plugin: bool = False) -> Placement:
     """Where a trial of k nodes goes, given how long it has waited for a leaf so far."""
     if policy == "any":
         return Placement()
