@@ -118,7 +118,7 @@ class Driver:
                 self._record_started(event)
             elif isinstance(event, Update):
                 self.store.update_placement(event.trial_id, event.attempt, event.sched_state,
-                                            event.pending_reason, event.nodes)
+                                            event.pending_reason, event.nodes, event.leaves)
             else:
                 self.finalize(event)
 
@@ -186,7 +186,7 @@ class Driver:
         fault_point("mid_ingest")
         tid, attempt = ended.trial_id, ended.attempt
         if ended.nodes:
-            self.store.update_placement(tid, attempt, None, None, ended.nodes)
+            self.store.update_placement(tid, attempt, None, None, ended.nodes, ended.leaves)
         if ended.reason == "cancelled":
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")

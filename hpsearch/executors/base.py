@@ -45,6 +45,7 @@ class Ended:
                             # a scheduler's end such as out_of_memory, node_fail, preempted
     detail: str = ""
     nodes: str | None = None  # hostlist it ran on, where the executor knows it
+    leaves: str | None = None  # leaf switches of those nodes, comma-separated, where known
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Update:
     sched_state: str
     pending_reason: str | None = None
     nodes: str | None = None
+    leaves: str | None = None
 
 
 @dataclass

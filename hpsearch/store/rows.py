@@ -35,6 +35,7 @@ class TrialRow:
     sched_state: str | None = None   # the scheduler's word: PENDING, RUNNING, ...
     pending_reason: str | None = None
     nodes: str | None = None         # hostlist of the current attempt
+    leaves: str | None = None        # leaf switches of those nodes, comma-separated
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> "TrialRow":

@@ -45,7 +45,13 @@ def _v2(db: sqlite_utils.Database) -> None:
     db["attempts"].add_column("nodes", str)
 
 
-MIGRATIONS = [_v1, _v2]
+def _v3(db: sqlite_utils.Database) -> None:
+    """The leaf switches a trial's nodes sit under (comma-separated, from the topology)."""
+    db["trials"].add_column("leaves", str)
+    db["attempts"].add_column("leaves", str)
+
+
+MIGRATIONS = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -199,14 +199,16 @@ class Store(Reader):
         ])
 
     def update_placement(self, trial_id: int, attempt: int, sched_state: str | None,
-                         pending_reason: str | None, nodes: str | None) -> None:
-        """What the scheduler says of a submitted attempt: state, pending reason, nodes."""
+                         pending_reason: str | None, nodes: str | None,
+                         leaves: str | None = None) -> None:
+        """What the scheduler says of a submitted attempt: state, pending reason, nodes, and
+        the leaf switches of those nodes."""
         self._write_many([
-            ("update trials set sched_state = ?, pending_reason = ?, nodes = ?,"
+            ("update trials set sched_state = ?, pending_reason = ?, nodes = ?, leaves = ?,"
              " host = coalesce(?, host) where id = ? and attempt = ?",
-             (sched_state, pending_reason, nodes, nodes, trial_id, attempt)),
-            ("update attempts set nodes = ?, host = coalesce(?, host)"
-             " where trial = ? and attempt = ?", (nodes, nodes, trial_id, attempt)),
+             (sched_state, pending_reason, nodes, leaves, nodes, trial_id, attempt)),
+            ("update attempts set nodes = ?, leaves = ?, host = coalesce(?, host)"
+             " where trial = ? and attempt = ?", (nodes, leaves, nodes, trial_id, attempt)),
         ])
 
     def finish_attempt(self, trial_id: int, attempt: int, state: str, exit_code: int | None,
