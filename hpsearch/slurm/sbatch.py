@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 
 from hpsearch.executors.base import Launch
 from hpsearch.launching import EXIT_TRAP
@@ -49,9 +50,11 @@ def _directive(option: str) -> str:
         '#SBATCH ' + option.split("=", 1)[0] + '="' + option.split("=", 1)[1] + '"'
 
 
-def batch_script(spec: Spec, launch: Launch) -> str:
+def batch_script(spec: Spec, launch: Launch, extra: Sequence[str] = ()) -> str:
+    """`extra`: options decided at submit time (placement, a retry's overrides); sbatch
+    takes the last of repeated options, so these win over the spec's."""
     lines = ["#!/bin/bash"]
-    lines += [_directive(opt) for opt in sbatch_options(spec, launch)]
+    lines += [_directive(opt) for opt in [*sbatch_options(spec, launch), *extra]]
     lines.append(f"# hpsearch: experiment {spec.name}, trial {launch.trial_id}, "
                  f"attempt {launch.attempt}")
     lines += [f"export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
