@@ -38,3 +38,9 @@ def best(trials: list[r.TrialRow], directions: list[str], k: int = 1) -> list[r.
     if len(directions) > 1:
         return pareto_front(trials, directions)
     return top_k(trials, directions, k)
+
+
+def record(trial: r.TrialRow, metrics: list[str]) -> dict:
+    """A trial as `best --json` and `submit --best-out` write it."""
+    return {"trial": trial.id, "values": dict(zip(metrics, trial.objective_values)),
+            "params": trial.params, "trial_dir": trial.trial_dir}

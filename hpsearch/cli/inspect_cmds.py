@@ -13,6 +13,7 @@ from pathlib import Path
 from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.results import best as best_trials
+from hpsearch.results import record
 
 from hpsearch.store import STORE_FILE
 
@@ -141,8 +142,7 @@ def best(args) -> int:
     metrics = _metric_names(exp)
     top = best_trials(trials, exp.directions, args.k)
     if args.json:
-        print(json.dumps([{"trial": t.id, "values": dict(zip(metrics, t.objective_values)),
-                           "params": t.params, "trial_dir": t.trial_dir} for t in top], indent=1))
+        print(json.dumps([record(t, metrics) for t in top], indent=1))
         return 0 if top else 1
     if not top:
         print(f"experiment {exp.name}: no completed trial yet", file=sys.stderr)

@@ -16,12 +16,20 @@ def register(sub) -> None:
                     "  hpsearch submit spec.yaml --detach      # survives logout; see "
                     "`hpsearch status NAME`\n"
                     "  hpsearch submit spec.yaml --resume      # continue if it already exists\n"
-                    "  hpsearch submit spec.yaml --driver-job  # the driver runs as a Slurm job",
+                    "  hpsearch submit spec.yaml --driver-job  # the driver runs as a Slurm job\n"
+                    "  hpsearch submit spec.yaml --driver-job --wait   # ... and wait for its end\n"
+                    "  # in a pipeline rule: continue an interrupted run, block until the end,\n"
+                    "  # write the best params only if every trial completed\n"
+                    "  hpsearch submit spec.yaml --resume --wait --best-out results/best.json",
                     submit)
     p.add_argument("spec", type=Path)
     _add_run_flags(p)
     p.add_argument("--resume", action="store_true",
                    help="if the experiment exists with the same spec, continue it")
+    p.add_argument("--best-out", type=Path, default=None, metavar="FILE",
+                   help="when the search succeeds (exit 0), write its best trial (params, "
+                        "values, trial dir) to FILE as JSON, atomically; otherwise write "
+                        "nothing and remove an old FILE. Attached or with --wait")
     p = add_command(sub, "resume", "Continue an experiment after a crash, kill -9, reboot or "
                     "cancel: finished trials are kept, running ones adopted, the rest re-run.",
                     "  hpsearch resume quadratic\n"
@@ -46,6 +54,10 @@ def _add_run_flags(p) -> None:
                         "reboot; log: <runs>/<name>/driver.log)")
     p.add_argument("--driver-time", default=None, metavar="TIME",
                    help="time limit of the --driver-job (default: the partition's)")
+    p.add_argument("--wait", action="store_true",
+                   help="with --detach or --driver-job: block until the search ends and "
+                        "exit with its status (Ctrl-C or SIGTERM cancels it); attached "
+                        "runs always wait")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
     add_runs_dir(p)
 
@@ -53,13 +65,31 @@ def _add_run_flags(p) -> None:
 def submit(args) -> int:
     from hpsearch import session
 
+    if args.best_out and (args.detach or args.driver_job) and not args.wait:
+        from hpsearch.errors import HpsearchError  # exit 2, like any bad flag
+        raise HpsearchError("--best-out needs the end of the search: run attached, or add "
+                            "--wait")
     spec, exists = session.new_experiment(args.spec, args.runs_dir and args.runs_dir.absolute(),
                                           args.executor, args.resume)
     if spec.search.strategy == "grid":
         from hpsearch.search.grid import grid_size
         sizes = " x ".join(str(len(p.grid_values())) for p in spec.search.space)
         print(f"grid: {sizes} = {grid_size(spec.search)} points; {spec.search.trials} trials")
-    return _run(spec, create=not exists, args=args)
+    if args.best_out:
+        args.best_out.unlink(missing_ok=True)  # no stale result while (or if) this one fails
+    code = _run(spec, create=not exists, args=args)
+    if args.best_out:
+        _best_out(spec, code, args.best_out)
+    return code
+
+
+def _best_out(spec, code: int, path: Path) -> None:
+    from hpsearch import waiting
+    if code == 0:
+        waiting.write_best(spec, path)
+        print(f"best trial written to {path}")
+    else:
+        print(f"hpsearch: not writing {path}: {waiting.failure_report(spec)}", file=sys.stderr)
 
 
 def resume(args) -> int:
@@ -87,18 +117,28 @@ def _run(spec, create: bool, args) -> int:
                            "--executor slurm)")
         job_id = session.submit_driver_job(spec, create, args.driver_time)
         print(f"experiment {spec.name}: driver submitted as Slurm job {job_id}")
-        print(f"  log: {exp_dir / 'driver.log'}")
-        print(f"  watch: hpsearch status {spec.name}    stop: hpsearch cancel {spec.name}")
-        return 0
+        return _started_elsewhere(spec, job_id, args.wait)
     if args.detach:
         pid = session.detach(lambda ready: session.drive(spec, create, _printer(False), ready),
                              exp_dir / "driver.log")
         print(f"experiment {spec.name}: driver running in the background (pid {pid})")
-        print(f"  log: {exp_dir / 'driver.log'}")
-        print(f"  watch: hpsearch status {spec.name}    stop: hpsearch cancel {spec.name}")
-        return 0
+        return _started_elsewhere(spec, None, args.wait)
     started = time.time()
     code = session.drive(spec, create, _printer(args.quiet))
+    _summary(spec, time.time() - started)
+    return code
+
+
+def _started_elsewhere(spec, job_id: str | None, wait: bool) -> int:
+    """After --detach or --driver-job: say where to look; with --wait, wait for the end."""
+    print(f"  log: {spec.experiment_dir / 'driver.log'}")
+    print(f"  watch: hpsearch status {spec.name}    stop: hpsearch cancel {spec.name}",
+          flush=True)
+    if not wait:
+        return 0
+    from hpsearch import waiting
+    started = time.time()
+    code = waiting.wait_for_driver(spec, job_id)
     _summary(spec, time.time() - started)
     return code
 
