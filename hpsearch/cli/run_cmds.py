@@ -59,6 +59,9 @@ def _add_run_flags(p) -> None:
                         "exit with its status (Ctrl-C or SIGTERM cancels it); attached "
                         "runs always wait")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+    p.add_argument("--no-tui", action="store_true",
+                   help="attached to a terminal, print progress lines instead of the live "
+                        "view (docs/tui.md)")
     add_runs_dir(p)
 
 
@@ -124,7 +127,11 @@ def _run(spec, create: bool, args) -> int:
         print(f"experiment {spec.name}: driver running in the background (pid {pid})")
         return _started_elsewhere(spec, None, args.wait)
     started = time.time()
-    code = session.drive(spec, create, _printer(args.quiet))
+    if _live_view_wanted(args):  # Ctrl-C still cancels the running trials (the driver's)
+        from hpsearch.tui.loop import drive_with_view
+        code = drive_with_view(spec, create)
+    else:
+        code = session.drive(spec, create, _printer(args.quiet))
     _summary(spec, time.time() - started)
     return code
 
@@ -141,6 +148,11 @@ def _started_elsewhere(spec, job_id: str | None, wait: bool) -> int:
     code = waiting.wait_for_driver(spec, job_id)
     _summary(spec, time.time() - started)
     return code
+
+
+def _live_view_wanted(args) -> bool:
+    """The live view (hpsearch watch) by default when attached to a terminal."""
+    return not (args.quiet or args.no_tui) and sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def _printer(quiet: bool):

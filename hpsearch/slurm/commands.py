@@ -137,18 +137,24 @@ class Slurm:
         ids = _unique(job_ids)
         if not ids:
             return []
+        text = self._sacct_text(ids, parse.SACCT_FORMAT)
+        # One parse over every chunk: a job listed twice keeps its newest record.
+        return None if text is None else self._parsed(["sacct"], parse.parse_sacct, text)
+
+    def _sacct_text(self, ids: list[str], format_: str) -> str | None:
+        """`sacct --parsable2 --noheader -X --format=FORMAT -j ...` over chunks of ids, the
+        outputs joined; None when the cluster keeps no accounting."""
         outputs = []
         for chunk in _chunks(ids, self.max_ids_per_call):
-            argv = ["sacct", "--parsable2", "--noheader", "-X",
-                    f"--format={parse.SACCT_FORMAT}", "-j", ",".join(chunk)]
+            argv = ["sacct", "--parsable2", "--noheader", "-X", f"--format={format_}",
+                    "-j", ",".join(chunk)]
             proc = self._run(argv)
             if proc.returncode != 0:
                 if parse.is_accounting_disabled(proc.stderr):
                     return None
                 raise _failed(argv, proc)
             outputs.append(proc.stdout)
-        # One parse over every chunk: a job listed twice keeps its newest record.
-        return self._parsed(["sacct"], parse.parse_sacct, "".join(outputs))
+        return "".join(outputs)
 
     def squeue(self, job_ids: Iterable[str] | None = None) -> list[QueueRecord]:
         """Jobs in slurmctld's queue (pending, running, completing...), all of them or only
@@ -259,6 +265,13 @@ class Slurm:
         if not fields.get("NodeAddr"):
             raise SlurmError(argv, 0, "", "printed no NodeAddr")
         return fields["NodeAddr"]
+
+    def sacct_usage(self, job_ids: Iterable[str]) -> list[parse.JobUsage] | None:
+        """What these jobs used (seconds run, nodes, GPUs, CPUs), one record per job or
+        task that ran or runs; None when the cluster keeps no accounting (`hpsearch
+        report` then falls back on the store's times)."""
+        text = self._sacct_text(_unique(job_ids), parse.SACCT_USAGE_FORMAT)
+        return None if text is None else self._parsed(["sacct"], parse.parse_sacct_usage, text)
 
 
 def _failed(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:

@@ -498,3 +498,79 @@ def parse_sbatch_parsable(text: str) -> str:
     if not match:
         raise ValueError(f"sbatch --parsable printed no job id: {text!r}")
     return match.group(1)
+
+
+# -- sacct usage (node- and GPU-hours, for `hpsearch report`) ------------------------------
+
+# `sacct --parsable2 --noheader -X --format=SACCT_USAGE_FORMAT`: ElapsedRaw is whole seconds;
+# GPUs appear only in AllocTRES ("billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1").
+SACCT_USAGE_FORMAT = "JobID,State,ElapsedRaw,NNodes,AllocTRES,Submit"
+_USAGE_FIELDS = SACCT_USAGE_FORMAT.split(",")
+
+
+@dataclass(frozen=True)
+class JobUsage:
+    """What one job or array task used: seconds it ran, nodes, GPUs and CPUs allocated
+    (0 while it has no allocation)."""
+
+    job_id: str
+    state: str
+    elapsed: float | None
+    nodes: int
+    gpus: int
+    cpus: int
+
+
+def parse_tres(text: str) -> dict[str, str]:
+    """"cpu=1,gres/gpu=2,mem=1000M" -> {"cpu": "1", "gres/gpu": "2", "mem": "1000M"}."""
+    out = {}
+    for item in text.strip().split(","):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"not a TRES item: {item!r}")
+        out[key] = value
+    return out
+
+
+def _tres_count(tres: dict[str, str], key: str) -> int:
+    value = tres.get(key, "0")
+    if not value.isdigit():
+        raise ValueError(f"TRES {key}={value!r} is not a count")
+    return int(value)
+
+
+def parse_sacct_usage(text: str) -> list[JobUsage]:
+    """`sacct --parsable2 --noheader -X --format=SACCT_USAGE_FORMAT` -> one record per job or
+    array task that has a line of its own. Steps and range lines (tasks not started, which
+    used nothing) are skipped; a job id listed twice keeps the newest submit."""
+    items = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) != len(_USAGE_FIELDS):
+            raise ValueError(f"sacct line {number}: expected {len(_USAGE_FIELDS)} "
+                             f"'|'-separated fields ({SACCT_USAGE_FORMAT}), got {len(fields)}: "
+                             f"{line!r}")
+        row = dict(zip(_USAGE_FIELDS, fields, strict=True))
+        if "." in row["JobID"]:
+            continue
+        try:
+            ids = _split_job_id(row["JobID"])
+            if ids[0][3]:  # a range of tasks not started
+                continue
+            tres = parse_tres(row["AllocTRES"])
+            elapsed = row["ElapsedRaw"].strip()
+            nnodes = row["NNodes"].strip()
+            record = JobUsage(job_id=ids[0][0], state=normalize_state(row["State"]),
+                              elapsed=float(elapsed) if elapsed.isdigit() else None,
+                              nodes=int(nnodes) if nnodes.isdigit() else 0,
+                              gpus=_tres_count(tres, "gres/gpu"),
+                              cpus=_tres_count(tres, "cpu"))
+            submit = parse_time(row["Submit"])
+        except ValueError as exc:
+            raise ValueError(f"sacct line {number}: {exc}: {line!r}") from None
+        items.append((record.job_id, record, False, submit))
+    return _keep_newest(items)

@@ -180,6 +180,23 @@ done
 [ -s "$HERE/sacct_transient_allocation_name.txt" ] \
     || echo "note: no transient 'allocation' name seen this time; file left empty" >&2
 
+# --- sacct usage (hpsearch report: node- and GPU-hours): finished jobs with GPUs, two nodes,
+# a failure and an array; a job pending (--begin later) and one running. Keep USAGE_FORMAT
+# equal to hpsearch.slurm.parse.SACCT_USAGE_FORMAT.
+USAGE_FORMAT=JobID,State,ElapsedRaw,NNodes,AllocTRES,Submit
+u1=$(sbatch --parsable -J usage-gpu --gres=gpu:2 -o /dev/null --wrap 'sleep 2')
+u2=$(sbatch --parsable -J usage-two-node -N2 --ntasks-per-node=1 -o /dev/null --wrap 'srun sleep 2')
+u3=$(sbatch --parsable -J usage-failed -o /dev/null --wrap 'sleep 1; exit 3')
+u4=$(sbatch --parsable -J usage-array --array=0-1 -o /dev/null --wrap 'sleep 1')
+wait_accounted "$u1" "$u2" "$u3" "$u4"
+u5=$(sbatch --parsable -J usage-pending --begin=now+3600 -o /dev/null --wrap true)
+u6=$(sbatch --parsable -J usage-running --gres=gpu:1 -o /dev/null --wrap 'sleep 20')
+wait_state "$u6" RUNNING
+sleep 3
+out sacct_usage sacct --parsable2 --noheader -X --format="$USAGE_FORMAT" \
+    -j "$u1,$u2,$u3,$u4,$u5,$u6"
+scancel "$u5" "$u6"
+
 # --- sacct where accounting is not configured: it reads only its own slurm.conf ----------
 grep -v '^AccountingStorage' "$SLURM_CONF" >"$WORK/no_accounting.conf"
 set +e

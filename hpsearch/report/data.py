@@ -1,0 +1,145 @@
+"""What a report shows, read from the store (read-only) and, on Slurm, from sacct.
+
+Resources are counted per attempt: node-hours = nodes x hours it ran, GPU-hours = GPUs x
+hours. On Slurm they come from sacct (ElapsedRaw, NNodes, AllocTRES of each attempt's job);
+elsewhere, or where sacct knows nothing, from the store's start and end times, with one
+node and the GPUs the local executor gave the trial. Each attempt falls in one class:
+completed, pruned, failed, preempted (preempted, node failure, lost: run again later) or
+cancelled.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpsearch.store import STORE_FILE
+from hpsearch.store import rows as r
+from hpsearch.tui.model import spec_facts
+
+CLASSES = ("completed", "pruned", "failed", "preempted", "cancelled")
+_PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
+
+
+@dataclass
+class AttemptUsage:
+    trial: int
+    attempt: int
+    kind: str            # one of CLASSES
+    seconds: float
+    nodes: int
+    gpus: int
+    source: str          # "sacct" or "store"
+
+    @property
+    def node_hours(self) -> float:
+        return self.nodes * self.seconds / 3600
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.seconds / 3600
+
+
+@dataclass
+class ReportData:
+    name: str
+    strategy: str
+    executor: str
+    status: str
+    metrics: tuple[str, ...]
+    directions: tuple[str, ...]
+    trials: list[r.TrialRow]
+    curves: dict[int, list[tuple[int, float]]]   # trial -> [(step, value)] of metrics[0]
+    usage: list[AttemptUsage]
+    notes: list[str] = field(default_factory=list)
+    created: float = 0.0
+    updated: float = 0.0
+
+
+def attempt_class(state: str | None, reason: str | None) -> str:
+    """The resource class of an attempt from its recorded state and reason."""
+    text = f"{state or ''} {reason or ''}".lower()
+    if any(word in text for word in _PREEMPTED_WORDS):
+        return "preempted"
+    if state in ("completed", "pruned", "failed", "cancelled"):
+        return state
+    return "cancelled" if state is None else "failed"
+
+
+def _gpu_count(gpus: str | None) -> int:
+    return len([g for g in (gpus or "").split(",") if g.strip()])
+
+
+def collect(exp_dir: Path, use_sacct: bool = True, slurm=None) -> ReportData:
+    from hpsearch.store.store import Reader
+    reader = Reader(Path(exp_dir) / STORE_FILE)
+    try:
+        exp = reader.experiment()
+        metrics, executor = spec_facts(exp.spec_yaml)
+        trials = reader.trials()
+        curves: dict[int, list[tuple[int, float]]] = {}
+        if metrics:
+            for trial, step, value in reader.db.execute(
+                    "select trial, step, value from metrics where name = ? order by trial, "
+                    "step", (metrics[0],)).fetchall():
+                if value is not None:
+                    curves.setdefault(trial, []).append((step, value))
+        attempts = list(reader.db.execute(
+            "select trial, attempt, state, started, finished, job_id, nodes, reason "
+            "from attempts order by trial, attempt").fetchall())
+    finally:
+        reader.close()
+    gpus_of = {t.id: _gpu_count(t.gpus) for t in trials}
+    notes: list[str] = []
+    by_job = {}
+    jobs = [a[5] for a in attempts if a[5]]
+    if jobs and use_sacct:
+        by_job, note = _sacct_usage(jobs, slurm)
+        if note:
+            notes.append(note)
+    now = time.time()
+    usage = []
+    for trial, attempt, state, started, finished, job_id, nodes, reason in attempts:
+        kind = attempt_class(state, reason)
+        record = by_job.get(job_id) if job_id else None
+        if record is not None and record.elapsed is not None:
+            usage.append(AttemptUsage(trial, attempt, kind, record.elapsed,
+                                      record.nodes or 1, record.gpus, "sacct"))
+        elif started is not None:
+            end = finished if finished is not None else now
+            node_count = _node_count(nodes)
+            usage.append(AttemptUsage(trial, attempt, kind, max(0.0, end - started),
+                                      node_count, gpus_of.get(trial, 0), "store"))
+    if jobs and not use_sacct:
+        notes.append("sacct not asked (--no-sacct): times from the store, 1 node per attempt "
+                     "unless its nodes are recorded")
+    return ReportData(name=exp.name, strategy=exp.strategy, executor=executor,
+                      status=exp.status, metrics=metrics, directions=tuple(exp.directions),
+                      trials=trials, curves=curves, usage=usage, notes=notes,
+                      created=exp.created, updated=exp.updated)
+
+
+def _node_count(hostlist: str | None) -> int:
+    if not hostlist:
+        return 1
+    from hpsearch.slurm.hostlist import expand
+    try:
+        return max(1, len(expand(hostlist)))
+    except ValueError:
+        return 1
+
+
+def _sacct_usage(job_ids: list[str], slurm=None) -> tuple[dict, str | None]:
+    """{job id: JobUsage} from sacct, and a note when sacct could not help."""
+    from hpsearch.errors import HpsearchError
+    try:
+        if slurm is None:
+            from hpsearch.slurm.commands import Slurm
+            slurm = Slurm(timeout=60)
+        records = slurm.sacct_usage(job_ids)
+    except HpsearchError as exc:
+        return {}, f"sacct failed, times from the store instead: {str(exc).splitlines()[0]}"
+    if records is None:
+        return {}, "the cluster keeps no accounting: times from the store instead"
+    return {rec.job_id: rec for rec in records}, None

@@ -1,0 +1,143 @@
+"""The report as one HTML file: figures embedded as base64 PNG (also written beside it),
+the best trials, and the resource table. No script, no external link: it opens offline."""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import time
+from pathlib import Path
+
+from hpsearch.report import figures
+from hpsearch.report.data import CLASSES, ReportData
+from hpsearch.store import rows as r
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1100px; }
+h1 { margin-bottom: 0.2em; } .meta { color: #555; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+tr.total td { font-weight: bold; background: #fafafa; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0 1em; }
+.failed { color: #b00; } .completed { color: #070; } .note { color: #a60; }
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def _hours(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def _best_rows(data: ReportData) -> str:
+    from hpsearch.results import best
+    top = best(data.trials, list(data.directions), 10)
+    if not top:
+        return "<p>No completed trial.</p>"
+    label = "Pareto front" if len(data.metrics) > 1 else "Best trials"
+    head = "".join(f"<th>{_e(m)}</th>" for m in data.metrics)
+    rows = []
+    for t in top:
+        values = "".join(f"<td>{v:.6g}</td>" for v in t.objective_values)
+        params = " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in t.params.items())
+        rows.append(f"<tr><td>{t.id}</td>{values}<td class='l'>{_e(params)}</td></tr>")
+    return (f"<h2>{label}</h2><table><tr><th>trial</th>{head}<th class='l'>params</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _resource_table(data: ReportData) -> str:
+    per_trial: dict[int, dict[str, list[float]]] = {}
+    totals = {c: [0.0, 0.0, 0] for c in CLASSES}
+    sources = set()
+    for u in data.usage:
+        cell = per_trial.setdefault(u.trial, {c: [0.0, 0.0] for c in CLASSES})
+        cell[u.kind][0] += u.node_hours
+        cell[u.kind][1] += u.gpu_hours
+        totals[u.kind][0] += u.node_hours
+        totals[u.kind][1] += u.gpu_hours
+        totals[u.kind][2] += 1
+        sources.add(u.source)
+    state = {t.id: t for t in data.trials}
+    head = "".join(f"<th colspan='2'>{c}</th>" for c in CLASSES)
+    sub = "".join("<th>node-h</th><th>GPU-h</th>" for _ in CLASSES)
+    lines = [f"<table><tr><th rowspan='2'>trial</th><th rowspan='2' class='l'>state</th>"
+             f"<th rowspan='2'>attempts</th>{head}<th colspan='2'>all</th></tr>"
+             f"<tr>{sub}<th>node-h</th><th>GPU-h</th></tr>"]
+    all_node = all_gpu = 0.0
+    for trial in sorted(per_trial):
+        cell = per_trial[trial]
+        t = state.get(trial)
+        node = sum(v[0] for v in cell.values())
+        gpu = sum(v[1] for v in cell.values())
+        all_node += node
+        all_gpu += gpu
+        cells = "".join(f"<td>{_hours(cell[c][0])}</td><td>{_hours(cell[c][1])}</td>"
+                        for c in CLASSES)
+        st = t.state if t else "?"
+        lines.append(f"<tr><td>{trial}</td><td class='l {st}'>{_e(st)}</td>"
+                     f"<td>{t.attempt if t else ''}</td>{cells}<td>{_hours(node)}</td>"
+                     f"<td>{_hours(gpu)}</td></tr>")
+    cells = "".join(f"<td>{_hours(totals[c][0])}</td><td>{_hours(totals[c][1])}</td>"
+                    for c in CLASSES)
+    lines.append(f"<tr class='total'><td>total</td><td class='l'>{len(per_trial)} trials"
+                 f"</td><td>{sum(v[2] for v in totals.values())}</td>{cells}"
+                 f"<td>{_hours(all_node)}</td><td>{_hours(all_gpu)}</td></tr></table>")
+    where = {"sacct": "sacct (ElapsedRaw, NNodes, AllocTRES gres/gpu)",
+             "store": "the executor's start and end times in the store"}
+    source = " and ".join(where[s] for s in sorted(sources)) or "nothing (no attempt ran)"
+    summary = ", ".join(f"{c} {totals[c][0]:.3f} node-h / {totals[c][1]:.3f} GPU-h"
+                        for c in CLASSES if totals[c][2])
+    return (f"<h2>Resources</h2><p>Per attempt, from {source}. Preempted: preempted, node "
+            f"failure or lost attempts, run again later. Totals: {_e(summary) or 'none'}.</p>"
+            + "\n".join(lines))
+
+
+def write(data: ReportData, out_dir: Path) -> Path:
+    """Write out_dir/report.html and one PNG per figure that has something to show."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sections = []
+    for key, title, draw in figures.FIGURES:
+        png = draw(data)
+        if png is None:
+            continue
+        (out_dir / f"{key}.png").write_bytes(png)
+        encoded = base64.b64encode(png).decode("ascii")
+        sections.append(f"<h2 id='{key}'>{_e(title)}</h2>"
+                        f"<img alt='{_e(title)}' src='data:image/png;base64,{encoded}'>")
+    counts: dict[str, int] = {}
+    for t in data.trials:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+    notes = "".join(f"<p class='note'>{_e(n)}</p>" for n in data.notes)
+    goals = ", ".join(f"{d} {m}" for m, d in zip(data.metrics, data.directions))
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
+    failed = [t for t in data.trials if t.state == r.FAILED]
+    failures = ""
+    if failed:
+        items = "".join(f"<li>trial {t.id}: {_e((t.error or '').splitlines()[0] if t.error else '')}"
+                        "</li>" for t in failed[:20])
+        failures = f"<h2>Failed trials</h2><ul class='failed'>{items}</ul>"
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>hpsearch report: {_e(data.name)}</title><style>{_CSS}</style></head>
+<body>
+<h1>hpsearch report: {_e(data.name)}</h1>
+<p class="meta">{_e(data.strategy)} search on the {_e(data.executor)} executor, {_e(goals)};
+status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}.</p>
+{notes}
+{_best_rows(data)}
+{''.join(sections)}
+{failures}
+{_resource_table(data)}
+</body></html>
+"""
+    path = out_dir / "report.html"
+    tmp = out_dir / f".report.html.{os.getpid()}.tmp"
+    tmp.write_text(page)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,134 @@
+"""The refresh loop: a rich Live display redrawn from a fresh snapshot every `refresh`
+seconds (0.5 s by default: at least once a second).
+
+Two ways in:
+- `watch(exp_dir)`: `hpsearch watch NAME`. Only reads the store; Ctrl-C (KeyboardInterrupt)
+  leaves the view and nothing else: the driver, a separate process, goes on.
+- `drive_with_view(spec, create)`: `hpsearch submit` / `resume` attached to a terminal. The
+  driver keeps the main thread (it owns the SIGINT/SIGTERM handlers: Ctrl-C cancels the
+  running trials, as without the view) and the view runs in a thread until the driver ends.
+
+The view uses the terminal's alternate screen, so leaving it gives the shell back as it was;
+it needs nothing but a terminal that understands ANSI escapes (plain SSH is enough).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from hpsearch.store import STORE_FILE
+
+REFRESH = 0.5  # seconds between redraws
+WATCH_FOOTER = "Ctrl-C leaves the view; the search goes on"
+SUBMIT_FOOTER = ("Ctrl-C stops the search (cancels running trials); "
+                 "to only watch, use `hpsearch watch NAME`")
+
+
+def _console():
+    from rich.console import Console
+    return Console()
+
+
+def render_once(exp_dir: Path, width: int | None = None, height: int | None = None,
+                console=None) -> None:
+    """Print one snapshot (for `watch --once`, and where stdout is not a terminal)."""
+    from hpsearch.tui.model import ClusterWatch, SnapshotSource
+    from hpsearch.tui.view import render
+    console = console or _console()
+    source = SnapshotSource(exp_dir)
+    try:
+        cluster = None
+        if source.executor == "slurm":
+            watch_ = ClusterWatch()
+            cluster = watch_._query()
+        width = width or console.width
+        height = height or (console.height if console.is_terminal else 200)
+        snap = source.snapshot(cluster or (None, None), rows=max(1, height))
+        console.print(render(snap, width, height), width=width)
+    finally:
+        source.close()
+
+
+def _run_view(exp_dir: Path, stop: threading.Event, footer: str, refresh: float,
+              console=None) -> None:
+    """Redraw until `stop` is set (or KeyboardInterrupt, which propagates)."""
+    from rich.live import Live
+
+    from hpsearch.tui.model import ClusterWatch, SnapshotSource
+    from hpsearch.tui.view import render
+
+    console = console or _console()
+    while not (exp_dir / STORE_FILE).exists():  # submit: the driver creates it first
+        if stop.wait(0.1):
+            return
+    source = SnapshotSource(exp_dir)
+    cluster = ClusterWatch() if source.executor == "slurm" else None
+    try:
+        with Live(console=console, auto_refresh=False, screen=True,
+                  redirect_stdout=False, redirect_stderr=False) as live:
+            while True:
+                width, height = console.size
+                try:
+                    snap = source.snapshot(cluster.get() if cluster else (None, None),
+                                           rows=max(1, height))
+                    live.update(render(snap, width, height, footer), refresh=True)
+                except sqlite3.Error:
+                    pass  # a moment the file cannot be read (replaced, checkpointed): next turn
+                if stop.wait(refresh):
+                    return
+    finally:
+        source.close()
+
+
+def watch(exp_dir: Path, refresh: float = REFRESH, console=None) -> int:
+    """`hpsearch watch`: show the experiment until Ctrl-C; returns 0. Never touches the
+    driver or the store (read-only)."""
+    from hpsearch import runs
+    console = console or _console()
+    try:
+        _run_view(exp_dir, threading.Event(), WATCH_FOOTER, refresh, console)
+    except KeyboardInterrupt:
+        pass
+    pid = runs.DriverLock(exp_dir).holder()
+    name = exp_dir.name
+    if pid:
+        console.print(f"left the view of {name}; the search goes on (driver pid {pid}). "
+                      f"Again: hpsearch watch {name}   stop it: hpsearch cancel {name}")
+    else:
+        console.print(f"left the view of {name} (no driver running). "
+                      f"hpsearch status {name} lists its trials")
+    return 0
+
+
+def drive_with_view(spec, create: bool, refresh: float = REFRESH) -> int:
+    """Run the driver in this (main) thread with the live view in another; returns the
+    driver's exit code once it ended and the view has given the screen back."""
+    from hpsearch import session
+
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def show() -> None:
+        try:
+            _run_view(spec.experiment_dir, stop, SUBMIT_FOOTER, refresh)
+        except BaseException as exc:  # noqa: BLE001 - reported after the driver ends
+            failure.append(exc)
+
+    view = threading.Thread(target=show, name="hpsearch-view", daemon=True)
+    view.start()
+    began = time.monotonic()
+    try:
+        return session.drive(spec, create, lambda line: None)
+    finally:
+        # Let the last state show for a moment when the search was quick.
+        if time.monotonic() - began < refresh:
+            time.sleep(refresh)
+        stop.set()
+        view.join(timeout=10)
+        if failure:
+            import sys
+            print(f"hpsearch: the live view failed ({failure[0]!r}); the search was not "
+                  "affected", file=sys.stderr)

@@ -1,0 +1,271 @@
+"""What the live view shows, read from the store: one `Snapshot` per refresh.
+
+Every query is bounded so that a store of 10,000 trials stays fast: state counts use the
+state index, the trial table asks for at most `rows` trials (in flight first, then the most
+recently finished), metrics are looked up by their primary key (trial, step, name) for the
+shown trials only, and the best value / Pareto front is recomputed only when the number of
+completed trials changes. Nothing here writes: the store is opened read-only (Reader).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpsearch import runs
+from hpsearch.store import STORE_FILE
+from hpsearch.store import rows as r
+
+
+@dataclass(frozen=True)
+class TrialLine:
+    """One row of the trial table."""
+
+    id: int
+    state: str            # the store's state, or "pending" while the scheduler holds it
+    params: dict
+    job_id: str | None
+    pending_reason: str | None
+    nodes: str | None
+    leaves: tuple[str, ...]
+    attempt: int
+    step: int | None      # last reported step of the first objective metric
+    latest: float | None  # its last value
+    best: float | None    # its best value so far (by the objective's direction)
+    duration: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class LeafLine:
+    """One leaf switch of the cluster panel."""
+
+    leaf: str
+    free: int
+    used: int   # allocated or mixed
+    down: int   # down or drained
+    trials: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    strategy: str
+    executor: str
+    status: str                  # the experiment's status in the store
+    driver_pid: int | None
+    metrics: tuple[str, ...]     # objective metric names
+    directions: tuple[str, ...]
+    total: int                   # trials requested
+    counts: dict[str, int]
+    elapsed: float
+    eta: float | None
+    trials: tuple[TrialLine, ...]
+    best: TrialLine | None       # single objective: the best completed trial
+    best_values: tuple[float, ...] = ()
+    front_size: int | None = None  # several objectives: size of the Pareto front
+    cluster: tuple[LeafLine, ...] | None = None  # Slurm only; None: not known (yet)
+    cluster_note: str | None = None
+    taken: float = field(default_factory=time.time)
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.get(s, 0) for s in r.FINISHED)
+
+
+def spec_facts(spec_yaml: str) -> tuple[tuple[str, ...], str]:
+    """(objective metric names, executor type) from the stored spec text."""
+    import yaml
+    raw = yaml.safe_load(spec_yaml) or {}
+    objective = raw.get("objective") or []
+    objectives = objective if isinstance(objective, list) else [objective]
+    metrics = tuple(str(o.get("metric")) for o in objectives if isinstance(o, dict))
+    executor = raw.get("executor") or {}
+    return metrics, str(executor.get("type", "local")) if isinstance(executor, dict) else "local"
+
+
+def _signed(values, directions) -> tuple[float, ...]:
+    return tuple(v if d == "minimize" else -v for v, d in zip(values, directions))
+
+
+def pareto_size(points: list[tuple[float, ...]]) -> int:
+    """How many points (smaller is better in each coordinate) no other point dominates.
+    Sorted sweep: a point can only be dominated by one before it in lexicographic order, so
+    each is compared with the front found so far, not with every point."""
+    front: list[tuple[float, ...]] = []
+    for p in sorted(set(points)):
+        if not any(all(a <= b for a, b in zip(q, p)) for q in front):
+            front.append(p)
+    # equal points are one point in the sweep; count each trial
+    members = set(front)
+    return sum(1 for p in points if p in members)
+
+
+class SnapshotSource:
+    """Builds snapshots of one experiment from its store (kept open read-only)."""
+
+    def __init__(self, exp_dir: Path, rows: int = 40) -> None:
+        from hpsearch.store.store import Reader
+        self.exp_dir = Path(exp_dir)
+        self.reader = Reader(self.exp_dir / STORE_FILE)
+        self.rows = rows
+        exp = self.reader.experiment()
+        self.metrics, self.executor = spec_facts(exp.spec_yaml)
+        self.directions = tuple(exp.directions)
+        self._best_key: int | None = None  # completed count the best was computed for
+        self._best: tuple[int | None, tuple[float, ...], int | None] = (None, (), None)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    # -- queries ---------------------------------------------------------------------------
+    def _rows(self, sql: str, args=()) -> list[r.TrialRow]:
+        cursor = self.reader.db.execute(sql, args)
+        names = [d[0] for d in cursor.description]
+        return [r.TrialRow.from_db(dict(zip(names, row))) for row in cursor.fetchall()]
+
+    def _shown_trials(self, limit: int) -> list[r.TrialRow]:
+        marks = ",".join("?" * len(r.IN_FLIGHT))
+        flying = self._rows(f"select * from trials where state in ({marks}) order by id "
+                            f"limit ?", (*r.IN_FLIGHT, limit))
+        left = limit - len(flying)
+        recent = self._rows(f"select * from trials where state not in ({marks}) "
+                            "order by finished desc, id desc limit ?",
+                            (*r.IN_FLIGHT, left)) if left > 0 else []
+        return flying + recent
+
+    def _metric_facts(self, trial_id: int, attempt: int) -> tuple[int | None, float | None,
+                                                                  float | None]:
+        """(last step, last value, best value) of the first objective metric, this attempt."""
+        if not self.metrics:
+            return None, None, None
+        name = self.metrics[0]
+        db = self.reader.db
+        last = db.execute("select step, value from metrics where trial = ? and name = ? "
+                          "order by step desc limit 1", (trial_id, name)).fetchone()
+        if last is None:
+            return None, None, None
+        agg = "min" if self.directions[0] == "minimize" else "max"
+        best = db.execute(f"select {agg}(value) from metrics where trial = ? and name = ?",
+                          (trial_id, name)).fetchone()[0]
+        return last[0], last[1], best
+
+    def _line(self, t: r.TrialRow) -> TrialLine:
+        step, latest, best = self._metric_facts(t.id, t.attempt)
+        state = t.state
+        if state == r.RUNNING and t.sched_state and t.sched_state not in ("RUNNING",
+                                                                          "COMPLETING"):
+            state = t.sched_state.lower()
+        return TrialLine(id=t.id, state=state, params=t.params, job_id=t.job_id,
+                         pending_reason=t.pending_reason, nodes=t.nodes or None,
+                         leaves=tuple(x for x in (t.leaves or "").split(",") if x),
+                         attempt=t.attempt, step=step, latest=latest, best=best,
+                         duration=t.duration, error=(t.error or "").splitlines()[0]
+                         if t.error else None)
+
+    def _best_now(self, completed: int) -> tuple[int | None, tuple[float, ...], int | None]:
+        """(best trial id, its values, Pareto front size), cached per completed count."""
+        if completed == self._best_key:
+            return self._best
+        db = self.reader.db
+        best_id, values, front = None, (), None
+        if len(self.directions) == 1:
+            order = "asc" if self.directions[0] == "minimize" else "desc"
+            row = db.execute("select id, objective_values from trials where state = ? and "
+                             "objective_values is not null order by "
+                             f"json_extract(objective_values, '$[0]') {order}, id limit 1",
+                             (r.COMPLETED,)).fetchone()
+            if row:
+                best_id, values = row[0], tuple(json.loads(row[1]))
+        else:
+            points = [_signed(json.loads(text), self.directions) for (text,) in db.execute(
+                "select objective_values from trials where state = ? and objective_values "
+                "is not null", (r.COMPLETED,)).fetchall()]
+            front = pareto_size(points)
+        self._best_key, self._best = completed, (best_id, values, front)
+        return self._best
+
+    # -- the snapshot ----------------------------------------------------------------------
+    def snapshot(self, cluster: tuple[tuple[LeafLine, ...] | None, str | None] = (None, None),
+                 rows: int | None = None) -> Snapshot:
+        """The experiment now. `cluster` is (per-leaf lines, note) from a ClusterWatch."""
+        now = time.time()
+        exp = self.reader.experiment()
+        counts = self.reader.state_counts()
+        shown = [self._line(t) for t in self._shown_trials(rows or self.rows)]
+        best_id, best_values, front = self._best_now(counts.get(r.COMPLETED, 0))
+        best = None
+        if best_id is not None:
+            best = next((line for line in shown if line.id == best_id), None) or \
+                self._line(self.reader.trial(best_id))
+        finished = sum(counts.get(s, 0) for s in r.FINISHED)
+        first = self.reader.db.execute("select min(created) from trials").fetchone()[0]
+        running = exp.status == "running"
+        end = now if running else exp.updated
+        elapsed = max(0.0, end - (first or exp.created))
+        eta = None
+        if running and 0 < finished < exp.trials_requested and elapsed > 0:
+            eta = elapsed / finished * (exp.trials_requested - finished)
+        leaves, note = cluster
+        if leaves is not None:
+            on_leaf: dict[str, list[int]] = {}
+            for line in shown:
+                if line.state not in r.FINISHED and line.state != r.CANCELLED:
+                    for leaf in line.leaves:
+                        on_leaf.setdefault(leaf, []).append(line.id)
+            leaves = tuple(LeafLine(x.leaf, x.free, x.used, x.down,
+                                    tuple(on_leaf.get(x.leaf, ()))) for x in leaves)
+        return Snapshot(name=exp.name, strategy=exp.strategy, executor=self.executor,
+                        status=exp.status, driver_pid=runs.DriverLock(self.exp_dir).holder(),
+                        metrics=self.metrics, directions=self.directions,
+                        total=exp.trials_requested, counts=counts, elapsed=elapsed, eta=eta,
+                        trials=tuple(shown), best=best, best_values=best_values,
+                        front_size=front, cluster=leaves, cluster_note=note, taken=now)
+
+
+class ClusterWatch:
+    """Per-leaf node counts from sinfo and the topology, asked in a background thread at most
+    every `every` seconds (slurmctld is shared, and a slow answer must not freeze the view).
+    Errors become a note, not a crash."""
+
+    def __init__(self, every: float = 5.0, slurm=None) -> None:
+        self.every = every
+        self.slurm = slurm
+        self.topology = None
+        self.last = -every
+        self.busy = False
+        self.value: tuple[tuple[LeafLine, ...] | None, str | None] = (None, "asking sinfo...")
+
+    def get(self) -> tuple[tuple[LeafLine, ...] | None, str | None]:
+        """The latest answer; starts a new query when the last one is `every` seconds old."""
+        if not self.busy and time.monotonic() - self.last >= self.every:
+            import threading
+            self.busy, self.last = True, time.monotonic()
+            threading.Thread(target=self._refresh, daemon=True, name="cluster-watch").start()
+        return self.value
+
+    def _refresh(self) -> None:
+        try:
+            self.value = self._query()
+        finally:
+            self.busy = False
+
+    def _query(self) -> tuple[tuple[LeafLine, ...] | None, str | None]:
+        from hpsearch.errors import HpsearchError
+        from hpsearch.placement.topology import leaf_states, topology_from_switches
+        try:
+            if self.slurm is None:
+                from hpsearch.slurm.commands import Slurm
+                self.slurm = Slurm(timeout=10)
+            if self.topology is None:
+                switches = self.slurm.topology()
+                if not switches:
+                    return None, "no topology plugin: no leaf switches to show"
+                self.topology = topology_from_switches(switches, "scontrol show topology")
+            states = leaf_states(self.topology, self.slurm.sinfo_nodes())
+        except HpsearchError as exc:
+            return None, f"cluster state unavailable: {str(exc).splitlines()[0][:120]}"
+        return tuple(LeafLine(s.leaf, len(s.free), len(s.allocated) + len(s.mixed),
+                              len(s.down) + len(s.drained), ()) for s in states.values()), None

@@ -1,0 +1,230 @@
+"""The live view as rich renderables: `render(snapshot, width, height, footer)`.
+
+Laid out to fit width x height exactly (80 x 24 shows everything): a header, a progress
+bar with counts per state, the best trial (or the Pareto front's size), a table of trials
+in flight and recently finished, the cluster panel (Slurm), and a footer. When the terminal
+is smaller, the least useful parts go first: footer, cluster panel, then trial rows; narrow
+terminals lose the least useful columns (nodes, job, attempt, params...).
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from hpsearch.tui.model import Snapshot, TrialLine
+
+STATE_STYLE = {
+    "completed": "green", "failed": "bold red", "running": "cyan", "submitting": "cyan",
+    "queued": "yellow", "pending": "yellow", "pruned": "dim", "cancelled": "magenta",
+    "lost": "red", "configuring": "yellow", "completing": "cyan",
+}
+COUNT_ORDER = ("completed", "failed", "pruned", "running", "submitting", "queued",
+               "cancelled")
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _params(params: dict) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in params.items())
+
+
+def _where(line: TrialLine) -> str:
+    if not line.nodes:
+        return ""
+    if not line.leaves:
+        return line.nodes
+    span = line.leaves[0] if len(line.leaves) == 1 else f"{len(line.leaves)} leaves"
+    return f"{line.nodes} {span}"
+
+
+def _job(line: TrialLine) -> str:
+    if not line.job_id:
+        return ""
+    return line.job_id + (f" ({line.pending_reason})" if line.pending_reason and
+                          line.state not in ("completed", "failed", "pruned", "cancelled")
+                          else "")
+
+
+# (key, header, priority: lower is kept longer, width (the least, for flexible ones), justify)
+_COLUMNS = [
+    ("id", "id", 0, 4, "right"), ("params", "params", 2, 10, "left"),
+    ("state", "state", 0, 9, "left"), ("job", "job (reason)", 3, 10, "left"),
+    ("nodes", "nodes leaf", 3, 10, "left"), ("try", "try", 7, 3, "right"),
+    ("step", "step", 4, 4, "right"), ("latest", "latest", 1, 7, "right"),
+    ("best", "best", 6, 7, "right"), ("time", "time", 5, 6, "right"),
+]
+_FLEXIBLE = ("params", "job", "nodes")
+_GAP = 3  # between two columns: a space of padding either side of a blank separator
+
+
+def _columns(width: int, slurm: bool) -> list[tuple]:
+    """The columns that fit `width` (each costs its width plus 3 between columns: padding
+    and the separator), most important first; the table keeps their natural order."""
+    candidates = [c for c in _COLUMNS if slurm or c[0] not in ("job", "nodes")]
+    kept, used = set(), -_GAP
+    for col in sorted(candidates, key=lambda c: c[2]):
+        if used + col[3] + _GAP <= width:
+            kept.add(col[0])
+            used += col[3] + _GAP
+    return [c for c in candidates if c[0] in kept]
+
+
+def _cell(line: TrialLine, key: str) -> Text | str:
+    if key == "id":
+        return str(line.id)
+    if key == "state":
+        return Text(line.state, style=STATE_STYLE.get(line.state, ""))
+    return {"params": lambda: _params(line.params), "job": lambda: _job(line),
+            "nodes": lambda: _where(line), "try": lambda: str(line.attempt),
+            "step": lambda: "" if line.step is None else str(line.step),
+            "latest": lambda: _num(line.latest), "best": lambda: _num(line.best),
+            "time": lambda: format_duration(line.duration)}[key]()
+
+
+def trial_table(snap: Snapshot, width: int, rows: int) -> Table:
+    columns = _columns(width, snap.executor == "slurm")
+    widths = {c[0]: c[3] for c in columns}
+    spare = width - (sum(widths.values()) + _GAP * (len(columns) - 1))
+    flexible = [k for k in _FLEXIBLE if k in widths]
+    shares = {"params": 3, "job": 1, "nodes": 2}
+    total = sum(shares[k] for k in flexible) or 1
+    for key in flexible:
+        widths[key] += spare * shares[key] // total
+    if flexible:  # what integer division left over
+        widths[flexible[0]] += width - (sum(widths.values()) + _GAP * (len(columns) - 1))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                  header_style="bold", show_header=True)
+    for key, header, _, _, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True, overflow="ellipsis",
+                         width=widths[key])
+    for line in snap.trials[:max(0, rows)]:
+        table.add_row(*(_cell(line, c[0]) for c in columns))
+    return table
+
+
+def _header(snap: Snapshot) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(snap.name, style="bold")
+    text.append(f"  {snap.strategy} · {snap.executor} · ")
+    status_style = {"running": "cyan", "completed": "green"}.get(snap.status, "yellow")
+    text.append(snap.status, style=status_style)
+    driver = f"driver pid {snap.driver_pid}" if snap.driver_pid else "no driver running"
+    text.append(f" · {driver}", style="dim" if snap.driver_pid else "yellow")
+    return text
+
+
+def _times(snap: Snapshot) -> Text:
+    text = Text(f"elapsed {format_duration(snap.elapsed)}", no_wrap=True, overflow="ellipsis")
+    if snap.eta is not None:
+        text.append(f"   ETA {format_duration(snap.eta)}")
+    return text
+
+
+def _progress(snap: Snapshot, width: int) -> Table:
+    label = f" {snap.finished}/{snap.total} finished"
+    grid = Table.grid(expand=True)
+    grid.add_column(ratio=1)
+    grid.add_column(no_wrap=True)
+    grid.add_row(ProgressBar(total=max(1, snap.total), completed=snap.finished,
+                             width=max(5, width - len(label))), label)
+    return grid
+
+
+def _counts(snap: Snapshot) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    shown = [s for s in COUNT_ORDER if snap.counts.get(s)] + \
+        sorted(s for s in snap.counts if s not in COUNT_ORDER)
+    for i, state in enumerate(shown or ["queued"]):
+        if i:
+            text.append("  ")
+        text.append(f"{snap.counts.get(state, 0)} {state}", style=STATE_STYLE.get(state, ""))
+    return text
+
+
+def _best(snap: Snapshot) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if snap.front_size is not None:
+        goals = ", ".join(f"{d} {m}" for m, d in zip(snap.metrics, snap.directions))
+        text.append("Pareto front: ", style="bold")
+        text.append(f"{snap.front_size} trial(s)  ({goals})")
+        return text
+    if snap.best is None:
+        text.append("best: no completed trial yet", style="dim")
+        return text
+    metric = snap.metrics[0] if snap.metrics else "value"
+    text.append("best: ", style="bold")
+    text.append(f"#{snap.best.id}  ")
+    text.append(f"{metric}={snap.best_values[0]:.6g}" if snap.best_values else "",
+                style="bold green")
+    text.append(f"  {_params(snap.best.params)}")
+    return text
+
+
+def _cluster_lines(snap: Snapshot) -> list[Text]:
+    lines = [Text("cluster (per leaf switch)", style="bold", no_wrap=True)]
+    if snap.cluster is None:
+        lines.append(Text(snap.cluster_note or "", style="dim", no_wrap=True,
+                          overflow="ellipsis"))
+        return lines
+    for leaf in snap.cluster:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"{leaf.leaf:<8}", style="bold")
+        text.append(f" free {leaf.free:>3}", style="green" if leaf.free else "dim")
+        text.append(f"  used {leaf.used:>3}", style="cyan" if leaf.used else "dim")
+        text.append(f"  down {leaf.down:>3}", style="red" if leaf.down else "dim")
+        if leaf.trials:
+            text.append("  trials " + " ".join(f"#{t}" for t in leaf.trials))
+        lines.append(text)
+    return lines
+
+
+def render(snap: Snapshot, width: int = 80, height: int = 24,
+           footer: str | None = None) -> Group:
+    """Everything, fitted to width x height (never more lines than height)."""
+    top = {"header": _header(snap), "times": _times(snap), "bar": _progress(snap, width),
+           "counts": _counts(snap), "best": _best(snap)}
+    drop_order = ["best", "times", "counts", "bar"]
+    cluster = _cluster_lines(snap) if snap.executor == "slurm" else []
+    bottom = [Text(footer, style="dim", no_wrap=True, overflow="ellipsis")] if footer else []
+    table_head = 2  # header line and the rule under it
+    # Drop parts, least useful first, until at least a few trial rows fit.
+    want_rows = min(len(snap.trials), 3)
+    while len(top) + len(cluster) + len(bottom) + table_head + want_rows > height:
+        if bottom:
+            bottom = []
+        elif len(cluster) > 2:
+            cluster = cluster[:-1]
+        elif cluster:
+            cluster = []
+        elif want_rows > 0:
+            want_rows -= 1
+        elif drop_order:
+            del top[drop_order.pop(0)]
+        else:
+            break
+    rows = max(0, height - len(top) - len(cluster) - len(bottom) - table_head)
+    parts: list = list(top.values())
+    if rows > 0 or want_rows > 0:
+        parts.append(trial_table(snap, width, rows))
+    parts += cluster + bottom
+    return Group(*parts)

@@ -1,0 +1,95 @@
+"""The live view's snapshot and layout, without a terminal: what fits in 80x24 and smaller,
+and one snapshot + render over a store of 10,000 trials."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from hpsearch.tui.model import ClusterWatch, LeafLine, SnapshotSource, pareto_size
+from hpsearch.tui.view import render
+from tests.tui.conftest import build_store
+
+
+def _screen(snap, width: int, height: int, footer: str | None = "footer") -> list[str]:
+    console = Console(file=io.StringIO(), width=width, height=height, color_system=None,
+                      force_terminal=False)
+    console.print(render(snap, width, height, footer))
+    return console.file.getvalue().rstrip("\n").split("\n")
+
+
+def test_80x24_shows_progress_best_trials_and_a_failed_trial(tmp_path: Path):
+    source = SnapshotSource(build_store(tmp_path / "exp", 120, running=3))
+    snap = source.snapshot(rows=24)
+    lines = _screen(snap, 80, 24)
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), text
+    assert "117/120 finished" in text
+    assert "115 completed" in text and "2 failed" in text and "3 running" in text
+    assert "best: #" in text and "loss=0" in text
+    assert "footer" in lines[-1]
+    # in-flight trials first, then the most recently finished
+    assert text.index("117 ") < text.index("116 ")
+    source.close()
+
+
+def test_failed_trial_is_shown_as_failed(tmp_path: Path):
+    source = SnapshotSource(build_store(tmp_path / "exp", 50, running=0))
+    text = "\n".join(_screen(source.snapshot(rows=24), 80, 24))
+    assert any(line.lstrip().startswith("49 ") and "failed" in line
+               for line in text.splitlines()), text
+    source.close()
+
+
+def test_smaller_terminals_drop_parts_but_never_overflow(tmp_path: Path):
+    source = SnapshotSource(build_store(tmp_path / "exp", 60, executor="slurm"))
+    leaves = tuple(LeafLine(f"leaf{i}", 1, 1, 0, ()) for i in range(1, 5))
+    snap = source.snapshot((leaves, None), rows=30)
+    full = "\n".join(_screen(snap, 120, 30))
+    assert "leaf1" in full and "#56" in full  # trials in flight are listed on their leaf
+    assert "node[1-2] leaf1" in full
+    for width, height in [(80, 24), (60, 15), (40, 10), (30, 6), (20, 3)]:
+        lines = _screen(snap, width, height)
+        assert len(lines) <= height, (width, height, lines)
+        assert all(len(line) <= width for line in lines), (width, height, lines)
+    small = "\n".join(_screen(snap, 40, 10))
+    assert "big" in small and "state" in small  # the header and the trial table stay
+    source.close()
+
+
+def test_pareto_front_size_counts_non_dominated_points():
+    assert pareto_size([(1, 5), (2, 2), (5, 1), (3, 3), (6, 6)]) == 3
+    assert pareto_size([(1, 1), (1, 1), (2, 2)]) == 2
+
+
+def test_multi_objective_shows_the_front_size(tmp_path: Path):
+    source = SnapshotSource(build_store(tmp_path / "exp", 40, directions=("minimize",
+                                                                         "minimize")))
+    text = "\n".join(_screen(source.snapshot(), 80, 24))
+    assert "Pareto front:" in text and "minimize loss, minimize cost" in text
+    source.close()
+
+
+def test_cluster_watch_turns_errors_into_a_note():
+    class Broken:
+        def topology(self):
+            from hpsearch.slurm.commands import SlurmError
+            raise SlurmError(["scontrol", "show", "topology"], 1, "connection refused")
+    leaves, note = ClusterWatch(slurm=Broken())._query()
+    assert leaves is None and "connection refused" in note
+
+
+def test_10000_trials_one_snapshot_and_render(tmp_path: Path):
+    """Responsiveness: the queries are bounded, so this stays well under a refresh period
+    (timings: benchmarks/tui_render.py; no timed assertion here)."""
+    source = SnapshotSource(build_store(tmp_path / "exp", 10_000, running=8))
+    snap = source.snapshot(rows=24)
+    lines = _screen(snap, 80, 24)
+    assert len(lines) <= 24
+
+    assert snap.finished == 10_000 - 8
+    assert snap.counts["failed"] == 199 and snap.counts["running"] == 8
+    assert snap.best is not None
+    source.close()
