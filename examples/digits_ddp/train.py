@@ -30,6 +30,7 @@ SCRIPT_START = time.perf_counter()  # first_step_s counts from here: torch's imp
 # cuBLAS is deterministic only with this set before its first use.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -60,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="model init and data order")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: CUDA when available, else CPU")
+    parser.add_argument("--data", default=None, metavar="NPZ",
+                        help="train on these digits (arrays x: pixels in [0, 1], y: labels) "
+                             "instead of all of scikit-learn's; the split is made as usual")
     args = parser.parse_args(argv)
     for name in ("lr", "width", "batch_size", "epochs"):
         if getattr(args, name) <= 0:
@@ -108,11 +112,16 @@ def all_sum(values: list[float], ranks: Ranks) -> list[float]:
     return tensor.tolist()
 
 
-def load_split(device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(x_train, y_train, x_val, y_val): the bundled digits, pixels scaled to [0, 1]."""
-    digits = load_digits()
-    x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
-    y = torch.tensor(digits.target, dtype=torch.int64)
+def load_split(device: torch.device, data: str | None = None) -> tuple[torch.Tensor, ...]:
+    """(x_train, y_train, x_val, y_val): the bundled digits, pixels scaled to [0, 1], or
+    those of the `data` file (a pipeline's training part, the test part held out)."""
+    if data is None:
+        digits = load_digits()
+        x, y = torch.tensor(digits.data / 16.0), torch.tensor(digits.target)
+    else:
+        with np.load(data) as arrays:
+            x, y = torch.tensor(arrays["x"]), torch.tensor(arrays["y"])
+    x, y = x.to(torch.float32), y.to(torch.int64)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
     n_val = round(len(y) * VAL_FRACTION)
     val, train = order[:n_val], order[n_val:]
@@ -270,7 +279,7 @@ def run(args: argparse.Namespace, ranks: Ranks) -> int:
     torch.use_deterministic_algorithms(True, warn_only=True)
     if ranks.device.type == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    x_train, y_train, x_val, y_val = load_split(ranks.device)
+    x_train, y_train, x_val, y_val = load_split(ranks.device, args.data)
     model = make_model(args.width).to(ranks.device)
     optimizer = make_optimizer(args.optimizer, args.lr, model)
     progress = resume(model, optimizer, args, ranks)
