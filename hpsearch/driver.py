@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started, Update
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
 from hpsearch.launching import build_launch
@@ -119,6 +119,9 @@ class Driver:
             elif isinstance(event, Update):
                 self.store.update_placement(event.trial_id, event.attempt, event.sched_state,
                                             event.pending_reason, event.nodes, event.leaves)
+            elif isinstance(event, Note):
+                self.store.add_event(event.kind, event.message, event.trial_id)
+                self.on_event(f"trial {event.trial_id}: {event.message}")
             else:
                 self.finalize(event)
 

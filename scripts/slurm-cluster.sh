@@ -13,6 +13,8 @@
 #
 # HPSEARCH_SLURM_DIR (default /tmp/hpsearch-slurm) holds the state; HPSEARCH_SLURM_PORT_BASE
 # (default 16800) moves every port, so two clusters can run side by side. See docs/testing.md.
+# HPSEARCH_SLURM_TOPOLOGY=none starts the cluster without the tree plugin (topology.conf is
+# still written, for hpsearch's placement.topology, but Slurm does not read it).
 # Exit codes: 0 ok, 1 failed (the reason and the log's tail on stderr), 2 usage,
 # 3 (status) not all running, 77 cannot run here (not root, no apt-get).
 set -euo pipefail
@@ -25,6 +27,8 @@ NODE_CPUS=4             # declared, not real: SlurmdParameters=config_overrides
 NODE_MEMORY_MB=4000
 NODE_GPUS=2             # gres gpu backed by placeholder files under $STATE_DIR/dev
 START_TIMEOUT_S=${HPSEARCH_SLURM_START_TIMEOUT:-90}
+TOPOLOGY_PLUGIN=${HPSEARCH_SLURM_TOPOLOGY:-tree}   # tree | none
+case $TOPOLOGY_PLUGIN in tree|none) ;; *) echo "HPSEARCH_SLURM_TOPOLOGY must be tree or none" >&2; exit 2;; esac
 
 PACKAGES=(munge mariadb-server slurm-wlm slurm-client slurmdbd)
 
@@ -171,7 +175,7 @@ write_configs() {
         echo "AccountingStoragePass=$MUNGE_SOCKET"
         echo "AccountingStorageTRES=gres/gpu"
         echo "JobCompType=jobcomp/none"
-        echo "TopologyPlugin=topology/tree"
+        echo "TopologyPlugin=topology/$TOPOLOGY_PLUGIN"
         echo "SchedulerType=sched/backfill"
         echo "# Schedule within a second or two so tests stay fast."
         echo "SchedulerParameters=bf_interval=1,sched_interval=2,bf_continue"

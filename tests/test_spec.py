@@ -999,6 +999,7 @@ def test_docs_name_every_key_strategy_and_placeholder():
     keys = (validate.TOP_KEYS + validate.SEARCH_KEYS + validate.PARAM_KEYS +
             validate.OBJECTIVE_KEYS + validate.RESOURCE_KEYS + validate.RETRY_KEYS +
             validate.CHECKPOINT_KEYS + validate.EXECUTOR_KEYS + validate.PARAM_TYPES +
+            validate.PLACEMENT_KEYS +
             STRATEGIES)
     missing = [k for k in keys if f"`{k}`" not in text and f"{k}:" not in text]
     assert missing == []

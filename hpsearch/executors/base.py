@@ -60,6 +60,15 @@ class Update:
     leaves: str | None = None
 
 
+@dataclass(frozen=True)
+class Note:
+    """Something the executor decided that the store should tell (e.g. placement)."""
+
+    trial_id: int
+    kind: str
+    message: str
+
+
 @dataclass
 class Adoptable:
     """What the store knows of an attempt in flight when a driver resumes."""

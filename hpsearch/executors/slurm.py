@@ -20,14 +20,17 @@ import os
 import time
 from dataclasses import dataclass
 
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started, Update
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
 from hpsearch.launching import prepare_trial_dir
+from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch
+from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import Spec
 
 MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
 LOST_AFTER = 300.0  # a job unknown to both sacct and squeue this long is lost
+SHORT_READS_FOR = 15.0  # seconds to wait for a final record that lists all the job's nodes
 
 # Final Slurm states and how the driver sees them.
 _ENDED_AS = {"COMPLETED": "exited", "FAILED": "exited", "CANCELLED": "cancelled",
@@ -47,6 +50,7 @@ class _Job:
     nodes: str | None = None
     cancel_requested: bool = False
     last_seen: float = 0.0
+    short_since: float | None = None  # when a final record first listed too few nodes
 
 
 class SlurmExecutor(Executor):
@@ -64,16 +68,50 @@ class SlurmExecutor(Executor):
         self.arrays_dir = spec.experiment_dir / "slurm"
         self.max_array: int | None = None
         self.unsubmitted: list[Ended] = []  # cancelled while waiting to go in an array
+        self.planner = Planner(spec, slurm)
+        self.held: list[Launch] = []  # multi-node launches waiting for a leaf to free up
+        self.notes: list[Note] = []
 
     def free_slots(self) -> int:
-        return max(0, self.parallel - len(self.jobs) - len(self.waiting))
+        return max(0, self.parallel - len(self.jobs) - len(self.waiting) - len(self.held))
 
     def submit(self, launch: Launch) -> Started | None:
         prepare_trial_dir(launch)
         if self.spec.executor.array and self.spec.resources.nodes == 1:
             self.waiting.append(launch)  # poll() submits the ready ones as one array
             return None
-        job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch))
+        return self._place_and_submit(launch)
+
+    def _place_and_submit(self, launch: Launch) -> Started | None:
+        """sbatch with the planner's options, or hold the launch while it waits for a leaf
+        (poll() asks again). If Slurm rejects the nodes named, the job goes without them."""
+        placement = self.planner.choose(launch.trial_id, launch.attempt)
+        if placement.wait:
+            if launch not in self.held:
+                self.held.append(launch)
+                self.notes.append(Note(launch.trial_id, "placement", f"waiting up to "
+                                       f"{self.spec.placement.max_wait:g} s for "
+                                       f"{self.spec.resources.nodes} free nodes under one leaf"))
+            self._soon()
+            return None
+        if launch in self.held:
+            self.held.remove(launch)
+        try:
+            job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch,
+                                                           placement.options))
+        except SlurmError as exc:
+            if not placement.options:
+                raise
+            self.planner.started(launch.trial_id, launch.attempt)
+            self.notes.append(Note(launch.trial_id, "placement", f"sbatch refused "
+                                   f"{' '.join(placement.options)} ({exc}); submitted "
+                                   "without placement"))
+            job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch))
+        else:
+            if placement.options:
+                self.notes.append(Note(launch.trial_id, "placement", " ".join(
+                    placement.options) + (f" (leaf {', '.join(placement.leaves)})"
+                                          if placement.leaves else "")))
         self._track(launch, job_id)
         return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
 
@@ -126,22 +164,32 @@ class SlurmExecutor(Executor):
         return Started(known.trial_id, known.attempt, host=job.nodes or "", job_id=job_id)
 
     def cancel(self, trial_id: int) -> None:
-        for launch in self.waiting:  # not submitted yet: it never runs
-            if launch.trial_id == trial_id:
-                self.waiting.remove(launch)
-                self.unsubmitted.append(Ended(trial_id, launch.attempt, None, "cancelled",
-                                              "cancelled before it was submitted"))
-                return
+        for queue in (self.waiting, self.held):
+            self._cancel_unsubmitted(queue, trial_id)
         job = self.jobs.get(trial_id)
         if job is not None and not job.cancel_requested:
             job.cancel_requested = True
             self.slurm.scancel([job.job_id])
             self._soon()
 
-    def poll(self, timeout: float) -> list[Started | Update | Ended]:
+    def _cancel_unsubmitted(self, queue: list[Launch], trial_id: int) -> None:
+        for launch in queue:  # not submitted yet: it never runs
+            if launch.trial_id == trial_id:
+                queue.remove(launch)
+                self.planner.started(trial_id, launch.attempt)
+                self.unsubmitted.append(Ended(trial_id, launch.attempt, None, "cancelled",
+                                              "cancelled before it was submitted"))
+                return
+
+    def poll(self, timeout: float) -> list[Started | Update | Ended | Note]:
         if self.unsubmitted or self.waiting:
             events, self.unsubmitted = list(self.unsubmitted), []
             return events + self._submit_waiting()
+        events: list = [started for launch in list(self.held)
+                         if (started := self._place_and_submit(launch)) is not None]
+        if events or self.notes:
+            events, self.notes = self.notes + events, []
+            return events
         now = time.monotonic()
         if now < self.next_query:
             time.sleep(min(timeout, self.next_query - now))
@@ -196,17 +244,46 @@ class SlurmExecutor(Executor):
                 state, reason, nodes = queued.state, queued.reason, queued.nodes
             else:
                 state, reason, nodes = rec.state, None, rec.nodes
-            nodelist = compress(list(nodes)) if nodes else None
+            if state == "PENDING" or (state == "COMPLETING"
+                                      and len(nodes) < self.spec.resources.nodes):
+                nodes = ()  # squeue shows a pending job's planned nodes, and a completing
+                            # one's still busy ones: keep the nodes it ran on
+            nodelist = compress(list(nodes)) if nodes else job.nodes
+            if state != "PENDING" or (rec is not None and rec.finished):
+                self.planner.started(job.trial_id, job.attempt)
+            if rec is not None and rec.finished and len(nodes) < self.spec.resources.nodes \
+                    and not job.nodes and now - (job.short_since or now) < SHORT_READS_FOR:
+                job.short_since = job.short_since or now  # sacct drops nodes while they
+                self._soon()                              # finish the job: ask again
+                continue
             if rec is not None and rec.finished:
                 events.append(self._ended(job, rec, nodelist))
             elif (state, reason, nodelist) != (job.state, job.reason, job.nodes):
                 job.state, job.reason, job.nodes = state, reason, nodelist
                 events.append(Update(job.trial_id, job.attempt, state,
-                                     reason if state == "PENDING" else None, nodelist))
+                                     reason if state == "PENDING" else None, nodelist,
+                                     self.planner.leaves(nodelist)))
+            if state == "PENDING":
+                events.extend(self._replan(job))
         return events
 
+    def _replan(self, job: _Job) -> list[Note]:
+        placement = self.planner.replan(job.trial_id, job.attempt)
+        if placement is None:
+            return []
+        nodelist = placement.options[0].split("=", 1)[1]
+        try:
+            self.slurm.set_nodelist(job.job_id, nodelist)
+        except SlurmError as exc:
+            return [Note(job.trial_id, "placement", f"could not move pending job "
+                                                    f"{job.job_id} to {nodelist}: {exc}")]
+        return [Note(job.trial_id, "placement", f"job {job.job_id} pended past "
+                     f"{self.spec.placement.replan_after:g} s: nodes re-chosen, {nodelist} "
+                     f"(leaf {', '.join(placement.leaves)})")]
+
     def _ended(self, job: _Job, rec, nodelist: str | None) -> Ended:
-        job.nodes = nodelist or job.nodes
+        # The nodes seen while it ran: at its end sacct lists only those still completing.
+        job.nodes = job.nodes or nodelist
         kind = _ENDED_AS.get(rec.state, rec.state.lower())
         code = rec.exit_code
         if rec.signal and not code:
@@ -219,4 +296,5 @@ class SlurmExecutor(Executor):
 
     def _end(self, job: _Job, code: int | None, kind: str, detail: str) -> Ended:
         del self.jobs[job.trial_id]
-        return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes)
+        return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes,
+                     self.planner.leaves(job.nodes))

@@ -70,6 +70,7 @@ class Slurm:
         self.timeout = timeout
         self.max_ids_per_call = max(1, max_ids_per_call)
         self.calls: collections.Counter[str] = collections.Counter()
+        self._config: dict[str, str] | None = None
 
     # -- running ---------------------------------------------------------------------------
     def _run(self, argv: list[str], stdin: str | None = None,
@@ -239,15 +240,27 @@ class Slurm:
         """Raise SlurmError unless the Slurm controller answers (`scontrol ping`)."""
         self._check(["scontrol", "ping"])
 
+    def config_value(self, key: str) -> str | None:
+        """One setting of `scontrol show config` (e.g. TopologyPlugin), or None if absent.
+        The output is read once per runner."""
+        if self._config is None:
+            out = self._check(["scontrol", "show", "config"])
+            self._config = {}
+            for line in out.splitlines():
+                name, sep, value = line.partition("=")
+                if sep:
+                    self._config[name.strip()] = value.strip()
+        return self._config.get(key)
+
     def max_array_size(self) -> int:
         """The most tasks one job array may have: MaxArraySize from `scontrol show config`
         (array indices run from 0 to MaxArraySize - 1)."""
-        out = self._check(["scontrol", "show", "config"])
-        for line in out.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "MaxArraySize" and value.strip().isdigit():
-                return int(value.strip())
-        return 1001  # Slurm's default
+        value = self.config_value("MaxArraySize") or ""
+        return int(value) if value.isdigit() else 1001  # Slurm's default
+
+    def set_nodelist(self, job_id: str, nodelist: str) -> None:
+        """Re-choose the nodes of a pending job (`scontrol update ReqNodeList=`)."""
+        self._check(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={nodelist}"])
     def sinfo_nodes(self) -> list[NodeState]:
         """Every node, its state, partitions and drain/down reason."""
         argv = ["sinfo", "-h", "-N", "-o", parse.SINFO_NODES_FORMAT]

@@ -11,6 +11,8 @@ DIRECTIONS = ("minimize", "maximize")
 EXECUTORS = ("local", "slurm")
 LAUNCHERS = ("none", "srun", "torchrun", "mpirun", "horovodrun")
 RUNTIMES = ("none", "apptainer", "singularity", "pyxis", "charliecloud", "podman")
+PLACEMENT_POLICIES = ("leaf-switch", "any")
+PLACEMENT_MODES = ("auto", "switches", "nodelist")
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,17 @@ class Container:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a Slurm trial's nodes go (hpsearch.placement; docs/placement.md)."""
+
+    policy: str = "leaf-switch"  # leaf-switch | any
+    max_wait: float = 300.0  # seconds to wait for one leaf before taking the fewest leaves
+    topology: Path | None = None  # topology.conf / topology.yaml / map, where Slurm has none
+    mode: str = "auto"  # auto: --switches where the tree plugin is on, else --nodelist
+    replan_after: float = 30.0  # a --nodelist job pending this long gets its nodes re-chosen
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     command: str
@@ -136,6 +149,7 @@ class Spec:
     executor: Executor = field(default_factory=Executor)
     launcher: Launcher = field(default_factory=Launcher)
     container: Container = field(default_factory=Container)
+    placement: Placement = field(default_factory=Placement)
     env: tuple[tuple[str, str], ...] = ()
     source: Path | None = None  # the YAML file it came from
     raw: dict = field(default_factory=dict, compare=False, repr=False)  # as written, for the store

@@ -20,7 +20,8 @@ SLURM_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
-            "retries", "checkpoints", "executor", "launcher", "container", "env")
+            "retries", "checkpoints", "executor", "launcher", "container", "env",
+            "placement")
 SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space")
 PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "value")
 OBJECTIVE_KEYS = ("metric", "direction")
@@ -31,6 +32,7 @@ CHECKPOINT_KEYS = ("keep_last", "keep_best")
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval")
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
+PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
 PARAM_TYPES = ("float", "int", "categorical", "fixed")
 
 
@@ -155,6 +157,7 @@ class _Validator:
             executor=self.optional(top, "executor", (), self.executor, m.Executor()),
             launcher=self.optional(top, "launcher", (), self.launcher, m.Launcher()),
             container=self.optional(top, "container", (), self.container, m.Container()),
+            placement=self.optional(top, "placement", (), self.placement, m.Placement()),
             env=env, raw=raw,
         )
 
@@ -408,6 +411,19 @@ class _Validator:
         return m.Container(runtime=runtime, image=image, env=env,
                            binds=self.optional(d, "binds", path, self.strings, ()),
                            args=self.optional(d, "args", path, self.strings, ()))
+
+    def placement(self, value: Any, path: KeyPath) -> m.Placement:
+        if isinstance(value, str):
+            value = {"policy": value}
+        d = self.mapping(value, path, PLACEMENT_KEYS)
+        return m.Placement(
+            policy=self.choice(d.get("policy", "leaf-switch"), path + ("policy",),
+                               m.PLACEMENT_POLICIES, "placement policy"),
+            max_wait=self.optional(d, "max_wait", path, self.duration, 300.0),
+            topology=self.optional(d, "topology", path, self.path),
+            mode=self.choice(d.get("mode", "auto"), path + ("mode",), m.PLACEMENT_MODES,
+                             "placement mode"),
+            replan_after=self.optional(d, "replan_after", path, self.duration, 30.0))
 
     def choice(self, value: Any, path: KeyPath, allowed: tuple[str, ...], what: str) -> str:
         if value not in allowed:

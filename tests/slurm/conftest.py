@@ -82,9 +82,10 @@ class SlurmCluster:
             time.sleep(0.3)
 
 
-def _run_script(*args: str, timeout: float) -> subprocess.CompletedProcess:
+def _run_script(*args: str, timeout: float,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, env=env)
 
 
 def _exported_variables(stdout: str) -> dict[str, str]:
@@ -105,29 +106,58 @@ def _not_available(reason: str) -> None:
     pytest.skip(f"Slurm test cluster not available: {reason}")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> SlurmCluster:
-    was_running = _run_script("status", timeout=60).returncode == 0
+def _start(env: dict[str, str], what: str):
+    """Starts a cluster with scripts/slurm-cluster.sh under `env` (its HPSEARCH_SLURM_*
+    settings); returns (SlurmCluster, whether it was running before)."""
+    full_env = {**os.environ, **env}
+    was_running = _run_script("status", timeout=60, env=full_env).returncode == 0
     began = time.monotonic()
     try:
-        proc = _run_script("start", timeout=START_TIMEOUT_S)
+        proc = _run_script("start", timeout=START_TIMEOUT_S, env=full_env)
     except subprocess.TimeoutExpired as exc:
         _not_available(f"`{SCRIPT.name} start` still running after {START_TIMEOUT_S}s\n"
                        f"{_tail(exc.stderr)}")
     if proc.returncode != 0:
-        what = ("cannot run here" if proc.returncode == CANNOT_RUN_HERE
-                else f"`{SCRIPT.name} start` exited {proc.returncode}")
-        _not_available(f"{what}\n{_tail(proc.stderr + proc.stdout)}")
+        what_failed = ("cannot run here" if proc.returncode == CANNOT_RUN_HERE
+                       else f"`{SCRIPT.name} start` exited {proc.returncode}")
+        _not_available(f"{what_failed}\n{_tail(proc.stderr + proc.stdout)}")
     exported = _exported_variables(proc.stdout)
     if "SLURM_CONF" not in exported:
         _not_available(f"`{SCRIPT.name} start` printed no SLURM_CONF\n{_tail(proc.stdout)}")
-    print(f"\nSlurm test cluster up in {time.monotonic() - began:.1f}s "
+    print(f"\n{what} up in {time.monotonic() - began:.1f}s "
           f"(SLURM_CONF={exported['SLURM_CONF']})")
     conf = Path(exported["SLURM_CONF"])
-    yield SlurmCluster(state_dir=conf.parent.parent, env={**os.environ, **exported},
-                       nodes=tuple(f"node{i}" for i in range(1, 9)))
+    cluster = SlurmCluster(state_dir=conf.parent.parent, env={**os.environ, **exported},
+                           nodes=tuple(f"node{i}" for i in range(1, 9)))
+    return cluster, was_running
+
+
+def _stop(env: dict[str, str], was_running: bool) -> None:
     if not was_running and not os.environ.get("HPSEARCH_SLURM_KEEP"):
-        _run_script("stop", timeout=120)
+        _run_script("stop", timeout=120, env={**os.environ, **env})
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    """The test cluster, with the tree topology plugin on (leaf1..leaf4 of 2 nodes)."""
+    cluster, was_running = _start({}, "Slurm test cluster")
+    yield cluster
+    _stop({}, was_running)
+
+
+# A second cluster beside the first, without the tree plugin: Slurm knows no switches, so only
+# hpsearch (given the topology file) can keep a trial under one leaf.
+FLAT_ENV = {"HPSEARCH_SLURM_DIR": "/tmp/hpsearch-slurm-flat", "HPSEARCH_SLURM_PORT_BASE": "16900",
+            "HPSEARCH_SLURM_TOPOLOGY": "none"}
+
+
+@pytest.fixture(scope="session")
+def slurm_flat_cluster() -> SlurmCluster:
+    """Like slurm_cluster, with TopologyPlugin=topology/none; its topology.conf (same four
+    leaves) is in etc/ for hpsearch's placement.topology."""
+    cluster, was_running = _start(FLAT_ENV, "Slurm cluster without the tree plugin")
+    yield cluster
+    _stop(FLAT_ENV, was_running)
 
 
 def _tail(text: str | bytes | None) -> str:
@@ -137,12 +167,15 @@ def _tail(text: str | bytes | None) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The first test that uses the cluster also waits for it to start, which on a fresh
+    """The first test that uses a cluster also waits for it to start, which on a fresh
     machine includes apt-get install: give that one test START_TIMEOUT_S more than its
     pytest-timeout limit (every other test keeps its own)."""
+    pending = {"slurm_cluster", "slurm_flat_cluster"}
     for item in items:
-        if "slurm_cluster" not in getattr(item, "fixturenames", ()):
+        first_of = pending & set(getattr(item, "fixturenames", ()))
+        if not first_of:
             continue
+        pending -= first_of
         marker = item.get_closest_marker("timeout")
         try:
             limit = float(marker.args[0]) if marker and marker.args else float(
@@ -151,4 +184,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return
         if limit > 0:
             item.add_marker(pytest.mark.timeout(limit + START_TIMEOUT_S))
-        return

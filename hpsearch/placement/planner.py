@@ -1,0 +1,146 @@
+"""Placement of one experiment's Slurm jobs, as the Slurm executor submits them.
+
+The planner learns the topology once (the spec's `placement.topology` file, else
+$HPSEARCH_TOPOLOGY, else the tree plugin through `scontrol show topology`), reads live node
+state from sinfo at most once per REFRESH seconds, and remembers the nodes it has named for
+its own jobs that have not started yet, so two trials submitted in one burst never get the
+same free nodes. The rule itself is hpsearch.placement.policy.place().
+
+Modes (placement.mode): `switches` asks Slurm for `--switches=1@max_wait` (the tree plugin
+does the rest); `nodelist` names the nodes (`--nodelist`) and re-chooses them with
+`scontrol update ReqNodeList=` when a job pends longer than replan_after; `auto` is
+`switches` where the tree plugin is on and `nodelist` elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+
+from hpsearch.placement.policy import Placement, place
+from hpsearch.placement.topology import Topology, leaf_states, load_topology, \
+    topology_from_switches
+from hpsearch.slurm.hostlist import expand
+from hpsearch.spec.model import Spec
+
+REFRESH = 2.0  # seconds a sinfo reading is reused
+
+
+@dataclass
+class _Ask:
+    first: float  # monotonic time of the first request for this attempt
+    nodes: tuple[str, ...] = ()  # nodes named for it while its job waits to start
+    replanned: float = 0.0
+
+
+class Planner:
+    def __init__(self, spec: Spec, slurm) -> None:
+        self.cfg, self.slurm = spec.placement, slurm
+        self.k = spec.resources.nodes
+        self.partition = spec.resources.partition
+        self.array = spec.executor.array and self.k == 1
+        self.asks: dict[tuple[int, int], _Ask] = {}
+        self._topology: Topology | None = None
+        self._mode: str | None = None
+        self._source = self.cfg.topology or os.environ.get("HPSEARCH_TOPOLOGY")
+        if self._source and self.cfg.policy != "any":
+            self._topology = load_topology(self._source)  # a bad file stops submit (exit 2)
+        self._states, self._states_at = None, 0.0
+
+    # -- what the topology is -------------------------------------------------------------
+    @property
+    def topology(self) -> Topology | None:
+        self._setup()
+        return self._topology
+
+    @property
+    def mode(self) -> str:
+        """switches | nodelist | off (policy any, arrays, or no topology known)."""
+        self._setup()
+        return self._mode
+
+    def _setup(self) -> None:
+        if self._mode is not None:
+            return
+        tree = self.slurm.config_value("TopologyPlugin") in ("topology/tree", "tree")
+        if self._source:
+            self._topology = self._topology or load_topology(self._source)
+        elif tree:
+            self._topology = topology_from_switches(self.slurm.topology(), "scontrol")
+        mode = self.cfg.mode
+        if mode == "auto":
+            mode = "switches" if tree else "nodelist"
+        if self.cfg.policy == "any" or self.array or (mode == "nodelist" and not self._topology):
+            mode = "off"
+        if mode == "switches" and self.k == 1:
+            mode = "off"  # one node is always under one switch
+        self._mode = mode
+
+    def leaves(self, hostlist: str | None) -> str | None:
+        """The leaf switches of a hostlist, comma-separated, or None if unknown."""
+        if not hostlist or self.topology is None:
+            return None
+        found = sorted(self.topology.leaves_spanned(expand(hostlist)))
+        return ",".join(found) or None
+
+    # -- choosing -------------------------------------------------------------------------
+    def choose(self, trial_id: int, attempt: int) -> Placement:
+        """Options for a new job, or Placement(wait=True): ask again later."""
+        key = (trial_id, attempt)
+        ask = self.asks.setdefault(key, _Ask(first=time.monotonic()))
+        if self.mode == "off":
+            return Placement()
+        if self.mode == "switches":
+            return place(self.k, {}, "leaf-switch", max_wait=self.cfg.max_wait,
+                         tree_plugin=True)
+        states = self._live(exclude=key)
+        if self.k == 1 and not any(s.free for s in states.values()):
+            return Placement()  # no idle node: a busy one with room will do
+        chosen = place(self.k, states, "leaf-switch", waited=time.monotonic() - ask.first,
+                       max_wait=self.cfg.max_wait)
+        if chosen.options:
+            ask.nodes = tuple(expand(chosen.options[0].split("=", 1)[1]))
+        return chosen
+
+    def replan(self, trial_id: int, attempt: int) -> Placement | None:
+        """New nodes for a job that has pended past replan_after with the nodes we named, if
+        others fit now (or, past max_wait, the fewest leaves); None to leave it as it is."""
+        ask = self.asks.get((trial_id, attempt))
+        now = time.monotonic()
+        if self.mode != "nodelist" or ask is None or not ask.nodes \
+                or now - max(ask.first, ask.replanned) < self.cfg.replan_after:
+            return None
+        ask.replanned = now
+        states = self._live(exclude=(trial_id, attempt), fresh=True)
+        chosen = place(self.k, states, "leaf-switch", waited=now - ask.first,
+                       max_wait=self.cfg.max_wait)
+        if not chosen.options:
+            return None
+        nodes = tuple(expand(chosen.options[0].split("=", 1)[1]))
+        if set(nodes) == set(ask.nodes):
+            return None
+        ask.nodes = nodes
+        return chosen
+
+    def started(self, trial_id: int, attempt: int) -> None:
+        """Its job runs (or ended): its nodes are no longer only promised."""
+        self.asks.pop((trial_id, attempt), None)
+
+    def _live(self, exclude: tuple[int, int], fresh: bool = False) -> dict:
+        now = time.monotonic()
+        if fresh or self._states is None or now - self._states_at > REFRESH:
+            nodes = self.slurm.sinfo_nodes()
+            if self.partition:
+                nodes = [n for n in nodes if self.partition in n.partitions]
+            self._states, self._states_at = leaf_states(self.topology, nodes), now
+        promised = {n for key, ask in self.asks.items() if key != exclude for n in ask.nodes}
+        if not promised:
+            return self._states
+        return {leaf: _without(state, promised) for leaf, state in self._states.items()}
+
+
+def _without(state, promised: set[str]):
+    return replace(state, free=tuple(n for n in state.free if n not in promised),
+                   allocated=state.allocated + tuple(n for n in state.free if n in promised))
+
