@@ -101,6 +101,10 @@ def _where(t) -> str:
         parts.append(t.sched_state + (f" ({t.pending_reason})" if t.pending_reason else ""))
     if t.nodes or t.host:
         parts.append(t.nodes or t.host)
+    if t.leaves:
+        leaves = t.leaves.split(",")
+        parts.append(f"[{leaves[0]}]" if len(leaves) == 1 else
+                     f"[{len(leaves)} leaves: {t.leaves}]")
     return " ".join(parts)
 
 

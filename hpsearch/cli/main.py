@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from hpsearch import __version__
-from hpsearch.cli import inspect_cmds, run_cmds, spec_cmds, view_cmds
+from hpsearch.cli import cluster_cmds, inspect_cmds, run_cmds, spec_cmds, view_cmds
 from hpsearch.errors import EXIT_BAD_INPUT, HpsearchError
 
 EPILOG = """\
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds):
+    for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds, cluster_cmds):
         module.register(sub)
     return parser
 

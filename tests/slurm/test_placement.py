@@ -139,3 +139,31 @@ def test_single_node_trials_are_packed_into_the_fullest_leaf(cli, blockers):
     trials = _search(cli, cluster, "pl-pack", f"{{topology: {topo}}}", nodes=1, trials=4)
     used = {_sacct_nodes(cluster, t.job_id)[0] for t in trials}
     assert used <= {"node2", "node4", "node6"}, used
+
+
+@pytest.mark.parametrize("blockers", ["slurm_flat_cluster"], indirect=True)
+def test_topology_command_and_status_show_leaves_and_trials(cli, blockers):
+    """`hpsearch topology` lists each leaf's free and used nodes and the trials running on
+    it; `status` shows the leaf each trial ran under."""
+    cluster = blockers
+    topo = cluster.state_dir / "etc" / "topology.conf"
+    name = f"pl-show-{RUN}"
+    text = SPEC.format(name=name, trials=1, nodes=2, placement=f"{{topology: {topo}}}")
+    spec = cli.write_spec(text.replace("sleep 1;", "sleep 30;"), f"{name}.yaml")
+    driver = cli.popen("submit", spec, env=cluster.env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until the trial runs on its nodes
+            out = cli("status", name, env=cluster.env, check=None).stdout
+            if "[leaf4]" in out:
+                break
+            assert time.monotonic() < deadline, out
+            time.sleep(0.5)
+        shown = cli("topology", name, env=cluster.env, check=0).stdout
+        rows = {line.split()[0]: line for line in shown.splitlines()[1:]}
+        assert f"{name}#0" in rows["leaf4"] and "2 node[7-8]" in rows["leaf4"]
+        assert rows["leaf1"].split()[1:5] == ["1", "node2", "1", "node1"]  # free, used
+        assert f"{name}#0" not in rows["leaf1"]
+    finally:
+        cli("cancel", name, env=cluster.env, check=None)
+        driver.communicate(timeout=120)
