@@ -3,7 +3,7 @@
 # whole test suite. Extra arguments go to pytest (e.g. scripts/test.sh -k resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh test,gp,pipeline
+scripts/setup.sh test,gp,pipeline,report
 # The Slurm tests run on a real emulated cluster (scripts/slurm-cluster.sh; docs/testing.md).
 # Installing its Debian packages here keeps apt out of the tests' time limits. Not root: the
 # Slurm tests skip and say why (under CI=true they fail instead).
@@ -13,6 +13,12 @@ if [ "$(id -u)" = 0 ]; then
   if ! command -v ch-run >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -q charliecloud-runtime || { apt-get update -q && apt-get install -y -q charliecloud-runtime; }
+  fi
+  # tmux and chromium: the live view in a real terminal (tests/tui/) and the report's
+  # screenshot (tests/test_report.py)
+  if ! command -v tmux >/dev/null || ! command -v chromium >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q tmux chromium || { apt-get update -q && apt-get install -y -q tmux chromium; }
   fi
 fi
 exec .venv/bin/python -m pytest -q -rs "$@"

@@ -481,3 +481,31 @@ def test_every_captured_file_is_read_by_a_test_here():
     stems = {re.sub(r"\.(stdout|stderr|exitcode)\.txt$", "", n) for n in names}
     missing = sorted(s for s in stems if s.removesuffix(".txt") not in source)
     assert not missing, f"captured files no test reads: {missing}"
+
+
+# -- sacct usage (hpsearch report) ---------------------------------------------------------
+
+def test_sacct_usage_reads_seconds_nodes_and_gpus_from_real_output():
+    from hpsearch.slurm.parse import JobUsage, parse_sacct_usage
+    assert f"\nUSAGE_FORMAT={parse.SACCT_USAGE_FORMAT}\n" in captured("capture.sh")
+    usage = by_id(parse_sacct_usage(captured("sacct_usage.txt")))
+    assert usage["985"] == JobUsage(job_id="985", state="COMPLETED", elapsed=2.0, nodes=1,
+                                    gpus=2, cpus=1)
+    assert (usage["986"].nodes, usage["986"].gpus, usage["986"].cpus) == (2, 0, 2)
+    assert usage["987"].state == "FAILED"
+    assert {"988_0", "988_1"} <= set(usage)
+    assert (usage["990"].state, usage["990"].elapsed, usage["990"].gpus) == ("PENDING", 0.0, 0)
+    assert (usage["991"].state, usage["991"].gpus) == ("RUNNING", 1)
+
+
+def test_sacct_usage_skips_steps_and_unstarted_ranges_and_names_a_bad_line():
+    from hpsearch.slurm.parse import parse_sacct_usage
+    text = ("5|COMPLETED|7|1|cpu=1,gres/gpu=4,node=1|2026-11-26T07:43:07\n"
+            "5.batch|COMPLETED|7|1|cpu=1,gres/gpu=4,node=1|2026-11-26T07:43:07\n"
+            "6_[0-3]|PENDING|0|1||2026-11-26T07:43:07\n")
+    assert [u.job_id for u in parse_sacct_usage(text)] == ["5"]
+    assert parse_sacct_usage(text)[0].gpus == 4
+    with pytest.raises(ValueError, match="sacct line 1"):
+        parse_sacct_usage("5|COMPLETED|7|1|cpu=one|2026-11-26T07:43:07\n")
+    with pytest.raises(ValueError, match="expected 6"):
+        parse_sacct_usage("5|COMPLETED|7\n")

@@ -59,10 +59,12 @@ def history(data: ReportData) -> bytes | None:
                        label="failed trial")
         ax.set_xlabel("trial")
         ax.set_ylabel(metric)
-        ax.set_title(f"{metric} ({direction})")
+        ax.set_title(f"{metric} ({direction})" if count > 1 else
+                     f"optimization history: {data.name}, {metric} ({direction})")
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=8)
-    fig.suptitle(f"optimization history: {data.name}")
+    if count > 1:
+        fig.suptitle(f"optimization history: {data.name}")
     return _png(fig)
 
 

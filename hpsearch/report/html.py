@@ -19,6 +19,7 @@ h1 { margin-bottom: 0.2em; } .meta { color: #555; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+pre { color: #b00; margin: 0.2em 0 0.6em; white-space: pre-wrap; }
 tr.total td { font-weight: bold; background: #fafafa; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0 1em; }
 .failed { color: #b00; } .completed { color: #070; } .note { color: #a60; }
@@ -30,7 +31,7 @@ def _e(value) -> str:
 
 
 def _hours(value: float) -> str:
-    return f"{value:.4f}"
+    return "0" if value == 0 else f"{value:.3g}"
 
 
 def _best_rows(data: ReportData) -> str:
@@ -119,8 +120,8 @@ def write(data: ReportData, out_dir: Path) -> Path:
     failed = [t for t in data.trials if t.state == r.FAILED]
     failures = ""
     if failed:
-        items = "".join(f"<li>trial {t.id}: {_e((t.error or '').splitlines()[0] if t.error else '')}"
-                        "</li>" for t in failed[:20])
+        items = "".join(f"<li>trial {t.id}:<pre>{_e((t.error or '')[-600:])}</pre></li>"
+                        for t in failed[:20])
         failures = f"<h2>Failed trials</h2><ul class='failed'>{items}</ul>"
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

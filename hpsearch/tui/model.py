@@ -201,7 +201,9 @@ class SnapshotSource:
             best = next((line for line in shown if line.id == best_id), None) or \
                 self._line(self.reader.trial(best_id))
         finished = sum(counts.get(s, 0) for s in r.FINISHED)
-        first = self.reader.db.execute("select min(created) from trials").fetchone()[0]
+        first = self.reader.db.execute("select created from trials order by id limit 1"
+                                       ).fetchone()
+        first = first[0] if first else None
         running = exp.status == "running"
         end = now if running else exp.updated
         elapsed = max(0.0, end - (first or exp.created))
