@@ -40,10 +40,8 @@ def render_once(exp_dir: Path, width: int | None = None, height: int | None = No
     console = console or _console()
     source = SnapshotSource(exp_dir)
     try:
-        cluster = None
-        if source.executor == "slurm":
-            watch_ = ClusterWatch()
-            cluster = watch_._query()
+        source.snapshot(rows=1)  # learns whether the trials run as Slurm jobs
+        cluster = ClusterWatch()._query() if source.executor == "slurm" else None
         width = width or console.width
         height = height or (console.height if console.is_terminal else 200)
         snap = source.snapshot(cluster or (None, None), rows=max(1, height))
@@ -65,15 +63,15 @@ def _run_view(exp_dir: Path, stop: threading.Event, footer: str, refresh: float,
         if stop.wait(0.1):
             return
     source = SnapshotSource(exp_dir)
-    cluster = ClusterWatch() if source.executor == "slurm" else None
+    cluster = ClusterWatch()  # asked only once the experiment shows Slurm jobs
     try:
         with Live(console=console, auto_refresh=False, screen=True,
                   redirect_stdout=False, redirect_stderr=False) as live:
             while True:
                 width, height = console.size
                 try:
-                    snap = source.snapshot(cluster.get() if cluster else (None, None),
-                                           rows=max(1, height))
+                    snap = source.snapshot(cluster.get() if source.executor == "slurm"
+                                           else (None, None), rows=max(1, height))
                     live.update(render(snap, width, height, footer), refresh=True)
                 except sqlite3.Error:
                     pass  # a moment the file cannot be read (replaced, checkpointed): next turn

@@ -192,6 +192,9 @@ class SnapshotSource:
                  rows: int | None = None) -> Snapshot:
         """The experiment now. `cluster` is (per-leaf lines, note) from a ClusterWatch."""
         now = time.time()
+        if self.executor != "slurm" and self.reader.db.execute(
+                "select 1 from trials where job_id is not null limit 1").fetchone():
+            self.executor = "slurm"  # `submit --executor slurm` overrode the stored spec
         exp = self.reader.experiment()
         counts = self.reader.state_counts()
         shown = [self._line(t) for t in self._shown_trials(rows or self.rows)]
