@@ -8,13 +8,17 @@ duplicated or launched twice.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
+from hpsearch import retry, runs
+from hpsearch.checkpoints import CheckpointScan, doomed, remove
+from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
@@ -36,6 +40,10 @@ class _Live:
     trial_dir: Path
     files: TrialFiles
     last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
+    ckpts: CheckpointScan = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ckpts = CheckpointScan(self.trial_dir)
 
 
 class Driver:
@@ -48,6 +56,8 @@ class Driver:
         self.queue: list[int] = []  # trials waiting for a new attempt
         self.stop_reason: str | None = None
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
+        self.directions = [o.direction for o in spec.objectives]
+        self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -70,6 +80,8 @@ class Driver:
         """Rebuild the search from the store and take charge of every trial in flight."""
         trials = self.store.trials()
         self.search.rebuild(trials, self.store.experiment().study_attrs)
+        self._remove_checkpoints([c for c in self.store.checkpoints(include_deleted=True)
+                                  if c.deleted is not None and os.path.lexists(c.path)])
         for row in trials:
             if row.state == r.QUEUED or row.state == r.CANCELLED:
                 self.queue.append(row.id)
@@ -122,6 +134,10 @@ class Driver:
             elif isinstance(event, Note):
                 self.store.add_event(event.kind, event.message, event.trial_id)
                 self.on_event(f"trial {event.trial_id}: {event.message}")
+            elif event.reason == "storage_error":  # not the trial's fault: stop, count nothing
+                raise StorageError(f"trial {event.trial_id}: {event.detail}. The store is "
+                                   "intact; free space or fix permissions, then `hpsearch "
+                                   f"resume {self.spec.name}`")
             else:
                 self.finalize(event)
 
@@ -132,10 +148,17 @@ class Driver:
                 trial_id = self.queue.pop(0)
                 row = self.store.trial(trial_id)
                 attempt = row.attempt + 1
-                reason = "retry" if row.state == r.QUEUED else "re-run after interruption"
-                self.store.begin_attempt(trial_id, attempt, reason)
+                history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)]
+                plan = retry.next_overrides(self.spec, history,
+                                            self.store.checkpoint_steps(trial_id))
+                failure = history[-1].failure if history else None
+                reason = ("re-run after interruption" if row.state != r.QUEUED else
+                          f"retry after {failure}" if failure else "retry")
+                self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
                 rotate_logs(Path(row.trial_dir), row.attempt)
-                launch = build_launch(self.spec, trial_id, attempt, row.params)
+                launch = dataclasses.replace(
+                    build_launch(self.spec, trial_id, attempt, row.params),
+                    sbatch_extra=plan.sbatch_extra, time_factor=plan.time_factor)
             else:
                 asked = self.search.ask()
                 if asked is None:
@@ -162,8 +185,8 @@ class Driver:
                                 started.pid_start, started.gpus, started.job_id)
         fault_point("after_running")
 
-    def _ingest(self, live: _Live) -> None:
-        records = live.files.read_new()
+    def _ingest(self, live: _Live, final: bool = False) -> None:
+        records = live.files.read_new(final=final)
         if records:
             self.store.add_metrics(live.trial_id, live.attempt, records)
             for rec in records:
@@ -171,42 +194,80 @@ class Driver:
                     if name not in ("step", "time"):
                         if name not in live.last or rec["step"] >= live.last[name][0]:
                             live.last[name] = (rec["step"], value)
-        for warning in live.files.warnings:
+        found = live.ckpts.new()
+        if found:
+            self.store.add_checkpoints(live.trial_id, live.attempt, found)
+        if live.ckpts.seen and (records or found):
+            self.store.fill_checkpoint_metrics(live.trial_id, self.metrics[0], exact=True)
+        if found and not final:
+            self._remove_checkpoints(self._mark_doomed(live.trial_id))
+        for warning in live.files.warnings + live.ckpts.warnings:
             self.store.add_event("warning", warning, live.trial_id)
             self.on_event(f"trial {live.trial_id}: {warning}")
         live.files.warnings.clear()
+        live.ckpts.warnings.clear()
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _mark_doomed(self, trial_id: int | None) -> list[r.CheckpointRow]:
+        """Mark what the checkpoint policy deletes, of one trial (None: every trial, as the
+        experiment-wide keep_trials needs); the files go after the commit."""
+        policy = self.spec.checkpoints
+        if trial_id is not None:
+            policy = dataclasses.replace(policy, keep_trials=None)
+        if policy.keep_last is None and policy.keep_best is None and policy.keep_trials is None:
+            return []
+        present = self.store.checkpoints(trial_id)
+        if not present:
+            return []
+        trials = self.store.trials() if trial_id is None else [self.store.trial(trial_id)]
+        gone = doomed(policy, present, trials, self.directions)
+        if gone:
+            self.store.mark_checkpoints_deleted(gone)
+        return gone
+
+    def _remove_checkpoints(self, gone: list[r.CheckpointRow]) -> None:
+        for checkpoint in gone:
+            warning = remove(checkpoint, runs.trial_dir(self.spec.experiment_dir,
+                                                        checkpoint.trial))
+            if warning:
+                self.store.add_event("warning", warning, checkpoint.trial)
+                self.on_event(f"trial {checkpoint.trial}: {warning}")
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
         with self.store.batch():  # the last metrics and the outcome: one commit
             self._finalize(ended)
+            if self.spec.checkpoints.keep_trials is not None:
+                self.doomed += self._mark_doomed(None)
         fault_point("after_finish")
+        gone, self.doomed = self.doomed, []
+        self._remove_checkpoints(gone)
 
     def _finalize(self, ended: Ended) -> None:
         began = time.perf_counter()
         live = self.live.pop(ended.trial_id)
-        self._ingest(live)
+        self._ingest(live, final=True)
         fault_point("mid_ingest")
         tid, attempt = ended.trial_id, ended.attempt
         if ended.nodes:
             self.store.update_placement(tid, attempt, None, None, ended.nodes, ended.leaves)
+        if live.ckpts.seen:
+            self.store.fill_checkpoint_metrics(tid, self.metrics[0], exact=False)
         if ended.reason == "cancelled":
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")
             return
-        if ended.reason == "lost":
-            self.store.finish_attempt(tid, attempt, "lost", None, ended.detail, requeue=True)
-            self.queue.append(tid)
-            self.on_event(f"trial {tid}: {ended.detail}; it will run again")
-            return
-        values, error = None, None
+        values, error, failure = None, None, None
         if ended.reason == "exited" and ended.exit_code == 0:
             last = {name: value for name, (step, value) in live.last.items()}
             values, error = objective_values(live.files.result(), last, self.metrics)
+            failure = "no_objective" if error else None
         elif ended.reason == "exited":
             error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail else "")
-        else:  # timeout, launch error, or a scheduler's end (out of memory, node failure, ...)
+        else:  # timeout, launch error, lost, or a scheduler's end (out of memory, node failure)
             error = ended.detail or ended.reason
+        if error is not None and failure is None:
+            failure = retry.classify(ended)
         if error is None:
             attrs = self.search.tell(tid, r.COMPLETED, values)
             self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,
@@ -214,23 +275,33 @@ class Driver:
             self.on_event(f"trial {tid} completed: " + ", ".join(
                 f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
         else:
-            self._failed(live, attempt, ended.exit_code, _with_stderr_tail(error, live))
+            if failure != "lost":
+                error = _with_stderr_tail(error, live)
+            self._failed(ended, error, failure)
+        self.doomed += self._mark_doomed(tid)
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
-    def _failed(self, live: _Live, attempt: int, exit_code: int | None, error: str) -> None:
-        tid = live.trial_id
-        failures = self.store.db.execute(
-            "select count(*) from attempts where trial = ? and state = ?", (tid, r.FAILED)
-        ).fetchone()[0]
-        if failures < self.spec.retries.max:
-            self.store.finish_attempt(tid, attempt, r.FAILED, exit_code, error, requeue=True)
+    def _failed(self, ended: Ended, error: str, failure: str) -> None:
+        """Retry the trial if its rule for this failure class allows, else give up and tell
+        the search it failed (so the search never waits for it)."""
+        tid, attempt = ended.trial_id, ended.attempt
+        earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
+                   if a["attempt"] != attempt]
+        this = retry.Attempt(attempt, failure, ended.exit_code, ended.nodes)
+        decision = retry.decide(self.spec.retries, this, earlier,
+                                self.store.checkpoint_steps(tid))
+        state = "lost" if failure == "lost" else r.FAILED
+        first = error.splitlines()[0]
+        if decision.retry:
+            self.store.finish_attempt(tid, attempt, state, ended.exit_code, error, requeue=True,
+                                      failure=failure)
             self.queue.append(tid)
-            self.on_event(f"trial {tid} failed ({error.splitlines()[0]}); retrying "
-                          f"({failures + 1} of {self.spec.retries.max})")
+            self.on_event(f"trial {tid} {failure} ({first}); {decision.describe()}")
             return
         attrs = self.search.tell(tid, r.FAILED, None)
-        self.store.finish_attempt(tid, attempt, r.FAILED, exit_code, error, sampler_attrs=attrs)
-        self.on_event(f"trial {tid} failed: {error.splitlines()[0]}")
+        self.store.finish_attempt(tid, attempt, r.FAILED, ended.exit_code, error,
+                                  sampler_attrs=attrs, failure=failure)
+        self.on_event(f"trial {tid} failed: {first} ({failure}; {decision.describe()})")
 
     # -- stopping and the end --------------------------------------------------------------
     def _install_signal_handlers(self) -> dict:

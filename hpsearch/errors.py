@@ -33,3 +33,10 @@ class Conflict(HpsearchError):
 
 class NotFound(HpsearchError):
     """An experiment, trial or file that does not exist."""
+
+
+class StorageError(HpsearchError):
+    """The runs dir cannot be written (disk full, permissions, read-only): the store is
+    intact (every change is one transaction), and `resume` continues once it is fixed."""
+
+    exit_code = EXIT_INCOMPLETE

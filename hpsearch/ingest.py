@@ -22,14 +22,16 @@ class TrialFiles:
     result_from_stdout: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def read_new(self) -> list[dict]:
-        """New metric records since the last call: [{'step': n, 'time': t, name: value}]."""
+    def read_new(self, final: bool = False) -> list[dict]:
+        """New metric records since the last call: [{'step': n, 'time': t, name: value}].
+        With final (the trial has ended), a last line without its newline is read too: a
+        complete report is kept, a line cut short is skipped with a warning."""
         records = []
-        for line in self._new_lines("metrics.jsonl"):
+        for line in self._new_lines("metrics.jsonl", final):
             rec = self._parse_json(line, "metrics.jsonl")
             if rec is not None:
                 records.append(rec)
-        for line in self._new_lines("stdout.log"):
+        for line in self._new_lines("stdout.log", final):
             if not line.startswith(STDOUT_PREFIX):
                 continue
             body = line[len(STDOUT_PREFIX):].strip()
@@ -64,7 +66,7 @@ class TrialFiles:
         return {k: float(v) for k, v in data.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
-    def _new_lines(self, name: str) -> list[str]:
+    def _new_lines(self, name: str, final: bool = False) -> list[str]:
         path = self.trial_dir / name
         offset = self.offsets.get(name, 0)
         try:
@@ -73,11 +75,11 @@ class TrialFiles:
                 data = fh.read()
         except FileNotFoundError:
             return []
-        end = data.rfind(b"\n")
+        end = len(data) - 1 if final and data else data.rfind(b"\n")
         if end < 0:
             return []
         self.offsets[name] = offset + end + 1
-        return data[:end].decode("utf-8", errors="replace").splitlines()
+        return data[:end + 1].decode("utf-8", errors="replace").splitlines()
 
     def _parse_json(self, line: str, source: str) -> dict | None:
         if not line.strip():

@@ -5,16 +5,18 @@ Everything that can be wrong with the input is checked before anything is create
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 from hpsearch import runs
-from hpsearch.errors import BadInput, Conflict, HpsearchError
+from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
 from hpsearch.spec.model import Spec
 from hpsearch.spec.validate import load_spec, parse_spec
@@ -36,7 +38,8 @@ def make_executor(spec: Spec) -> Executor:
             raise BadInput(f"executor.gpus lists {len(gpus)} device(s) but each trial needs "
                            f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
                            key="executor.gpus")
-        return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace)
+        return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace,
+                             spec.checkpoints.signal, spec.checkpoints.signal_before)
     from hpsearch.executors.slurm import SlurmExecutor
     return SlurmExecutor(spec)
 
@@ -119,12 +122,13 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
-    lock.acquire()  # refuses while a driver runs; released before the job can start
-    try:
-        if create and not (exp_dir / STORE_FILE).exists():
-            create_store(spec, make_search(spec).total).close()
-    finally:
-        lock.release()
+    with storage_errors(spec.name):
+        lock.acquire()  # refuses while a driver runs; released before the job can start
+        try:
+            if create and not (exp_dir / STORE_FILE).exists():
+                create_store(spec, make_search(spec).total).close()
+        finally:
+            lock.release()
     job_id = Slurm().sbatch(driver_script(spec, sys.executable, driver_time))
     (exp_dir / DRIVER_JOB_FILE).write_text(job_id + "\n")  # `cancel` finds it here
     return job_id
@@ -138,17 +142,35 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
-    lock.acquire()
+    with storage_errors(spec.name):
+        lock.acquire()
+        try:
+            search = make_search(spec)
+            if create and not (exp_dir / STORE_FILE).exists():
+                store = create_store(spec, search.total)
+            else:
+                store = Store(exp_dir / STORE_FILE)
+            on_ready()
+            return Driver(spec, store, make_executor(spec), search, on_event).run()
+        finally:
+            lock.release()
+
+
+@contextlib.contextmanager
+def storage_errors(name: str):
+    """A full disk or a permission error on the runs dir: one clear message, no traceback.
+    Each store change is one transaction, so the store stays as the last commit left it."""
     try:
-        search = make_search(spec)
-        if create and not (exp_dir / STORE_FILE).exists():
-            store = create_store(spec, search.total)
-        else:
-            store = Store(exp_dir / STORE_FILE)
-        on_ready()
-        return Driver(spec, store, make_executor(spec), search, on_event).run()
-    finally:
-        lock.release()
+        yield
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise StorageError(f"cannot write {where}{exc.strerror or exc}; the store is intact. "
+                           f"Free space or fix permissions, then `hpsearch resume {name}` (or submit "
+                           "again if it was never created)") from None
+    except sqlite3.OperationalError as exc:  # "database or disk is full", "readonly database"
+        raise StorageError(f"the store of {name} cannot be written: {exc}; it is intact "
+                           "(the change was rolled back). Free space or fix permissions, then "
+                           f"`hpsearch resume {name}`") from None
 
 
 def detach(run: Callable[[Callable[[], None]], int], log_path: Path) -> int:

@@ -17,6 +17,7 @@ Files in $HPSEARCH_TRIAL_DIR:
     metrics.jsonl    one JSON object per report: {"step": 3, "time": ..., "loss": 0.25}
     result.json      final metrics, written atomically (temp file + rename)
     checkpoints/     $HPSEARCH_CHECKPOINT_DIR
+    checkpoints.jsonl  one JSON object per saved checkpoint: {"step": 3, "path": "step-00000003.pt"}
     STOP             created by the driver to ask the trial to stop early
     stdout.log, stderr.log, exit_code
 
@@ -29,15 +30,25 @@ by printing lines to stdout of the form
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shutil
 import signal
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-_stop_signalled = False
+# Exit status of an attempt that saved its state and wants to be run again (EX_TEMPFAIL):
+# the driver starts a new attempt, which resumes from the latest checkpoint.
+EXIT_RESUME = 75
+CHECKPOINT_MANIFEST = "checkpoints.jsonl"
+
+_stop_signal: str | None = None  # the name of the signal that asked us to stop
 _handlers_installed = False
+_STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
 
 
 def _env(name: str) -> str:
@@ -110,20 +121,104 @@ def checkpoint_dir() -> Path:
     return path
 
 
-def latest_checkpoint() -> Path | None:
-    """The newest entry in checkpoint_dir() (by modification time), or None.
+def checkpoint_step(name: str) -> int | None:
+    """The step a checkpoint's file name tells: its last number (epoch-0007.pt -> 7)."""
+    match = _STEP_IN_NAME.search(name)
+    return int(match.group(1)) if match else None
 
-    Save checkpoints under a temporary name and rename them into place, so a checkpoint
-    that is half-written when the job dies is never returned here.
+
+def _manifest_steps() -> dict[str, int]:
+    """Registered checkpoints: file name in checkpoint_dir() -> step (the last line wins)."""
+    steps: dict[str, int] = {}
+    try:
+        text = (trial_dir() / CHECKPOINT_MANIFEST).read_text(errors="replace")
+    except FileNotFoundError:
+        return steps
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+            steps[Path(rec["path"]).name] = int(rec["step"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by a crash
+    return steps
+
+
+def latest_checkpoint() -> Path | None:
+    """The checkpoint to resume from, or None: the highest step (registered with
+    checkpoint()/register_checkpoint(), or else the last number in the name), newest first
+    among equals. The driver never deletes this one while the trial may still run.
+
+    Entries starting with '.' or ending in '.tmp' are ignored: save under such a name and
+    rename into place, so a checkpoint half-written when the job dies is never returned.
     """
-    entries = [p for p in checkpoint_dir().iterdir() if not p.name.startswith(".")
-               and not p.name.endswith(".tmp")]
-    return max(entries, key=lambda p: (p.stat().st_mtime, p.name), default=None)
+    registered = _manifest_steps()
+    best, best_key = None, None
+    for entry in checkpoint_dir().iterdir():
+        if entry.name.startswith(".") or entry.name.endswith(".tmp"):
+            continue
+        step = registered.get(entry.name, checkpoint_step(entry.name))
+        try:
+            key = (step if step is not None else -1, entry.stat().st_mtime, entry.name)
+        except FileNotFoundError:
+            continue  # deleted by the checkpoint policy meanwhile
+        if best_key is None or key > best_key:
+            best, best_key = entry, key
+    return best
+
+
+@contextlib.contextmanager
+def checkpoint(step: int, suffix: str = "") -> Iterator[Path]:
+    """Save a checkpoint of `step` safely: write to the path yielded (a file, or a folder
+    you create there), and on leaving the block it is renamed to
+    checkpoint_dir()/step-<step><suffix> and registered for the driver. If the block
+    raises, nothing is registered and the partial save is removed.
+
+        with trial.checkpoint(epoch, ".pt") as path:
+            torch.save(state, path)
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise TypeError(f"step must be an int >= 0; got {step!r}")
+    final = checkpoint_dir() / f"step-{step:08d}{suffix}"
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise FileNotFoundError(f"nothing was saved at {tmp}")
+        if tmp.is_file():
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.is_dir() and not final.is_symlink():
+            shutil.rmtree(final)  # os.replace cannot replace a folder
+        os.replace(tmp, final)
+    except BaseException:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+    register_checkpoint(step, final)
+
+
+def register_checkpoint(step: int, path: str | Path) -> None:
+    """Tell the driver a checkpoint of `step` is complete at `path` (inside checkpoint_dir();
+    any name). Use it when you save without checkpoint(). One atomic append per call."""
+    path = Path(path)
+    if not path.is_absolute():
+        path = checkpoint_dir() / path
+    if path.resolve().parent != checkpoint_dir().resolve():
+        raise ValueError(f"{path} is not directly inside {checkpoint_dir()}")
+    line = json.dumps({"step": int(step), "path": path.name, "time": time.time()}) + "\n"
+    fd = os.open(trial_dir() / CHECKPOINT_MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    global _stop_signalled
-    _stop_signalled = True
+    global _stop_signal
+    _stop_signal = signal.Signals(signum).name.removeprefix("SIG")
 
 
 def _install_handlers() -> None:
@@ -144,4 +239,19 @@ def should_stop() -> bool:
     process got SIGTERM/SIGUSR1/SIGUSR2 (cancel, time limit, preemption): save a checkpoint
     and exit. The first call installs the signal handlers; call it once early."""
     _install_handlers()
-    return _stop_signalled or (trial_dir() / "STOP").exists()
+    return _stop_signal is not None or (trial_dir() / "STOP").exists()
+
+
+def interrupted() -> str | None:
+    """The signal (e.g. 'USR2', 'TERM') that interrupted this attempt, or None. After one,
+    save a checkpoint and call resume_later(): the trial goes on in a new attempt."""
+    _install_handlers()
+    return _stop_signal
+
+
+def resume_later() -> None:
+    """End this attempt with EXIT_RESUME (75): the driver runs the trial again, and the new
+    attempt resumes from latest_checkpoint(). Call it after saving a checkpoint."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(EXIT_RESUME)

@@ -142,11 +142,18 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def best(args) -> int:
-    exp, trials = _load(args)
+    reader = _open(args)
+    try:
+        exp, trials, saved = reader.experiment(), reader.trials(), reader.checkpoints()
+    finally:
+        reader.close()
     metrics = _metric_names(exp)
     top = best_trials(trials, exp.directions, args.k)
+    checkpoint = {t.id: _best_checkpoint([c for c in saved if c.trial == t.id],
+                                         exp.directions[0]) for t in top}
     if args.json:
-        print(json.dumps([record(t, metrics) for t in top], indent=1))
+        print(json.dumps([{**record(t, metrics), "checkpoint": checkpoint[t.id] and
+                           checkpoint[t.id].path} for t in top], indent=1))
         return 0 if top else 1
     if not top:
         print(f"experiment {exp.name}: no completed trial yet", file=sys.stderr)
@@ -159,7 +166,20 @@ def best(args) -> int:
         print(f"{rank}. trial {t.id}: {values}")
         print(f"   params: {format_params(t.params)}")
         print(f"   trial dir: {t.trial_dir}")
+        ckpt = checkpoint[t.id]
+        if ckpt is not None:
+            at = f"step {ckpt.step}" + (f", {metrics[0]}={ckpt.metric:.6g}"
+                                        if ckpt.metric is not None else "")
+            print(f"   checkpoint: {ckpt.path} ({at})")
     return 0
+
+
+def _best_checkpoint(saved: list, direction: str):
+    """A finished trial's checkpoint to use: the best objective metric at its step, the
+    highest step among equals (and when none has a metric); None if it kept none."""
+    sign = 1.0 if direction == "minimize" else -1.0
+    return min(saved, key=lambda c: (c.metric is None, sign * (c.metric or 0.0), -c.step),
+               default=None)
 
 
 def export(args) -> int:

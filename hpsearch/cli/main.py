@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from hpsearch import __version__
-from hpsearch.cli import cluster_cmds, inspect_cmds, run_cmds, spec_cmds, view_cmds
+from hpsearch.cli import (checkpoint_cmds, cluster_cmds, inspect_cmds, run_cmds, spec_cmds,
+                          view_cmds)
 from hpsearch.errors import EXIT_BAD_INPUT, HpsearchError
 
 EPILOG = """\
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds, cluster_cmds):
+    for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds, cluster_cmds,
+                   checkpoint_cmds):
         module.register(sub)
     return parser
 
@@ -56,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # e.g. an --out file in a folder we may not write: no traceback
+        print(f"hpsearch: error: {exc.filename + ': ' if exc.filename else ''}"
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

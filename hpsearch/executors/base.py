@@ -23,6 +23,10 @@ class Launch:
     trial_dir: Path
     workdir: Path
     params: dict = field(default_factory=dict, compare=False)
+    # What the retry rules changed for this attempt (hpsearch.retry): sbatch options that win
+    # over the spec's (--exclude, --mem, --time), and the factor on the local timeout.
+    sbatch_extra: tuple[str, ...] = field(default=(), compare=False)
+    time_factor: float = field(default=1.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,9 @@ class Ended:
     attempt: int
     exit_code: int | None   # None when unknown (the process ended while nobody watched)
     reason: str             # exited | cancelled | lost | timeout | launch_error | failed, or
-                            # a scheduler's end such as out_of_memory, node_fail, preempted
+                            # a scheduler's end such as out_of_memory, node_fail, preempted;
+                            # storage_error: the trial dir could not be written (disk full,
+                            # permissions): the driver stops, the attempt is not counted
     detail: str = ""
     nodes: str | None = None  # hostlist it ran on, where the executor knows it
     leaves: str | None = None  # leaf switches of those nodes, comma-separated, where known

@@ -13,6 +13,7 @@ submit() returns at once; poll() reports the Started (or a launch error) when it
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import select
@@ -43,6 +44,8 @@ class _Running:
     deadline: float | None           # timeout
     kill_at: float | None = None     # SIGKILL time once SIGTERM was sent
     reason: str | None = None        # timeout | cancelled, once we decided to stop it
+    signal_at: float | None = None   # when to send the checkpoint signal (before the deadline)
+    timeout: float | None = None     # this attempt's timeout (the retry rules may raise it)
 
 
 def detect_gpus() -> list[str]:
@@ -62,8 +65,16 @@ def detect_gpus() -> list[str]:
 
 class LocalExecutor(Executor):
     def __init__(self, parallel: int, gpus: list[str] | None = None, gpus_per_trial: int = 1,
-                 timeout: float | None = None, grace: float = 10.0) -> None:
+                 timeout: float | None = None, grace: float = 10.0,
+                 signal_name: str | None = None, signal_before: float = 120.0) -> None:
+        """signal_name: sent to the trial's process group `signal_before` seconds before its
+        timeout (checkpoints.signal), so it can save and exit to be resumed."""
         self.parallel = parallel
+        self.signal = getattr(signal, f"SIG{signal_name}") if signal_name else None
+        self.signal_before = signal_before
+        # The wrapper shell catches the signal (a no-op) so only the trial acts on it; the
+        # command it runs starts with the default action, as a handler is reset by exec.
+        self.prelude = f"trap : {signal_name}\n" if signal_name else ""
         self.free_gpus = list(gpus) if gpus else None
         self.gpus_per_trial = max(1, gpus_per_trial)
         self.timeout, self.grace = timeout, grace
@@ -103,12 +114,16 @@ class LocalExecutor(Executor):
             prepare_trial_dir(launch)
             with open(launch.trial_dir / "stdout.log", "ab") as out, \
                     open(launch.trial_dir / "stderr.log", "ab") as err:
-                popen = subprocess.Popen(["/bin/sh", "-c", EXIT_TRAP + launch.command],
+                popen = subprocess.Popen(["/bin/sh", "-c", self.prelude + EXIT_TRAP +
+                                          launch.command],
                                          cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=err, start_new_session=True)
             self.spawned.put((launch, gpus, popen, procs.start_time(popen.pid), None))
         except OSError as exc:
-            self.spawned.put((launch, gpus, None, None, f"could not start: {exc}"))
+            storage = exc.errno in _STORAGE_ERRNOS and str(exc.filename or "").startswith(
+                str(launch.trial_dir.parent.parent))  # the experiment's dir
+            self.spawned.put((launch, gpus, None, None, ("storage: " if storage else "")
+                              + f"could not start: {exc}"))
         os.write(self.wake_write, b"x")
 
     def _collect_spawned(self) -> list[Started | Ended]:
@@ -121,10 +136,15 @@ class LocalExecutor(Executor):
             del self.spawning[launch.trial_id]
             if popen is None:
                 self._give_back_gpus(gpus)
-                events.append(Ended(launch.trial_id, launch.attempt, None, "launch_error", error))
+                storage = error.startswith("storage: ")
+                events.append(Ended(launch.trial_id, launch.attempt, None, "storage_error"
+                                    if storage else "launch_error", error.removeprefix(
+                                        "storage: ")))
                 continue
+            timeout = self.timeout * launch.time_factor if self.timeout else None
             run = _Running(launch.trial_id, launch.attempt, popen.pid, launch.trial_dir, popen,
-                           None, gpus, self._deadline())
+                           None, gpus, self._deadline(timeout), timeout=timeout)
+            self._arm_signal(run)
             self._watch(run)
             events.append(Started(launch.trial_id, launch.attempt, self.host, popen.pid,
                                   pid_start, ",".join(gpus) if self.free_gpus is not None
@@ -141,8 +161,10 @@ class LocalExecutor(Executor):
             gpus = known.gpus.split(",") if known.gpus else []
             if self.free_gpus is not None:
                 self.free_gpus = [g for g in self.free_gpus if g not in gpus]
-            self._watch(_Running(known.trial_id, known.attempt, pid, known.trial_dir, None, None,
-                                 gpus, self._deadline()))
+            run = _Running(known.trial_id, known.attempt, pid, known.trial_dir, None, None,
+                           gpus, self._deadline(self.timeout), timeout=self.timeout)
+            self._arm_signal(run)
+            self._watch(run)
             return Started(known.trial_id, known.attempt, self.host, pid, procs.start_time(pid),
                            known.gpus)
         code = self._exit_code_file(known.trial_dir)
@@ -169,7 +191,7 @@ class LocalExecutor(Executor):
         now = time.monotonic()
         wait = timeout
         for run in self.running_.values():
-            for moment in (run.deadline, run.kill_at):
+            for moment in (run.deadline, run.kill_at, run.signal_at):
                 if moment is not None:
                     wait = min(wait, max(0.0, moment - now))
         if any(run.fd is None for run in self.running_.values()):
@@ -183,6 +205,9 @@ class LocalExecutor(Executor):
         events += self._collect_spawned()
         now = time.monotonic()
         for run in list(self.running_.values()):
+            if run.signal_at is not None and now >= run.signal_at and run.kill_at is None:
+                run.signal_at = None
+                procs.signal_group(run.pid, self.signal)
             due = (run.kill_at or run.deadline or float("inf")) <= now
             if run.fd is not None and run.fd not in ready and not due:
                 continue  # its pidfd says it still runs
@@ -204,8 +229,12 @@ class LocalExecutor(Executor):
         os.close(self.wake_write)
 
     # -- helpers ---------------------------------------------------------------------------
-    def _deadline(self) -> float | None:
-        return time.monotonic() + self.timeout if self.timeout else None
+    def _deadline(self, timeout: float | None) -> float | None:
+        return time.monotonic() + timeout if timeout else None
+
+    def _arm_signal(self, run: _Running) -> None:
+        if self.signal is not None and run.deadline is not None:
+            run.signal_at = max(time.monotonic(), run.deadline - self.signal_before)
 
     def _take_gpus(self) -> list[str]:
         if self.free_gpus is None:
@@ -250,7 +279,7 @@ class LocalExecutor(Executor):
         self._give_back_gpus(run.gpus)
         if run.reason is not None:
             return Ended(run.trial_id, run.attempt, code, run.reason,
-                         f"stopped after {self.timeout:g}s timeout" if run.reason == "timeout"
+                         f"stopped after {run.timeout:g}s timeout" if run.reason == "timeout"
                          else "cancelled")
         if code is None:
             return Ended(run.trial_id, run.attempt, None, "lost",
@@ -266,6 +295,8 @@ class LocalExecutor(Executor):
 
 
 _STILL_RUNNING = object()
+# Errors writing the trial dir that are the machine's, not the trial's.
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _signal_detail(code: int) -> str:

@@ -22,7 +22,8 @@ def job_name(experiment: str, trial_id: int, attempt: int) -> str:
 
 
 def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
-    """Every resource field mapped to its sbatch option, then the user's extra options."""
+    """Every resource field mapped to its sbatch option, then the user's extra options, then
+    the attempt's own (the retry rules': --exclude, --mem, --time), which win."""
     res = spec.resources
     opts = [
         f"--job-name={job_name(spec.name, launch.trial_id, launch.attempt)}",
@@ -40,8 +41,39 @@ def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
                        ("account", res.account), ("qos", res.qos)):
         if value is not None:
             opts.append(f"--{key}={value}")
+    if spec.checkpoints.signal:
+        # B: signals the batch shell only; the script passes it on to the trial (run_lines).
+        opts.append(f"--signal=B:{spec.checkpoints.signal}@{round(spec.checkpoints.signal_before)}")
     opts.extend(res.sbatch_extra)
+    opts.extend(launch.sbatch_extra)
     return opts
+
+
+def run_lines(spec: Spec, command: str) -> list[str]:
+    """The lines that run the trial's command in the batch shell.
+
+    With checkpoints.signal, Slurm signals only the batch shell (--signal=B:...), and bash
+    runs a trap only once its foreground child has ended: so the command runs in the
+    background in its own process group (set -m), the trap passes the signal on to that
+    group, and the shell waits again until the command has really ended. The subshell
+    ignores the signal by a no-op trap (reset to the default by exec in the trial itself).
+    """
+    sig = spec.checkpoints.signal
+    if not sig:
+        return [command]
+    return ["set -m",
+            f"trap 'hpsearch_signalled=1; kill -s {sig} -- \"-$hpsearch_child\" 2>/dev/null' "
+            f"{sig}",
+            "(",
+            f"trap : {sig}",
+            command,  # not indented: it may hold a here-document
+            ") &",
+            "hpsearch_child=$!",
+            "while :; do",
+            '  hpsearch_signalled=; wait "$hpsearch_child"; hpsearch_status=$?',
+            '  [ -n "$hpsearch_signalled" ] || break',
+            "done",
+            'exit "$hpsearch_status"']
 
 
 def _directive(option: str) -> str:
@@ -59,7 +91,7 @@ def batch_script(spec: Spec, launch: Launch, extra: Sequence[str] = ()) -> str:
                  f"attempt {launch.attempt}")
     lines += [f"export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
     lines.append(EXIT_TRAP.rstrip("\n"))
-    lines.append(launch.command)
+    lines += run_lines(spec, launch.command)
     return "\n".join(lines) + "\n"
 
 
@@ -75,6 +107,9 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
     time limit, a cancel) go to log_dir/<array id>_<task>.out.
     """
     first = launches[0]
+    if any(la.sbatch_extra != first.sbatch_extra for la in launches):
+        raise ValueError("launches with their own sbatch options (a retry's --exclude, --mem, "
+                         "--time) cannot share a job array; submit them as plain jobs")
     opts = [o for o in sbatch_options(spec, first)
             if not o.startswith(("--job-name=", "--output=", "--error="))]
     opts = [f"--job-name={array_name(spec.name, first.trial_id, first.attempt)}",
@@ -90,7 +125,7 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
                      f"2>>{shlex.quote(str(launch.trial_dir / 'stderr.log'))}")
         lines += [f"  export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
         lines.append("  " + EXIT_TRAP.rstrip("\n"))
-        lines.append(launch.command)  # not indented: it may hold a here-document
+        lines += run_lines(spec, launch.command)  # not indented: it may hold a here-document
         lines.append("  ;;")
     lines.append("esac")
     return "\n".join(lines) + "\n"

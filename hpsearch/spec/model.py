@@ -82,15 +82,57 @@ class Resources:
     sbatch_extra: tuple[str, ...] = ()
 
 
+# Why an attempt ended without a result (hpsearch.retry.classify), each with its own rule.
+FAILURE_CLASSES = ("exit", "no_objective", "timeout", "out_of_memory", "node_fail", "boot_fail",
+                   "preempted", "interrupted", "launch_error", "lost", "other")
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    """What to do when an attempt fails with one class of failure (docs/spec.md#retries)."""
+
+    max: int = 0             # extra attempts after failures of this class
+    mem_factor: float = 1.0  # multiply resources.mem by this on each counted retry (Slurm)
+    time_factor: float = 1.0  # multiply the time limit (resources.time; executor.timeout)
+    exclude_node: bool = False  # keep the next attempts off the nodes this one ran on (Slurm)
+
+
+# Failures of the infrastructure get retries by default; a trial's own (exit, no_objective,
+# other) get `retries.max`, 0 unless set.
+DEFAULT_RETRY_RULES = {
+    "timeout": RetryRule(max=1, time_factor=2.0),
+    "out_of_memory": RetryRule(max=2, mem_factor=1.5),
+    "node_fail": RetryRule(max=3, exclude_node=True),
+    "boot_fail": RetryRule(max=3, exclude_node=True),
+    "preempted": RetryRule(max=10),
+    "interrupted": RetryRule(max=10),
+    "launch_error": RetryRule(max=1, exclude_node=True),
+    "lost": RetryRule(max=3),
+}
+
+
 @dataclass(frozen=True)
 class Retries:
-    max: int = 0  # extra attempts after a failure
+    max: int = 0  # extra attempts after a failure of the trial's own (exit, no_objective, other)
+    rules: tuple[tuple[str, RetryRule], ...] = ()  # the spec's rules: class or exit_<code>
+
+    def rule(self, failure: str, exit_code: int | None = None) -> tuple[str, RetryRule]:
+        """(the rule's name, the rule) for a failure class; `exit_<code>` before `exit`."""
+        given = dict(self.rules)
+        if failure == "exit" and f"exit_{exit_code}" in given:
+            return f"exit_{exit_code}", given[f"exit_{exit_code}"]
+        if failure in given:
+            return failure, given[failure]
+        return failure, DEFAULT_RETRY_RULES.get(failure, RetryRule(max=self.max))
 
 
 @dataclass(frozen=True)
 class Checkpoints:
-    keep_last: int | None = None
-    keep_best: int | None = None
+    keep_last: int | None = None    # per trial: the newest n (highest step)
+    keep_best: int | None = None    # per trial: the n with the best objective at their step
+    keep_trials: int | None = None  # experiment: only the n best finished trials keep any
+    signal: str | None = None       # sent to a trial before its time limit, e.g. "USR2"
+    signal_before: float = 120.0    # seconds before the limit
 
 
 @dataclass(frozen=True)

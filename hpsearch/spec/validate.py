@@ -27,8 +27,11 @@ PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "value")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
                  "partition", "account", "qos", "sbatch_extra")
-RETRY_KEYS = ("max",)
-CHECKPOINT_KEYS = ("keep_last", "keep_best")
+RETRY_KEYS = ("max",) + m.FAILURE_CLASSES
+RETRY_RULE_KEYS = ("max", "mem_factor", "time_factor", "exclude_node")
+EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
+CHECKPOINT_KEYS = ("keep_last", "keep_best", "keep_trials", "signal", "signal_before")
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "XCPU")
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval")
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
@@ -359,13 +362,44 @@ class _Validator:
     def retries(self, value: Any, path: KeyPath) -> m.Retries:
         if _is_int(value):
             return m.Retries(max=self.integer(value, path, 0))
-        d = self.mapping(value, path, RETRY_KEYS)
-        return m.Retries(max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), 0))
+        codes = tuple(k for k in value if isinstance(k, str) and EXIT_CODE_RULE_RE.match(k)) \
+            if isinstance(value, dict) else ()
+        d = self.mapping(value, path, RETRY_KEYS + codes)
+        top = m.Retries(max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), 0))
+        rules = []
+        for key in d:
+            if key == "max" or d[key] is None:
+                continue
+            base = top.rule("exit" if key in codes else key)[1]
+            rules.append((key, self.retry_rule(d[key], path + (key,), base)))
+        return m.Retries(max=top.max, rules=tuple(rules))
+
+    def retry_rule(self, value: Any, path: KeyPath, base: m.RetryRule) -> m.RetryRule:
+        """`{max: 2, mem_factor: 1.5}` or just `2`; keys not given keep the class's default."""
+        if _is_int(value):
+            return m.RetryRule(max=self.integer(value, path, 0), mem_factor=base.mem_factor,
+                               time_factor=base.time_factor, exclude_node=base.exclude_node)
+        d = self.mapping(value, path, RETRY_RULE_KEYS)
+        factor = lambda v, p: float(self.typed(v, p, lambda x: _is_number(x) and 1 <= x <= 100,
+                                               "a number from 1 to 100"))
+        return m.RetryRule(
+            max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), base.max),
+            mem_factor=self.optional(d, "mem_factor", path, factor, base.mem_factor),
+            time_factor=self.optional(d, "time_factor", path, factor, base.time_factor),
+            exclude_node=self.optional(d, "exclude_node", path, lambda v, p: self.typed(
+                v, p, lambda x: isinstance(x, bool), "true or false"), base.exclude_node))
 
     def checkpoints(self, value: Any, path: KeyPath) -> m.Checkpoints:
         d = self.mapping(value, path, CHECKPOINT_KEYS)
-        return m.Checkpoints(**{k: self.optional(d, k, path, lambda v, p: self.integer(v, p, 1))
-                                for k in CHECKPOINT_KEYS})
+        counts = {k: self.optional(d, k, path, lambda v, p: self.integer(v, p, 1))
+                  for k in ("keep_last", "keep_best", "keep_trials")}
+        signal = self.optional(d, "signal", path, lambda v, p: self.choice(
+            v.upper().removeprefix("SIG") if isinstance(v, str) else v, p, SIGNALS, "signal"))
+        before = self.optional(d, "signal_before", path, self.duration, 120.0)
+        if before > 65535:
+            raise self.fail(path + ("signal_before",), "expected at most 65535 seconds (Slurm's "
+                                                       f"limit for --signal); got {before:g}")
+        return m.Checkpoints(**counts, signal=signal, signal_before=before)
 
     def executor(self, value: Any, path: KeyPath) -> m.Executor:
         if isinstance(value, str):

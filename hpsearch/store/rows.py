@@ -74,3 +74,19 @@ class ExperimentRow:
         data["directions"] = json.loads(data["directions"])
         data["study_attrs"] = json.loads(data["study_attrs"] or "{}")
         return cls(**data)
+
+
+@dataclass
+class CheckpointRow:
+    trial: int
+    step: int
+    path: str                  # absolute
+    bytes: int | None
+    time: float | None         # when it was registered
+    attempt: int | None
+    metric: float | None       # the first objective metric at its step (or the last before)
+    deleted: float | None      # when the checkpoint policy deleted it; None while it exists
+
+    @classmethod
+    def from_db(cls, row: dict[str, Any]) -> "CheckpointRow":
+        return cls(**{f.name: row.get(f.name) for f in fields(cls)})

@@ -51,7 +51,18 @@ def _v3(db: sqlite_utils.Database) -> None:
     db["attempts"].add_column("leaves", str)
 
 
-MIGRATIONS = [_v1, _v2, _v3]
+def _v4(db: sqlite_utils.Database) -> None:
+    """Checkpoint tracking: the attempt that saved each checkpoint, the objective metric at
+    its step, and when the policy deleted it (rows stay, so `checkpoints --all` and the
+    retry rules see the history). Each attempt's failure class and its retry overrides."""
+    db["checkpoints"].add_column("attempt", int)
+    db["checkpoints"].add_column("metric", float)
+    db["checkpoints"].add_column("deleted", float)
+    db["attempts"].add_column("failure", str)
+    db["attempts"].add_column("overrides", str)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

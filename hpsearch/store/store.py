@@ -72,6 +72,24 @@ class Reader:
     def attempts(self, trial_id: int) -> list[dict]:
         return list(self.db["attempts"].rows_where("trial = ?", [trial_id], order_by="attempt"))
 
+    def checkpoints(self, trial_id: int | None = None,
+                    include_deleted: bool = False) -> list[r.CheckpointRow]:
+        """Registered checkpoints by trial and step; deleted ones only with include_deleted."""
+        where = [] if include_deleted else ["deleted is null"]
+        args: list = []
+        if trial_id is not None:
+            where.append("trial = ?")
+            args.append(trial_id)
+        found = self.db["checkpoints"].rows_where(" and ".join(where) or None, args,
+                                                  order_by="trial, step, path")
+        return [r.CheckpointRow.from_db(row) for row in found]
+
+    def checkpoint_steps(self, trial_id: int) -> dict[int, int]:
+        """attempt -> the highest step it saved a checkpoint of (deleted ones included)."""
+        return dict(self.db.execute(
+            "select attempt, max(step) from checkpoints where trial = ? and attempt is not"
+            " null group by attempt", (trial_id,)).fetchall())
+
     def events(self, trial_id: int | None = None, limit: int = 50) -> list[dict]:
         where, args = ("trial = ?", [trial_id]) if trial_id is not None else (None, [])
         found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
@@ -174,14 +192,16 @@ class Store(Reader):
                 self._study_attrs_written = text
         self._write_many(statements)
 
-    def begin_attempt(self, trial_id: int, attempt: int, reason: str) -> None:
-        """A queued or interrupted trial starts attempt `attempt` (write-ahead of launching)."""
+    def begin_attempt(self, trial_id: int, attempt: int, reason: str,
+                      overrides: str | None = None) -> None:
+        """A queued or interrupted trial starts attempt `attempt` (write-ahead of launching).
+        `overrides`: what the retry rules changed for it (--exclude, --mem, time)."""
         self._write_many([
             ("update trials set state = ?, attempt = ?, pid = null, pid_start = null,"
              " exit_code = null, error = null, started = null, finished = null where id = ?",
              (r.SUBMITTING, attempt, trial_id)),
-            ("insert or replace into attempts (trial, attempt, state, reason) values (?,?,?,?)",
-             (trial_id, attempt, r.SUBMITTING, reason)),
+            ("insert or replace into attempts (trial, attempt, state, reason, overrides)"
+             " values (?,?,?,?,?)", (trial_id, attempt, r.SUBMITTING, reason, overrides)),
             ("insert into events (time, trial, kind, message) values (?,?,?,?)",
              (time.time(), trial_id, "attempt", f"attempt {attempt}: {reason}")),
         ])
@@ -213,14 +233,16 @@ class Store(Reader):
 
     def finish_attempt(self, trial_id: int, attempt: int, state: str, exit_code: int | None,
                        error: str | None, values: list[float] | None = None,
-                       requeue: bool = False, sampler_attrs: dict | None = None) -> None:
-        """Record how an attempt ended. With requeue the trial goes back to `queued`."""
+                       requeue: bool = False, sampler_attrs: dict | None = None,
+                       failure: str | None = None) -> None:
+        """Record how an attempt ended (`failure`: its class, hpsearch.retry). With requeue
+        the trial goes back to `queued`."""
         now = time.time()
         trial_state = r.QUEUED if requeue else state
         statements = [
-            ("update attempts set state = ?, finished = ?, exit_code = ?, reason = ?"
-             " where trial = ? and attempt = ?",
-             (state, now, exit_code, error, trial_id, attempt)),
+            ("update attempts set state = ?, finished = ?, exit_code = ?, reason = ?,"
+             " failure = ? where trial = ? and attempt = ?",
+             (state, now, exit_code, error, failure, trial_id, attempt)),
             ("update trials set state = ?, finished = ?, exit_code = ?, error = ?,"
              " objective_values = ? where id = ?",
              (trial_state, None if requeue else now, exit_code, error,
@@ -251,3 +273,37 @@ class Store(Reader):
     def add_event(self, kind: str, message: str, trial_id: int | None = None) -> None:
         self._write("insert into events (time, trial, kind, message) values (?,?,?,?)",
                     (time.time(), trial_id, kind, message))
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def add_checkpoints(self, trial_id: int, attempt: int, found: list[dict]) -> None:
+        """Register checkpoints ({'step', 'path', 'bytes', 'time'}) saved by `attempt`. One
+        seen again unchanged keeps its row (and the attempt that saved it); one rewritten
+        (new step or size) is registered anew."""
+        with self.batch():
+            self.db.conn.executemany(
+                "insert into checkpoints (trial, step, path, bytes, time, attempt)"
+                " values (?,?,?,?,?,?) on conflict (trial, path) do update set"
+                " step = excluded.step, bytes = excluded.bytes, time = excluded.time,"
+                " attempt = excluded.attempt, deleted = null,"
+                " metric = case when checkpoints.step = excluded.step then checkpoints.metric end"
+                " where checkpoints.step != excluded.step or checkpoints.bytes is not"
+                " excluded.bytes or checkpoints.deleted is not null",  # else: seen before
+                [(trial_id, c["step"], c["path"], c["bytes"], c["time"], attempt)
+                 for c in found])
+
+    def fill_checkpoint_metrics(self, trial_id: int, metric: str, exact: bool) -> None:
+        """Give the trial's checkpoints that lack one the objective metric at their step;
+        with exact=False (the trial has ended) the last value reported before it."""
+        self._write(
+            "update checkpoints set metric = (select value from metrics m where m.trial ="
+            " checkpoints.trial and m.name = ? and m.step " + ("=" if exact else "<=") +
+            " checkpoints.step order by m.step desc limit 1) where trial = ? and metric is null",
+            (metric, trial_id))
+
+    def mark_checkpoints_deleted(self, doomed: list[r.CheckpointRow]) -> None:
+        """Write-ahead of deleting the files: a checkpoint marked here is gone for good."""
+        now = time.time()
+        with self.batch():
+            self.db.conn.executemany(
+                "update checkpoints set deleted = ? where trial = ? and path = ?",
+                [(now, c.trial, c.path) for c in doomed])
