@@ -118,3 +118,9 @@ objective: {{metric: loss}}
 placement: {placement}
 """, "spec.yaml", tmp_path)
     assert info.value.line == 5 and "placement" in str(info.value)
+
+
+def test_nodes_a_retry_excludes_are_never_named(tmp_path):
+    plan = _planner(tmp_path, busy={"node1", "node3"})
+    chosen = plan.choose(0, 2, ("--mem=4G", "--exclude=node5"))
+    assert chosen.options == ("--nodelist=node[6-7]",)

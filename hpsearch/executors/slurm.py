@@ -85,7 +85,8 @@ class SlurmExecutor(Executor):
     def _place_and_submit(self, launch: Launch) -> Started | None:
         """sbatch with the planner's options, or hold the launch while it waits for a leaf
         (poll() asks again). If Slurm rejects the nodes named, the job goes without them."""
-        placement = self.planner.choose(launch.trial_id, launch.attempt)
+        placement = self.planner.choose(launch.trial_id, launch.attempt, (
+            *self.spec.resources.sbatch_extra, *launch.sbatch_extra))
         if placement.wait:
             if launch not in self.held:
                 self.held.append(launch)

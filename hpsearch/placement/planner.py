@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hpsearch.placement.policy import Placement, place
 from hpsearch.placement.topology import Topology, leaf_states, load_topology, \
@@ -32,6 +32,7 @@ class _Ask:
     first: float  # monotonic time of the first request for this attempt
     nodes: tuple[str, ...] = ()  # nodes named for it while its job waits to start
     replanned: float = 0.0
+    excluded: set = field(default_factory=set)  # nodes its job must not run on
 
 
 class Planner:
@@ -85,16 +86,19 @@ class Planner:
         return ",".join(found) or None
 
     # -- choosing -------------------------------------------------------------------------
-    def choose(self, trial_id: int, attempt: int) -> Placement:
-        """Options for a new job, or Placement(wait=True): ask again later."""
+    def choose(self, trial_id: int, attempt: int, options: tuple[str, ...] = ()) -> Placement:
+        """Options for a new job, or Placement(wait=True): ask again later. `options`: the
+        job's other sbatch options; nodes it `--exclude`s (a retry rule's) are never named."""
         key = (trial_id, attempt)
         ask = self.asks.setdefault(key, _Ask(first=time.monotonic()))
+        ask.excluded = {n for o in options if o.startswith("--exclude=")
+                        for n in expand(o.split("=", 1)[1])}
         if self.mode == "off":
             return Placement()
         if self.mode == "switches":
             return place(self.k, {}, "leaf-switch", max_wait=self.cfg.max_wait,
                          tree_plugin=True)
-        states = self._live(exclude=key)
+        states = self._live(asking=key)
         if self.k == 1 and not any(s.free for s in states.values()):
             return Placement()  # no idle node: a busy one with room will do
         chosen = place(self.k, states, "leaf-switch", waited=time.monotonic() - ask.first,
@@ -112,7 +116,7 @@ class Planner:
                 or now - max(ask.first, ask.replanned) < self.cfg.replan_after:
             return None
         ask.replanned = now
-        states = self._live(exclude=(trial_id, attempt), fresh=True)
+        states = self._live(asking=(trial_id, attempt), fresh=True)
         chosen = place(self.k, states, "leaf-switch", waited=now - ask.first,
                        max_wait=self.cfg.max_wait)
         if not chosen.options:
@@ -127,17 +131,20 @@ class Planner:
         """Its job runs (or ended): its nodes are no longer only promised."""
         self.asks.pop((trial_id, attempt), None)
 
-    def _live(self, exclude: tuple[int, int], fresh: bool = False) -> dict:
+    def _live(self, asking: tuple[int, int], fresh: bool = False) -> dict:
+        """Per-leaf state, less nodes promised to our other jobs and those `asking` excludes."""
         now = time.monotonic()
         if fresh or self._states is None or now - self._states_at > REFRESH:
             nodes = self.slurm.sinfo_nodes()
             if self.partition:
                 nodes = [n for n in nodes if self.partition in n.partitions]
             self._states, self._states_at = leaf_states(self.topology, nodes), now
-        promised = {n for key, ask in self.asks.items() if key != exclude for n in ask.nodes}
-        if not promised:
+        taken = {n for key, ask in self.asks.items() if key != asking for n in ask.nodes}
+        own = self.asks.get(asking)
+        taken |= own.excluded if own else set()
+        if not taken:
             return self._states
-        return {leaf: _without(state, promised) for leaf, state in self._states.items()}
+        return {leaf: _without(state, taken) for leaf, state in self._states.items()}
 
 
 def _without(state, promised: set[str]):
