@@ -37,6 +37,7 @@ LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
 PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
 PARAM_TYPES = ("float", "int", "categorical", "fixed")
+MAX_INT = 2 ** 31 - 1
 
 
 def load_spec(path: str | Path, runs_dir: str | Path | None = None) -> m.Spec:
@@ -116,6 +117,8 @@ class _Validator:
         self.typed(value, path, _is_int, "an integer")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"expected an integer >= {minimum}; got {value}")
+        if value > MAX_INT:  # counts, seeds, retries: beyond this the store or a seed breaks
+            raise self.fail(path, f"expected an integer <= {MAX_INT}; got {value}")
         return value
 
     def string(self, value: Any, path: KeyPath) -> str:
