@@ -48,6 +48,7 @@ use rule search from hpsearch as search with:
     input:
         spec=config["spec"],
         data=rules.prepare.output.train,
+    localrule: True  # `with:` would reset it (snakemake 9); hpsearch submits the trials
 
 
 use rule export_trials from hpsearch as export_trials

@@ -44,8 +44,8 @@ def snakemake(workdir: Path, *args: str, env: dict | None = None,
 
 
 def _env(extra: dict | None = None) -> dict:
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, "PATH": path, "PYTHONUNBUFFERED": "1", **(extra or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra or {})}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("HPSEARCH_RUNS_DIR", None)
     env.pop("HPSEARCH_FAULT", None)
     return env
