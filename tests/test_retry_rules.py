@@ -192,3 +192,43 @@ trial.result(loss=total)
     assert "got SIGUSR2 after step" in (tdir / "stdout.attempt1.log").read_text()
     assert [p.name for p in (tdir / "checkpoints").iterdir()] == ["step-00000019"]
     assert time.monotonic() - began < 60
+
+
+def test_batch_script_passes_the_signal_on_to_the_trial(tmp_path):
+    """Slurm's --signal=B: signals only the batch shell; run the batch script with bash the
+    same way and signal the shell alone: the trial must get it, save, and exit 75."""
+    import dataclasses
+    import os
+    import signal
+    import subprocess
+
+    from hpsearch.launching import build_launch
+    from hpsearch.slurm.sbatch import batch_script
+    (tmp_path / "train.py").write_text('''
+import time
+from hpsearch import trial
+trial.should_stop()
+for step in range(600):
+    time.sleep(0.05)
+    if trial.interrupted():
+        with trial.checkpoint(step) as path:
+            path.write_text(trial.interrupted())
+        trial.resume_later()
+''')
+    spec = parse_spec(BASE.replace('"echo {x}"', '"{python} train.py {x} > out.txt"') +
+                      "checkpoints: {signal: USR2, signal_before: 90}\n", "spec.yaml", tmp_path)
+    launch = build_launch(spec, 0, 1, {"x": 0.5})
+    tdir = tmp_path / "trial"
+    (tdir / "checkpoints").mkdir(parents=True)
+    env = {**launch.env, "HPSEARCH_TRIAL_DIR": str(tdir),
+           "HPSEARCH_CHECKPOINT_DIR": str(tdir / "checkpoints")}
+    script = batch_script(spec, dataclasses.replace(launch, env=env, trial_dir=tdir))
+    assert "#SBATCH --signal=B:USR2@90" in script.splitlines()
+    (tmp_path / "job.sh").write_text(script)
+    shell = subprocess.Popen(["bash", "job.sh"], cwd=tmp_path, start_new_session=True)
+    time.sleep(1.0)
+    os.kill(shell.pid, signal.SIGUSR2)  # the batch shell only, as B: does
+    assert shell.wait(timeout=30) == 75
+    assert (tdir / "exit_code").read_text().strip() == "75"
+    (saved,) = (tdir / "checkpoints").iterdir()
+    assert saved.read_text() == "USR2"
