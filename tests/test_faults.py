@@ -202,6 +202,14 @@ while True:  # each trial: inserted, started, metrics, finished; each step one t
 """
 
 
+def _count(path: Path) -> int:
+    reader = Reader(path)
+    try:
+        return len(reader.trials())
+    finally:
+        reader.close()
+
+
 def test_the_store_survives_readers_and_a_writer_killed_again_and_again(tmp_path):
     from hpsearch.store.store import Store
     path = tmp_path / "store.sqlite"
@@ -233,8 +241,12 @@ def test_the_store_survives_readers_and_a_writer_killed_again_and_again(tmp_path
     rng = random.Random(11)
     try:
         for _ in range(8):
+            before = _count(path)
             writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
-            time.sleep(rng.uniform(0.4, 1.2))
+            deadline = time.monotonic() + 60
+            while _count(path) == before and time.monotonic() < deadline:
+                time.sleep(0.02)  # it has started writing (imports take a while when busy)
+            time.sleep(rng.uniform(0.0, 0.5))
             writer.send_signal(signal.SIGKILL)
             writer.wait()
     finally:
