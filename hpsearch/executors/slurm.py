@@ -77,7 +77,8 @@ class SlurmExecutor(Executor):
 
     def submit(self, launch: Launch) -> Started | None:
         prepare_trial_dir(launch)
-        if self.spec.executor.array and self.spec.resources.nodes == 1:
+        if self.spec.executor.array and self.spec.resources.nodes == 1 \
+                and not launch.sbatch_extra:  # a retry with its own options goes alone
             self.waiting.append(launch)  # poll() submits the ready ones as one array
             return None
         return self._place_and_submit(launch)
