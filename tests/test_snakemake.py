@@ -144,8 +144,9 @@ def test_interrupted_search_rule_resumes_the_same_experiment(module_pipeline):
 
 def interrupt_after_completed(argv: list[str], cwd: Path, env: dict, runs: Path, name: str,
                               count: int, timeout: float = 300) -> None:
-    """Run snakemake until `count` trials of experiment `name` completed, then press Ctrl-C
-    (SIGINT to its whole process group, as a terminal does); it must fail."""
+    """Run snakemake until `count` trials of experiment `name` completed and the trials in
+    flight have started (a pid or job id), then press Ctrl-C (SIGINT to its whole process
+    group, as a terminal does); it must fail."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -162,7 +163,9 @@ def _wait_for_completed(runs: Path, name: str, count: int, timeout: float) -> No
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if sum(t.state == "completed" for t in read_store(runs, name)[1]) >= count:
+            trials = read_store(runs, name)[1]
+            if sum(t.state == "completed" for t in trials) >= count and all(
+                    t.pid or t.job_id for t in trials if t.state == "running"):
                 return
         except Exception:  # noqa: BLE001 - the store is not there yet
             pass
