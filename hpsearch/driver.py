@@ -19,7 +19,8 @@ from typing import Callable
 from hpsearch import retry, runs
 from hpsearch.checkpoints import CheckpointScan, doomed, remove
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
+from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
+                                     Started, Update)
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
 from hpsearch.launching import build_launch
@@ -93,8 +94,11 @@ class Driver:
     def _adopt(self, row: r.TrialRow) -> None:
         live = _Live(row.id, row.attempt, Path(row.trial_dir), TrialFiles(Path(row.trial_dir)))
         self.live[row.id] = live
+        runs = sum(1 for a in self.store.attempts(row.id)
+                   if row.job_id and a["job_id"] == row.job_id)  # Slurm requeues: same id
         outcome = self.executor.adopt(Adoptable(row.id, row.attempt, Path(row.trial_dir),
-                                                row.pid, row.pid_start, row.gpus, row.job_id))
+                                                row.pid, row.pid_start, row.gpus, row.job_id,
+                                                job_runs=max(1, runs)))
         if isinstance(outcome, Started):
             if row.state == r.SUBMITTING:
                 self.store.mark_running(row.id, row.attempt, outcome.host, outcome.pid,
@@ -124,10 +128,12 @@ class Driver:
                     self._ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
 
-    def _handle(self, events: list[Started | Update | Ended]) -> None:
+    def _handle(self, events: list[Started | Update | Requeued | Ended]) -> None:
         for event in events:
             if isinstance(event, Started):
                 self._record_started(event)
+            elif isinstance(event, Requeued):
+                self._requeued(event)
             elif isinstance(event, Update):
                 self.store.update_placement(event.trial_id, event.attempt, event.sched_state,
                                             event.pending_reason, event.nodes, event.leaves)
@@ -280,6 +286,45 @@ class Driver:
             self._failed(ended, error, failure)
         self.doomed += self._mark_doomed(tid)
         self.bookkeeping.append((tid, time.perf_counter() - began))
+
+    def _requeued(self, event: Requeued) -> None:
+        """The scheduler requeued the job of a trial's attempt (same job id): that attempt
+        ended, and the job's next run is a new attempt, recorded before it is watched. No
+        job is submitted. If the trial has no retry left for this class, the job is
+        cancelled and the trial failed."""
+        tid, attempt, live = event.trial_id, event.attempt, self.live[event.trial_id]
+        ended = Ended(tid, attempt, None, event.reason, event.detail, event.nodes,
+                      event.leaves)
+        failure = retry.classify(ended)
+        earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
+                   if a["attempt"] != attempt]
+        with self.store.batch():  # the ended attempt and the next: one commit
+            self._ingest(live)  # not final: the next run appends to the same files
+            if event.nodes:
+                self.store.update_placement(tid, attempt, None, None, event.nodes,
+                                            event.leaves)
+            decision = retry.decide(self.spec.retries,
+                                    retry.Attempt(attempt, failure, None, event.nodes),
+                                    earlier, self.store.checkpoint_steps(tid))
+            if not decision.retry:
+                self.live.pop(tid)
+                attrs = self.search.tell(tid, r.FAILED, None)
+                self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
+                                          sampler_attrs=attrs, failure=failure)
+            else:
+                self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
+                                          requeue=True, failure=failure)
+                self.store.begin_attempt(tid, attempt + 1, f"Slurm requeued job "
+                                                           f"{event.job_id} ({event.reason})")
+                self.store.mark_running(tid, attempt + 1, "", None, None, None, event.job_id)
+                live.attempt = attempt + 1
+        if not decision.retry:
+            self.executor.abandon(tid)
+            self.on_event(f"trial {tid} failed: {event.detail} ({failure}; "
+                          f"{decision.describe()}); job {event.job_id} cancelled")
+            return
+        self.on_event(f"trial {tid} {failure} ({event.detail}); {decision.describe()}: "
+                      f"attempt {attempt + 1} runs in the same job")
 
     def _failed(self, ended: Ended, error: str, failure: str) -> None:
         """Retry the trial if its rule for this failure class allows, else give up and tell

@@ -36,9 +36,19 @@ def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]
         "HPSEARCH_CHECKPOINT_DIR": str(ckpt),
         "HPSEARCH_PARAMS": json.dumps(params, sort_keys=True),
     }
+    if spec.checkpoints.signal and _launcher_name(spec.launcher) == "torchrun":
+        # torchrun starts its workers in sessions of their own and passes on only the
+        # signals listed here (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); any other kills
+        # torchrun itself, and the workers never save their checkpoint.
+        sig = "SIG" + spec.checkpoints.signal.upper().removeprefix("SIG")
+        env.setdefault("PET_SIGNALS_TO_HANDLE", f"SIGTERM,SIGINT,SIGHUP,SIGQUIT,{sig}")
     command = render(spec.command, params, builtins)
     return Launch(trial_id, attempt, wrap_for_ranks(spec, trial_id, command, tdir), env, tdir,
                   Path(spec.workdir), dict(params))
+
+
+def _launcher_name(spec_launcher) -> str:
+    return spec_launcher if isinstance(spec_launcher, str) else spec_launcher.type
 
 
 def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path) -> str:

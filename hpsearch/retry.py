@@ -28,7 +28,8 @@ LAUNCH_EXIT_CODES = (126, 127)  # the shell could not run the command: not execu
 
 _BY_REASON = {"timeout": "timeout", "out_of_memory": "out_of_memory", "node_fail": "node_fail",
               "boot_fail": "boot_fail", "preempted": "preempted", "launch_error": "launch_error",
-              "lost": "lost"}
+              "lost": "lost",
+              "requeued": "preempted"}  # Slurm requeued the job (scontrol requeue): same id
 
 
 def classify(ended: Ended) -> str:

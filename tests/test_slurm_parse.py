@@ -22,6 +22,7 @@ from hpsearch.slurm.parse import (
     job_records_from_scontrol,
     parse_elapsed,
     parse_sacct,
+    parse_sacct_runs,
     parse_sbatch_parsable,
     parse_scontrol_job,
     parse_scontrol_node,
@@ -188,6 +189,19 @@ def test_sacct_requeued_job_listed_twice_keeps_the_newest():
     # Newest by submit time, not by line order.
     [rec] = parse_sacct("\n".join(reversed(text.splitlines())))
     assert rec.state == "CANCELLED"
+
+
+def test_sacct_runs_of_a_requeued_job_are_listed_oldest_first():
+    text = captured("sacct_requeued_duplicates.txt")
+    for order in (text, "\n".join(reversed(text.splitlines()))):
+        runs = parse_sacct_runs(order)
+        assert list(runs) == ["79"]
+        assert [(rec.state, rec.nodes) for rec in runs["79"]] == [
+            ("REQUEUED", ("node3",)), ("CANCELLED", ())]
+    # An older record under another name is another job that had the same id.
+    other = text.splitlines()[0].replace("|requeued|", "|other|")
+    assert [rec.state for rec in parse_sacct_runs(
+        other + "\n" + text.splitlines()[1])["79"]] == ["CANCELLED"]
 
 
 def test_sacct_same_id_with_equal_submit_times_keeps_the_later_line():

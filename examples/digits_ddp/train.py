@@ -61,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="model init and data order")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: CUDA when available, else CPU")
+    parser.add_argument("--epoch-sleep", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long after each epoch's training (cut short by a stop "
+                             "request): makes a tiny run outlast a time limit in tests; the "
+                             "results are the same")
     parser.add_argument("--data", default=None, metavar="NPZ",
                         help="train on these digits (arrays x: pixels in [0, 1], y: labels) "
                              "instead of all of scikit-learn's; the split is made as usual")
@@ -261,6 +265,13 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
     return loss_sum.item(), len(indices)
 
 
+def pause(seconds: float) -> None:
+    """Sleep, but wake as soon as this trial is asked to stop."""
+    deadline = time.monotonic() + seconds
+    while not trial.should_stop() and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(0.2, left))
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     model.eval()
@@ -294,6 +305,7 @@ def run(args: argparse.Namespace, ranks: Ranks) -> int:
         began = time.perf_counter()
         loss_sum, samples = train_epoch(trained, optimizer, x_train, y_train, sampler, epoch,
                                         args.batch_size // ranks.world, clock)
+        pause(args.epoch_sleep)
         # One all-reduce: the mean training loss, and whether any rank must stop.
         loss_sum, samples, stops = all_sum(
             [loss_sum, samples, float(trial.should_stop())], ranks)

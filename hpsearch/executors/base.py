@@ -55,6 +55,22 @@ class Ended:
 
 
 @dataclass(frozen=True)
+class Requeued:
+    """The scheduler ended an attempt and runs the same job again under the same id (Slurm's
+    requeue: `scontrol requeue`, preemption with PreemptMode=REQUEUE, a node failure with
+    JobRequeue): attempt `attempt` ended with `reason` (requeued, preempted, node_fail), and
+    the job's next run is the trial's attempt `attempt + 1`. Nothing is submitted for it."""
+
+    trial_id: int
+    attempt: int
+    job_id: str
+    reason: str
+    detail: str = ""
+    nodes: str | None = None   # where the ended run ran
+    leaves: str | None = None
+
+
+@dataclass(frozen=True)
 class Update:
     """News of an attempt that has not ended: the scheduler's state, why it waits, its nodes."""
 
@@ -87,6 +103,7 @@ class Adoptable:
     gpus: str | None = None
     job_id: str | None = None
     extra: dict = field(default_factory=dict)
+    job_runs: int = 1  # attempts the store holds under job_id (more after Slurm requeued it)
 
 
 class Executor(ABC):
@@ -102,13 +119,18 @@ class Executor(ABC):
         will report it."""
 
     @abstractmethod
-    def poll(self, timeout: float) -> list[Started | Update | Ended]:
+    def poll(self, timeout: float) -> list[Started | Update | Requeued | Ended]:
         """Wait up to `timeout` seconds for news; return attempts that started (if submit
-        returned None for them) or ended. A trial's Started always comes before its Ended."""
+        returned None for them), were requeued by the scheduler, or ended. A trial's Started always comes before its Ended."""
 
     @abstractmethod
     def cancel(self, trial_id: int) -> None:
         """Stop a running attempt; poll() reports it with reason `cancelled`."""
+
+    def abandon(self, trial_id: int) -> None:
+        """Cancel a requeued job whose trial has no retry left, and forget it: poll() tells
+        nothing more of it. Only executors that report Requeued need it."""
+        raise NotImplementedError(f"{type(self).__name__} reports no requeues")
 
     @abstractmethod
     def adopt(self, known: Adoptable) -> Started | Ended | None:

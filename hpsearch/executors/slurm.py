@@ -20,7 +20,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
+from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
+                                     Started, Update)
 from hpsearch.launching import prepare_trial_dir
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch
@@ -37,6 +38,11 @@ _ENDED_AS = {"COMPLETED": "exited", "FAILED": "exited", "CANCELLED": "cancelled"
              "TIMEOUT": "timeout", "OUT_OF_MEMORY": "out_of_memory", "NODE_FAIL": "node_fail",
              "PREEMPTED": "preempted", "BOOT_FAIL": "boot_fail", "DEADLINE": "deadline",
              "REVOKED": "revoked", "SPECIAL_EXIT": "special_exit"}
+# How a run that Slurm requeued ended (the state of its own record in `sacct -D`).
+_REQUEUED_AS = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted", "REQUEUED": "requeued"}
+# Final states after which Slurm may requeue the same job (JobRequeue, PreemptMode=REQUEUE):
+# while squeue still holds the job, it is not over.
+_MAY_REQUEUE = frozenset({"NODE_FAIL", "PREEMPTED"})
 
 
 @dataclass
@@ -51,6 +57,7 @@ class _Job:
     cancel_requested: bool = False
     last_seen: float = 0.0
     short_since: float | None = None  # when a final record first listed too few nodes
+    runs: int = 1  # runs of this job id known as attempts (Slurm requeues keep the id)
 
 
 class SlurmExecutor(Executor):
@@ -71,6 +78,7 @@ class SlurmExecutor(Executor):
         self.planner = Planner(spec, slurm)
         self.held: list[Launch] = []  # multi-node launches waiting for a leaf to free up
         self.notes: list[Note] = []
+        self.pending: list = []  # events found while adopting, for the next poll()
 
     def free_slots(self) -> int:
         return max(0, self.parallel - len(self.jobs) - len(self.waiting) - len(self.held))
@@ -157,9 +165,14 @@ class SlurmExecutor(Executor):
         if job_id is None:
             return None
         job = _Job(known.trial_id, known.attempt, job_id, time.monotonic(),
-                   last_seen=time.monotonic())
+                   last_seen=time.monotonic(), runs=known.job_runs if known.job_id else 1)
         self.jobs[known.trial_id] = job
-        for event in self._query([job]):
+        events = self._query([job])
+        if any(isinstance(event, Requeued) for event in events):
+            # Requeued while no driver ran: the store learns of each run first (poll()).
+            self.pending.extend(events)
+            return Started(known.trial_id, known.attempt, host="", job_id=job_id)
+        for event in events:
             if isinstance(event, Ended):
                 return event
         self._soon()
@@ -174,6 +187,11 @@ class SlurmExecutor(Executor):
             self.slurm.scancel([job.job_id])
             self._soon()
 
+    def abandon(self, trial_id: int) -> None:
+        job = self.jobs.pop(trial_id, None)
+        if job is not None:
+            self.slurm.scancel([job.job_id])
+
     def _cancel_unsubmitted(self, queue: list[Launch], trial_id: int) -> None:
         for launch in queue:  # not submitted yet: it never runs
             if launch.trial_id == trial_id:
@@ -183,7 +201,10 @@ class SlurmExecutor(Executor):
                                               "cancelled before it was submitted"))
                 return
 
-    def poll(self, timeout: float) -> list[Started | Update | Ended | Note]:
+    def poll(self, timeout: float) -> list[Started | Update | Requeued | Ended | Note]:
+        if self.pending:
+            events, self.pending = self.pending, []
+            return events
         if self.unsubmitted or self.waiting:
             events, self.unsubmitted = list(self.unsubmitted), []
             return events + self._submit_waiting()
@@ -221,19 +242,27 @@ class SlurmExecutor(Executor):
                     return f"{array_id.split('_')[0]}_{tasks.index((known.trial_id, known.attempt))}"
         return None
 
-    def _query(self, jobs: list[_Job]) -> list[Update | Ended]:
+    def _query(self, jobs: list[_Job]) -> list[Update | Requeued | Ended]:
         by_id = {job.job_id: job for job in jobs}
-        records = self.slurm.sacct(list(by_id))
+        runs = self.slurm.sacct_runs(list(by_id))  # every run: a requeue keeps the job id
+        records = None if runs is None else [found[-1] for found in runs.values()]
         seen: dict[str, object] = {}
         if records is not None:
             seen.update((rec.job_id, rec) for rec in records if rec.job_id in by_id)
-        waiting = [jid for jid in by_id if jid not in seen or seen[jid].state == "PENDING"]
+        waiting = [jid for jid in by_id if jid not in seen or seen[jid].state == "PENDING"
+                   or seen[jid].state in _MAY_REQUEUE]
         queue = {rec.job_id: rec for rec in self.slurm.squeue(waiting)} if waiting else {}
-        events: list[Update | Ended] = []
+        events: list[Update | Requeued | Ended] = []
         now = time.monotonic()
         for job_id, job in by_id.items():
             rec = seen.get(job_id)
             queued = queue.get(job_id)
+            if runs:
+                events.extend(self._requeues(job, runs.get(job_id, [])))
+            if rec is not None and rec.state in _MAY_REQUEUE and queued is not None \
+                    and queued.state != "COMPLETING":
+                self._soon()  # Slurm requeues it: its next run's record is on its way
+                continue
             if rec is None and queued is None and records is None:
                 rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
             if rec is None and queued is None:
@@ -267,6 +296,24 @@ class SlurmExecutor(Executor):
                                      self.planner.leaves(nodelist)))
             if state == "PENDING":
                 events.extend(self._replan(job))
+        return events
+
+    def _requeues(self, job: _Job, runs: list) -> list[Requeued]:
+        """A Requeued for each run of the job that ended since the last look, the job moved
+        on to the attempt of its newest run. `runs`: its sacct records, oldest first."""
+        events = []
+        for run in runs[job.runs - 1:-1]:
+            nodelist = compress(list(run.nodes)) if run.nodes else job.nodes
+            detail = (f"Slurm job {job.job_id} {run.raw_state}"
+                      + (f" on {nodelist}" if nodelist else "") + ", requeued by Slurm")
+            events.append(Requeued(job.trial_id, job.attempt, job.job_id,
+                                   _REQUEUED_AS.get(run.state, "requeued"), detail, nodelist,
+                                   self.planner.leaves(nodelist)))
+            job.attempt += 1
+        if events:
+            job.runs = len(runs)
+            job.state, job.reason, job.nodes, job.short_since = "PENDING", None, None, None
+            self._soon()
         return events
 
     def _replan(self, job: _Job) -> list[Note]:

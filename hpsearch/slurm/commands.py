@@ -142,13 +142,25 @@ class Slurm:
         # One parse over every chunk: a job listed twice keeps its newest record.
         return None if text is None else self._parsed(["sacct"], parse.parse_sacct, text)
 
-    def _sacct_text(self, ids: list[str], format_: str) -> str | None:
-        """`sacct --parsable2 --noheader -X --format=FORMAT -j ...` over chunks of ids, the
-        outputs joined; None when the cluster keeps no accounting."""
+    def sacct_runs(self, job_ids: Iterable[str]) -> dict[str, list[JobRecord]] | None:
+        """Like sacct(), with every run of each job (`sacct -D`), oldest first: a job Slurm
+        requeued (scontrol requeue, preemption, a node failure) has one record per run under
+        the same id. None when the cluster keeps no accounting."""
+        ids = _unique(job_ids)
+        if not ids:
+            return {}
+        text = self._sacct_text(ids, parse.SACCT_FORMAT, duplicates=True)
+        return None if text is None else self._parsed(["sacct", "-D"], parse.parse_sacct_runs,
+                                                      text)
+
+    def _sacct_text(self, ids: list[str], format_: str,
+                    duplicates: bool = False) -> str | None:
+        """`sacct --parsable2 --noheader -X [-D] --format=FORMAT -j ...` over chunks of ids,
+        the outputs joined; None when the cluster keeps no accounting."""
         outputs = []
         for chunk in _chunks(ids, self.max_ids_per_call):
-            argv = ["sacct", "--parsable2", "--noheader", "-X", f"--format={format_}",
-                    "-j", ",".join(chunk)]
+            argv = ["sacct", "--parsable2", "--noheader", "-X", *(["-D"] if duplicates else []),
+                    f"--format={format_}", "-j", ",".join(chunk)]
             proc = self._run(argv)
             if proc.returncode != 0:
                 if parse.is_accounting_disabled(proc.stderr):

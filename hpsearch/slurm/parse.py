@@ -255,6 +255,33 @@ def parse_sacct(text: str) -> list[JobRecord]:
     they started) becomes one record per task, in that line's state. A job id listed twice
     (`sacct -D` after a requeue, or an id slurmctld handed out again) keeps the newest.
     """
+    return _keep_newest(_sacct_items(text))
+
+
+def parse_sacct_runs(text: str) -> dict[str, list[JobRecord]]:
+    """`sacct -D --parsable2 --noheader --format=SACCT_FORMAT` -> job id -> its runs, oldest
+    first: a job Slurm requeued (scontrol requeue, preemption, a node failure) keeps its id
+    and gets one record per run, each with its own Submit (the requeue time), state (REQUEUED,
+    PREEMPTED, NODE_FAIL...) and nodes. The newest run is the one the job is in now; an
+    older record under another name is another job that had the same id (an id handed out
+    again after a controller crash) and is left out. A task's own line beats a range line."""
+    runs: dict[str, list[tuple[JobRecord, bool]]] = {}
+    for job_id, record, from_range, _ in _sacct_items(text):
+        runs.setdefault(job_id, []).append((record, from_range))
+    result = {}
+    for job_id, found in runs.items():
+        if any(not from_range for _, from_range in found):
+            found = [item for item in found if not item[1]]
+        records = sorted((rec for rec, _ in found),
+                         key=lambda rec: (rec.submit or datetime.min, rec.start or datetime.min))
+        newest = records[-1]
+        result[job_id] = [rec for rec in records[:-1]
+                          if rec.name in (newest.name, "allocation")] + [newest]
+    return result
+
+
+def _sacct_items(text: str) -> list[tuple[str, JobRecord, bool, datetime | None]]:
+    """(job id, record, expanded from a range line, submit time) of every job or task line."""
     items = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -286,7 +313,7 @@ def parse_sacct(text: str) -> list[JobRecord]:
             record = JobRecord(job_id=job_id, array_job_id=array_job_id,
                                array_task_id=task_id, **common)
             items.append((job_id, record, from_range, record.submit))
-    return _keep_newest(items)
+    return items
 
 
 def is_accounting_disabled(stderr: str) -> bool:

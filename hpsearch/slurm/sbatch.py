@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from hpsearch.executors.base import Launch
 from hpsearch.launching import EXIT_TRAP
 from hpsearch.spec.model import Spec
+from hpsearch.trial import EXIT_RESUME
 
 _SAFE = re.compile(r"^[^\s\"']*$")
 
@@ -34,6 +35,10 @@ def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
         f"--nodes={res.nodes}",
         f"--ntasks-per-node={res.tasks_per_node}",
         f"--cpus-per-task={res.cpus_per_task}",
+        # Slurm may run the job again under the same id (scontrol requeue, preemption, a
+        # node failure): the executor records each run as an attempt. `--no-requeue` in
+        # resources.sbatch_extra turns it off; a retry is then a new job.
+        "--requeue",
     ]
     if res.gpus_per_node:
         opts.append(f"--gres=gpu:{res.gpus_per_node}")
@@ -57,13 +62,15 @@ def run_lines(spec: Spec, command: str) -> list[str]:
     background in its own process group (set -m), the trap passes the signal on to that
     group, and the shell waits again until the command has really ended. The subshell
     ignores the signal by a no-op trap (reset to the default by exec in the trial itself).
+    A command that fails after the signal was passed on ends the job with EXIT_RESUME (75,
+    interrupted): torchrun, for one, exits 1 when its workers exit 75 after checkpointing.
     """
     sig = spec.checkpoints.signal
     if not sig:
         return [command]
     return ["set -m",
-            f"trap 'hpsearch_signalled=1; kill -s {sig} -- \"-$hpsearch_child\" 2>/dev/null' "
-            f"{sig}",
+            f"trap 'hpsearch_signalled=1; hpsearch_forwarded=1; "
+            f"kill -s {sig} -- \"-$hpsearch_child\" 2>/dev/null' {sig}",
             "(",
             f"trap : {sig}",
             command,  # not indented: it may hold a here-document
@@ -73,6 +80,8 @@ def run_lines(spec: Spec, command: str) -> list[str]:
             '  hpsearch_signalled=; wait "$hpsearch_child"; hpsearch_status=$?',
             '  [ -n "$hpsearch_signalled" ] || break',
             "done",
+            f'[ -z "$hpsearch_forwarded" ] || [ "$hpsearch_status" -eq 0 ] '
+            f'|| hpsearch_status={EXIT_RESUME}',
             'exit "$hpsearch_status"']
 
 

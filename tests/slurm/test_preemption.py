@@ -1,0 +1,278 @@
+"""Time limits, requeues and node failures on the real emulated cluster (issue 5, items 2
+and 4): a two-node DDP trial (examples/digits_ddp under torchrun, gloo on CPU) is cut short
+again and again and still ends with the metrics of one uninterrupted run with the same seed,
+and the store holds every attempt with its job id and why it ended.
+
+Each test waits for Slurm's own clocks (a 1-minute time limit, SlurmdTimeout=60 s), so
+together they take a few minutes; epochs are padded with train.py's --epoch-sleep so that a
+tiny model outlasts them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hpsearch.slurm.hostlist import expand
+from hpsearch.store.store import STORE_FILE, Reader
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "examples" / "digits_ddp" / "train.py"
+RUN = uuid.uuid4().hex[:6]
+ARGS = ["--lr", "0.01", "--width", "32", "--batch-size", "64", "--optimizer", "adam",
+        "--seed", "3", "--device", "cpu"]
+
+SPEC = """
+name: {name}
+command: >-
+  {{python}} train.py {args} --epochs {{epochs}} --epoch-sleep {sleep}
+search:
+  strategy: grid
+  space:
+    epochs: {{choices: [{epochs}]}}
+objective: {{metric: val_acc, direction: maximize}}
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 1, time: "{time}"}}
+{extra}
+executor: {{type: slurm, poll_interval: 1s}}
+launcher: torchrun
+env:
+  OMP_NUM_THREADS: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> dict:
+    """train.py's result and per-epoch metrics uninterrupted: 2 ranks under torchrun on this
+    machine (gloo, the same world size as the 2-node trial), no sleep."""
+    try:
+        import sklearn  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - scripts/test.sh installs both
+        if os.environ.get("CI"):
+            pytest.fail(f"the DDP example needs torch and scikit-learn: {exc}")
+        pytest.skip(f"the DDP example needs torch and scikit-learn: {exc}")
+    runs = {}
+    for epochs in (6, 10):
+        tdir = tmp_path_factory.mktemp(f"baseline{epochs}")
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HPSEARCH_EXPERIMENT": "baseline",
+               "HPSEARCH_TRIAL_ID": "0", "HPSEARCH_ATTEMPT": "1",
+               "HPSEARCH_TRIAL_DIR": str(tdir), "HPSEARCH_CHECKPOINT_DIR": str(tdir / "ck"),
+               "HPSEARCH_PARAMS": "{}"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             "--nproc-per-node=2", str(TRAIN), *ARGS, "--epochs", str(epochs)],
+            cwd=tdir, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs[epochs] = (json.loads((tdir / "result.json").read_text()), _by_step(tdir))
+    return runs
+
+
+def _by_step(trial_dir: Path) -> dict[int, dict]:
+    """metrics.jsonl, one record per step (an epoch reported again after a kill that came
+    before its checkpoint is the same record), without the time."""
+    out = {}
+    for line in (trial_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        rec.pop("time", None)
+        out[rec["step"]] = rec
+    return out
+
+
+def _setup(cli, slurm_cluster, name, epochs, sleep, time_limit, extra):
+    shutil.copy(TRAIN, cli.cwd / "train.py")
+    name = f"{name}-{RUN}"
+    spec = cli.write_spec(SPEC.format(name=name, args=" ".join(ARGS), epochs=epochs,
+                                      sleep=sleep, time=time_limit, extra=extra), "spec.yaml")
+    # torchrun runs inside the jobs: put the interpreter's bin dir (the venv) on their PATH.
+    env = {**slurm_cluster.env,
+           "PATH": f"{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', '')}"}
+    return spec, name, env
+
+
+def _attempts(cli, name) -> tuple[list[dict], list]:
+    path = cli.runs / name / STORE_FILE
+    if not path.exists():
+        return [], []
+    reader = Reader(path)
+    try:
+        trials = reader.trials()
+        return (reader.attempts(trials[0].id) if trials else []), trials
+    finally:
+        reader.close()
+
+
+def _assert_same_as_baseline(cli, name, baseline, epochs):
+    tdir = cli.runs / name / "trials" / "00000"
+    want_result, want_steps = baseline[epochs]
+    assert json.loads((tdir / "result.json").read_text()) == want_result
+    assert _by_step(tdir) == want_steps  # every epoch, bit for bit
+
+
+def _submit_in_background(cli, spec, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hpsearch", "submit", str(spec)],
+                            cwd=cli.cwd, env={**cli.env, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        pytest.fail(f"the search did not finish in {timeout} s:\n{out}")
+    assert proc.returncode == 0, out
+    return out
+
+
+def _release_requeued(slurm_cluster, job_id: str) -> None:
+    """A requeued job waits ~2 min (BeginTime) before Slurm starts it again: let it start
+    now, so the test does not wait for nothing."""
+    out = slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T|%r", check=False).stdout
+    if out.strip() == "PENDING|BeginTime":
+        slurm_cluster.run("scontrol", "update", f"jobid={job_id}", "starttime=now",
+                          check=False)
+
+
+def _checkpoints(cli, name) -> list[str]:
+    path = cli.runs / name / "trials" / "00000" / "checkpoints"
+    return sorted(p.name for p in path.glob("epoch-*.pt")) if path.exists() else []
+
+
+def test_ddp_trial_outlasting_its_time_limit_finishes_through_new_jobs(
+        cli, slurm_cluster, baseline):
+    """1-minute limit, USR2 10 s before it (Slurm sends it up to ~30 s early), 10 epochs of
+    ~10 s: each attempt saves and exits 75 (interrupted) on the signal or is killed at the
+    limit (timeout); the next attempt is a new job that resumes from the latest checkpoint."""
+    extra = ("checkpoints: {signal: USR2, signal_before: 10}\n"
+             "retries: {timeout: {max: 5, time_factor: 1}, interrupted: {max: 5}}")
+    spec, name, env = _setup(cli, slurm_cluster, "pre-limit", 10, 10, "00:01:00", extra)
+    out = cli("submit", spec, env=env, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    attempts, trials = _attempts(cli, name)
+    assert trials[0].state == "completed"
+    assert len(attempts) >= 3, attempts
+    assert len({a["job_id"] for a in attempts}) == len(attempts)  # a new job each
+    for a in attempts[:-1]:
+        assert a["failure"] in ("interrupted", "timeout"), a
+        state = slurm_cluster.wait_for_accounting(a["job_id"], "State")[0][0]
+        assert state == {"interrupted": "FAILED", "timeout": "TIMEOUT"}[a["failure"]]
+    assert attempts[-1]["state"] == "completed"
+    print("attempts:", [(a["attempt"], a["job_id"], a["failure"]) for a in attempts])
+    _assert_same_as_baseline(cli, name, baseline, 10)
+
+
+def test_ddp_trial_requeued_by_scontrol_keeps_its_job_id_and_result(
+        cli, slurm_cluster, baseline):
+    """`scontrol requeue` twice while the trial runs, each after a new checkpoint: Slurm
+    runs the same job again; each run is an attempt under that job id, none is submitted."""
+    spec, name, env = _setup(cli, slurm_cluster, "pre-requeue", 6, 4, "00:05:00", "")
+    proc = _submit_in_background(cli, spec, env)
+    requeued, job_id, seen = 0, None, 0
+    deadline = time.monotonic() + 400
+    try:
+        while requeued < 2 and time.monotonic() < deadline and proc.poll() is None:
+            attempts, trials = _attempts(cli, name)
+            ckpts = len(_checkpoints(cli, name))
+            if job_id:
+                _release_requeued(slurm_cluster, job_id)
+            if trials and trials[0].job_id and len(attempts) == requeued + 1 and ckpts > seen:
+                job_id, seen = trials[0].job_id, ckpts
+                slurm_cluster.run("scontrol", "requeue", job_id)
+                requeued += 1
+            time.sleep(0.5)
+        while proc.poll() is None and time.monotonic() < deadline:
+            _release_requeued(slurm_cluster, job_id)
+            time.sleep(1)
+        out = _finish(proc, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert requeued == 2, out
+    attempts, trials = _attempts(cli, name)
+    assert trials[0].state == "completed"
+    assert [a["job_id"] for a in attempts] == [job_id] * 3, attempts
+    assert [a["failure"] for a in attempts] == ["preempted", "preempted", None]
+    assert all(f"Slurm job {job_id} REQUEUED" in a["reason"] for a in attempts[:2])
+    runs = slurm_cluster.run("sacct", "-D", "-X", "-P", "-n", "-j", job_id,
+                             "-o", "State").stdout.split()
+    assert runs[:2] == ["REQUEUED", "REQUEUED"]
+    _assert_same_as_baseline(cli, name, baseline, 6)
+
+
+def _slurmd_pid(node: str) -> int:
+    return int(Path(f"/tmp/hpsearch-slurm/run/slurmd-{node}.pid").read_text())
+
+
+def test_ddp_trial_on_a_node_whose_slurmd_dies_resumes_on_other_nodes(
+        cli, slurm_cluster, baseline):
+    """kill -9 of one slurmd under a running trial: after SlurmdTimeout the node is DOWN,
+    the job NODE_FAILs and Slurm requeues it (JobRequeue=1, --requeue): the next run is a new
+    attempt of the same job, on other nodes, and resumes from the checkpoint."""
+    spec, name, env = _setup(cli, slurm_cluster, "pre-nodefail", 10, 4, "00:10:00", "")
+    proc = _submit_in_background(cli, spec, env)
+    dead = None
+    deadline = time.monotonic() + 480
+    try:
+        while dead is None and time.monotonic() < deadline and proc.poll() is None:
+            _, trials = _attempts(cli, name)
+            if trials and trials[0].nodes and len(expand(trials[0].nodes)) == 2 \
+                    and _checkpoints(cli, name):
+                dead = expand(trials[0].nodes)[-1]
+                os.kill(_slurmd_pid(dead), signal.SIGKILL)
+            time.sleep(0.5)
+        assert dead is not None, "the trial never ran with a checkpoint"
+        while proc.poll() is None and time.monotonic() < deadline:
+            _, trials = _attempts(cli, name)
+            if trials and trials[0].job_id:
+                _release_requeued(slurm_cluster, trials[0].job_id)
+            time.sleep(1)
+        out = _finish(proc, 60)
+        attempts, trials = _attempts(cli, name)
+        assert trials[0].state == "completed", out
+        assert len(attempts) >= 2 and attempts[0]["failure"] == "node_fail", attempts
+        assert dead in expand(attempts[0]["nodes"])
+        for a in attempts[1:]:
+            assert dead not in expand(a["nodes"]), attempts  # the retry avoided it
+        job_ids = {a["job_id"] for a in attempts}
+        runs = slurm_cluster.run("sacct", "-D", "-X", "-P", "-n", "-j", ",".join(job_ids),
+                                 "-o", "State,NodeList").stdout.splitlines()
+        assert runs[0].split("|")[0] == "NODE_FAIL", runs
+        assert all(dead not in expand(line.split("|")[1]) for line in runs[1:]), runs
+        out_log = (cli.runs / name / "trials" / "00000" / "stdout.log").read_text()
+        assert "resuming from epoch-" in out_log
+        print("attempts:", [(a["attempt"], a["job_id"], a["failure"], a["nodes"])
+                            for a in attempts])
+        _assert_same_as_baseline(cli, name, baseline, 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["bash", str(ROOT / "scripts" / "slurm-cluster.sh"), "start"],
+                       capture_output=True, timeout=300, env={**os.environ, **slurm_cluster.env})
+        if dead is not None:
+            _wait_node_up(slurm_cluster, dead)
+
+
+def _wait_node_up(slurm_cluster, node: str, timeout: float = 120) -> None:
+    """ReturnToService=2 brings a DOWN node back once its slurmd registers; resume it if
+    it stays down."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = slurm_cluster.run("sinfo", "-h", "-n", node, "-o", "%T",
+                                  check=False).stdout.strip()
+        if state in ("idle", "mixed", "allocated"):
+            return
+        if time.monotonic() > deadline - timeout / 2:
+            slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume",
+                              check=False)
+        time.sleep(1)
+    pytest.fail(f"{node} did not return to service: {state}")
