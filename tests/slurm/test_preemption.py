@@ -61,7 +61,7 @@ def baseline(tmp_path_factory) -> dict:
             pytest.fail(f"the DDP example needs torch and scikit-learn: {exc}")
         pytest.skip(f"the DDP example needs torch and scikit-learn: {exc}")
     runs = {}
-    for epochs in (6, 10):
+    for epochs in (6, 10, 24):
         tdir = tmp_path_factory.mktemp(f"baseline{epochs}")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HPSEARCH_EXPERIMENT": "baseline",
                "HPSEARCH_TRIAL_ID": "0", "HPSEARCH_ATTEMPT": "1",
@@ -218,7 +218,9 @@ def test_ddp_trial_on_a_node_whose_slurmd_dies_resumes_on_other_nodes(
     """kill -9 of one slurmd under a running trial: after SlurmdTimeout the node is DOWN,
     the job NODE_FAILs and Slurm requeues it (JobRequeue=1, --requeue): the next run is a new
     attempt of the same job, on other nodes, and resumes from the checkpoint."""
-    spec, name, env = _setup(cli, slurm_cluster, "pre-nodefail", 10, 4, "00:10:00", "")
+    # The job's processes on the node live on without their slurmd: the training must
+    # outlast SlurmdTimeout (60 s) and Slurm's next check after it.
+    spec, name, env = _setup(cli, slurm_cluster, "pre-nodefail", 24, 5, "00:10:00", "")
     proc = _submit_in_background(cli, spec, env)
     dead = None
     deadline = time.monotonic() + 480
@@ -252,7 +254,7 @@ def test_ddp_trial_on_a_node_whose_slurmd_dies_resumes_on_other_nodes(
         assert "resuming from epoch-" in out_log
         print("attempts:", [(a["attempt"], a["job_id"], a["failure"], a["nodes"])
                             for a in attempts])
-        _assert_same_as_baseline(cli, name, baseline, 10)
+        _assert_same_as_baseline(cli, name, baseline, 24)
     finally:
         if proc.poll() is None:
             proc.kill()
