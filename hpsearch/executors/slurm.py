@@ -19,6 +19,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
@@ -30,7 +31,6 @@ from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import Spec
 
 MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
-LOST_AFTER = 300.0  # a job unknown to both sacct and squeue this long is lost
 SHORT_READS_FOR = 15.0  # seconds to wait for a final record that lists all the job's nodes
 
 # Final Slurm states and how the driver sees them.
@@ -58,6 +58,7 @@ class _Job:
     last_seen: float = 0.0
     short_since: float | None = None  # when a final record first listed too few nodes
     runs: int = 1  # runs of this job id known as attempts (Slurm requeues keep the id)
+    trial_dir: Path | None = None  # its files are the trial's heartbeat
 
 
 class SlurmExecutor(Executor):
@@ -128,7 +129,7 @@ class SlurmExecutor(Executor):
     def _track(self, launch: Launch, job_id: str) -> None:
         now = time.monotonic()
         self.jobs[launch.trial_id] = _Job(launch.trial_id, launch.attempt, job_id, now,
-                                          last_seen=now)
+                                          last_seen=now, trial_dir=launch.trial_dir)
         self._soon()
 
     def _submit_waiting(self) -> list[Started]:
@@ -165,7 +166,8 @@ class SlurmExecutor(Executor):
         if job_id is None:
             return None
         job = _Job(known.trial_id, known.attempt, job_id, time.monotonic(),
-                   last_seen=time.monotonic(), runs=known.job_runs if known.job_id else 1)
+                   last_seen=time.monotonic(), runs=known.job_runs if known.job_id else 1,
+                   trial_dir=known.trial_dir)
         self.jobs[known.trial_id] = job
         events = self._query([job])
         if any(isinstance(event, Requeued) for event in events):
@@ -266,9 +268,11 @@ class SlurmExecutor(Executor):
             if rec is None and queued is None and records is None:
                 rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
             if rec is None and queued is None:
-                if now - job.last_seen > LOST_AFTER:
-                    events.append(self._end(job, None, "lost", "Slurm no longer knows job "
-                                                                 f"{job_id}"))
+                lost_after = self.spec.executor.lost_after
+                if now - job.last_seen > lost_after and _quiet_for(job.trial_dir) > lost_after:
+                    events.append(self._end(job, None, "lost", f"Slurm no longer knows job "
+                                            f"{job_id}, and its trial dir has been quiet for "
+                                            f"{lost_after:g} s"))
                 continue
             job.last_seen = now
             if queued is not None and (rec is None or not rec.finished):
@@ -347,3 +351,15 @@ class SlurmExecutor(Executor):
         del self.jobs[job.trial_id]
         return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes,
                      self.planner.leaves(job.nodes))
+
+
+def _quiet_for(trial_dir: Path | None) -> float:
+    """Seconds since anything in the trial dir (output, metrics, checkpoints list) changed;
+    inf if it has no files."""
+    newest = 0.0
+    for path in (trial_dir.iterdir() if trial_dir and trial_dir.is_dir() else ()):
+        try:
+            newest = max(newest, path.stat().st_mtime)
+        except OSError:
+            continue
+    return time.time() - newest if newest else float("inf")

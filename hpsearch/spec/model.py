@@ -145,6 +145,7 @@ class Executor:
     array: bool = True  # ready single-node trials go as one job array
     array_throttle: int | None = None  # %N on arrays (default: search.parallel)
     poll_interval: float = 5.0  # seconds between batched state queries (backs off when idle)
+    lost_after: float = 300.0  # a job Slurm no longer knows, whose trial dir is quiet this long
 
 
 @dataclass(frozen=True)

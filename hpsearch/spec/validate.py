@@ -32,7 +32,8 @@ RETRY_RULE_KEYS = ("max", "mem_factor", "time_factor", "exclude_node")
 EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
 CHECKPOINT_KEYS = ("keep_last", "keep_best", "keep_trials", "signal", "signal_before")
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "XCPU")
-EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval")
+EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
+                 "lost_after")
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
 PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
@@ -423,8 +424,9 @@ class _Validator:
             v, p, lambda x: isinstance(x, bool), "true or false"), True)
         throttle = self.optional(d, "array_throttle", path, lambda v, p: self.integer(v, p, 1))
         poll = self.optional(d, "poll_interval", path, self.duration, 5.0)
+        lost_after = self.optional(d, "lost_after", path, self.duration, 300.0)
         return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
-                          array_throttle=throttle, poll_interval=poll)
+                          array_throttle=throttle, poll_interval=poll, lost_after=lost_after)
 
     def launcher(self, value: Any, path: KeyPath) -> m.Launcher:
         if isinstance(value, str):

@@ -273,3 +273,36 @@ def test_driver_runs_as_its_own_slurm_job_and_cancel_stops_it(cli, slurm_cluster
                               ",".join([driver_job] + [r.job_id for r in rows]),
                               check=False).stdout.split()
     assert queue == []
+
+
+def test_a_job_slurm_forgot_with_a_quiet_trial_dir_is_lost_and_retried(cli, slurm_cluster):
+    """A stale trial: the store says it runs as a job that neither sacct nor squeue knows
+    (as after an accounting purge, or a job id from another cluster), and its trial dir
+    gives no heartbeat. After executor.lost_after the attempt is `lost` and the trial is
+    retried as a new job."""
+    import sqlite3
+    spec, name = _spec(cli, "sl-lost", trials=1, parallel=1)
+    spec.write_text(spec.read_text().replace("array: false}", "array: false, "
+                                             "lost_after: 3s}"))
+    crashed = cli("submit", spec, env={**slurm_cluster.env,
+                                       "HPSEARCH_FAULT": "after_insert:1"})
+    assert crashed.returncode == -signal.SIGKILL  # the trial is in the store, not submitted
+    con = sqlite3.connect(cli.runs / name / "store.sqlite")
+    with con:  # what a store looks like whose job Slurm has forgotten
+        con.execute("update trials set state = 'running', job_id = '99999999'")
+        con.execute("update attempts set state = 'running', job_id = '99999999'")
+    con.close()
+    began = time.monotonic()
+    cli("resume", name, env=slurm_cluster.env, check=0, timeout=300)
+    exp, trials = read_store(cli.runs, name)
+    assert trials[0].state == "completed" and trials[0].attempt == 2
+    assert trials[0].job_id != "99999999"
+    from hpsearch.store import STORE_FILE, Reader
+    reader = Reader(cli.runs / name / STORE_FILE)
+    try:
+        first = reader.attempts(0)[0]
+    finally:
+        reader.close()
+    assert first["job_id"] == "99999999" and first["state"] == "lost"
+    assert "Slurm no longer knows job 99999999" in first["reason"]
+    assert time.monotonic() - began >= 3  # not before lost_after
