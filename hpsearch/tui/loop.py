@@ -32,6 +32,20 @@ def _console():
     return Console()
 
 
+def topology_file(exp_dir: Path) -> str | None:
+    """$HPSEARCH_TOPOLOGY, else the experiment's placement.topology (docs/placement.md)."""
+    import os
+    if os.environ.get("HPSEARCH_TOPOLOGY"):
+        return os.environ["HPSEARCH_TOPOLOGY"]
+    from hpsearch.errors import HpsearchError
+    from hpsearch.session import stored_spec
+    try:
+        found = stored_spec(exp_dir.parent, exp_dir.name).placement.topology
+    except (HpsearchError, OSError):
+        return None
+    return str(found) if found else None
+
+
 def render_once(exp_dir: Path, width: int | None = None, height: int | None = None,
                 console=None) -> None:
     """Print one snapshot (for `watch --once`, and where stdout is not a terminal)."""
@@ -41,7 +55,8 @@ def render_once(exp_dir: Path, width: int | None = None, height: int | None = No
     source = SnapshotSource(exp_dir)
     try:
         source.snapshot(rows=1)  # learns whether the trials run as Slurm jobs
-        cluster = ClusterWatch()._query() if source.executor == "slurm" else None
+        cluster = ClusterWatch(topology_file=topology_file(exp_dir))._query() \
+            if source.executor == "slurm" else None
         width = width or console.width
         height = height or (console.height if console.is_terminal else 200)
         snap = source.snapshot(cluster or (None, None), rows=max(1, height))
@@ -63,7 +78,8 @@ def _run_view(exp_dir: Path, stop: threading.Event, footer: str, refresh: float,
         if stop.wait(0.1):
             return
     source = SnapshotSource(exp_dir)
-    cluster = ClusterWatch()  # asked only once the experiment shows Slurm jobs
+    # asked only once the experiment shows Slurm jobs
+    cluster = ClusterWatch(topology_file=topology_file(exp_dir))
     try:
         with Live(console=console, auto_refresh=False, screen=True,
                   redirect_stdout=False, redirect_stderr=False) as live:

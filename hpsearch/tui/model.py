@@ -235,10 +235,11 @@ class ClusterWatch:
     every `every` seconds (slurmctld is shared, and a slow answer must not freeze the view).
     Errors become a note, not a crash."""
 
-    def __init__(self, every: float = 5.0, slurm=None) -> None:
+    def __init__(self, every: float = 5.0, slurm=None, topology_file=None) -> None:
         self.every = every
         self.slurm = slurm
         self.topology = None
+        self.topology_file = topology_file  # where Slurm has no tree plugin
         self.last = -every
         self.busy = False
         self.value: tuple[tuple[LeafLine, ...] | None, str | None] = (None, "asking sinfo...")
@@ -259,11 +260,14 @@ class ClusterWatch:
 
     def _query(self) -> tuple[tuple[LeafLine, ...] | None, str | None]:
         from hpsearch.errors import HpsearchError
-        from hpsearch.placement.topology import leaf_states, topology_from_switches
+        from hpsearch.placement.topology import leaf_states, load_topology, \
+            topology_from_switches
         try:
             if self.slurm is None:
                 from hpsearch.slurm.commands import Slurm
                 self.slurm = Slurm(timeout=10)
+            if self.topology is None and self.topology_file:
+                self.topology = load_topology(self.topology_file)
             if self.topology is None:
                 switches = self.slurm.topology()
                 if not switches:
