@@ -22,6 +22,8 @@ examples:
   hpsearch status                 # every experiment under ./hpsearch-runs
   hpsearch best quadratic -k 3
   hpsearch resume quadratic       # after a crash, kill -9 or Ctrl-C
+  hpsearch watch quadratic        # live view; Ctrl-C leaves it, the search goes on
+  hpsearch topology               # Slurm: leaf switches, their nodes and trials
 
 exit codes: 0 ok, 1 trials failed or search incomplete, 2 bad input or conflict
 docs: docs/cli.md, docs/spec.md
