@@ -44,3 +44,19 @@ def record(trial: r.TrialRow, metrics: list[str]) -> dict:
     """A trial as `best --json` and `submit --best-out` write it."""
     return {"trial": trial.id, "values": dict(zip(metrics, trial.objective_values)),
             "params": trial.params, "trial_dir": trial.trial_dir}
+
+
+def best_checkpoint(saved: list, direction: str):
+    """A finished trial's checkpoint to use, from its checkpoint rows: the best objective
+    metric at its step, the highest step among equals (and when none has a metric); None if
+    it kept none."""
+    sign = 1.0 if direction == "minimize" else -1.0
+    return min(saved, key=lambda c: (c.metric is None, sign * (c.metric or 0.0), -c.step),
+               default=None)
+
+
+def checkpoint_paths(trials: list[r.TrialRow], saved: list, direction: str) -> dict:
+    """trial id -> the path of its checkpoint to use (or None), for `trials`."""
+    found = {t.id: best_checkpoint([c for c in saved if c.trial == t.id], direction)
+             for t in trials}
+    return {tid: c and c.path for tid, c in found.items()}

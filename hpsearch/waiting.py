@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hpsearch import runs
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
-from hpsearch.results import best, record
+from hpsearch.results import best, checkpoint_paths, record
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE, Reader
@@ -68,18 +68,20 @@ def write_best(spec: Spec, path: Path) -> None:
     through a temporary file and a rename: readers never see a partial file."""
     reader = Reader(spec.experiment_dir / STORE_FILE)
     try:
-        exp, trials = reader.experiment(), reader.trials()
+        exp, trials, saved = reader.experiment(), reader.trials(), reader.checkpoints()
     finally:
         reader.close()
     metrics = [o.metric for o in spec.objectives]
     top = best(trials, exp.directions, 1)
+    checkpoint = checkpoint_paths(top, saved, exp.directions[0])
     data: dict = {"experiment": spec.name,
                   "objective": [{"metric": m, "direction": d}
                                 for m, d in zip(metrics, exp.directions)]}
     if len(metrics) > 1:
-        data["pareto_front"] = [record(t, metrics) for t in top]
+        data["pareto_front"] = [{**record(t, metrics), "checkpoint": checkpoint[t.id]}
+                                for t in top]
     else:
-        data.update(record(top[0], metrics))
+        data.update(record(top[0], metrics), checkpoint=checkpoint[top[0].id])
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 

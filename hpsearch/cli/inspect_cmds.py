@@ -13,6 +13,7 @@ from pathlib import Path
 from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.results import best as best_trials
+from hpsearch.results import best_checkpoint
 from hpsearch.results import record
 
 from hpsearch.store import STORE_FILE
@@ -149,8 +150,8 @@ def best(args) -> int:
         reader.close()
     metrics = _metric_names(exp)
     top = best_trials(trials, exp.directions, args.k)
-    checkpoint = {t.id: _best_checkpoint([c for c in saved if c.trial == t.id],
-                                         exp.directions[0]) for t in top}
+    checkpoint = {t.id: best_checkpoint([c for c in saved if c.trial == t.id],
+                                        exp.directions[0]) for t in top}
     if args.json:
         print(json.dumps([{**record(t, metrics), "checkpoint": checkpoint[t.id] and
                            checkpoint[t.id].path} for t in top], indent=1))
@@ -172,14 +173,6 @@ def best(args) -> int:
                                         if ckpt.metric is not None else "")
             print(f"   checkpoint: {ckpt.path} ({at})")
     return 0
-
-
-def _best_checkpoint(saved: list, direction: str):
-    """A finished trial's checkpoint to use: the best objective metric at its step, the
-    highest step among equals (and when none has a metric); None if it kept none."""
-    sign = 1.0 if direction == "minimize" else -1.0
-    return min(saved, key=lambda c: (c.metric is None, sign * (c.metric or 0.0), -c.step),
-               default=None)
 
 
 def export(args) -> int:
