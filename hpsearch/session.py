@@ -100,6 +100,16 @@ def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> 
     return with_executor(dataclasses.replace(spec, source=Path(exp.spec_file)), executor_type)
 
 
+def placement_topology(runs_dir: Path, name: str) -> str | None:
+    """The topology file an existing experiment's spec names (placement.topology), or None,
+    also where its spec cannot be read."""
+    try:
+        found = stored_spec(runs_dir, name).placement.topology
+    except (HpsearchError, OSError):
+        return None
+    return str(found) if found else None
+
+
 DRIVER_JOB_FILE = "driver.job"
 
 

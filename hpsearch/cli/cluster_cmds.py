@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -58,22 +59,16 @@ def _count(nodes: tuple[str, ...], compress) -> str:
 
 
 def _load(args, slurm, runs_dir: Path, names: list[str]):
-    from hpsearch.placement.topology import load_topology, topology_from_switches
+    from hpsearch.placement.topology import cluster_topology
+    from hpsearch.session import placement_topology
 
-    source = args.topology or os.environ.get("HPSEARCH_TOPOLOGY")
-    if source is None:
-        for name in names:
-            from hpsearch.session import stored_spec
-            source = stored_spec(runs_dir, name).placement.topology
-            if source:
-                break
-    if source:
-        return load_topology(source)
-    switches = slurm.topology()
-    if not switches:
+    stored = (placement_topology(runs_dir, name) for name in names)  # read only if needed
+    topo = cluster_topology(slurm, itertools.chain(
+        (args.topology, os.environ.get("HPSEARCH_TOPOLOGY")), stored))
+    if topo is None:
         raise HpsearchError("Slurm shows no topology here (no tree plugin); name a file with "
-                       "--topology FILE or $HPSEARCH_TOPOLOGY")
-    return topology_from_switches(switches, "scontrol show topology")
+                            "--topology FILE or $HPSEARCH_TOPOLOGY")
+    return topo
 
 
 def _trials_by_node(runs_dir: Path, names: list[str]) -> dict[str, set[str]]:

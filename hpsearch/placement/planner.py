@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 from hpsearch.placement.policy import Placement, place
-from hpsearch.placement.topology import Topology, leaf_states, load_topology, \
-    topology_from_switches
+from hpsearch.placement.topology import Topology, cluster_topology, leaf_states, \
+    load_topology
 from hpsearch.slurm.hostlist import expand
 from hpsearch.spec.model import Spec
 
@@ -65,10 +65,8 @@ class Planner:
         if self._mode is not None:
             return
         tree = self.slurm.config_value("TopologyPlugin") in ("topology/tree", "tree")
-        if self._source:
-            self._topology = self._topology or load_topology(self._source)
-        elif tree:
-            self._topology = topology_from_switches(self.slurm.topology(), "scontrol")
+        if self._topology is None and (self._source or tree):
+            self._topology = cluster_topology(self.slurm, [self._source])
         mode = self.cfg.mode
         if mode == "auto":
             mode = "switches" if tree else "nodelist"

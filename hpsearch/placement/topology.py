@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from hpsearch.errors import BadInput
@@ -332,6 +333,19 @@ def load_topology(path: str | Path) -> Topology:
     if re.search(r"^\s*switchname\s*=", text, re.MULTILINE | re.IGNORECASE):
         return parse_topology_conf(text, file)
     return parse_topology_yaml(text, file)
+
+
+def cluster_topology(slurm, sources: Iterable[str | Path | None] = ()) -> Topology | None:
+    """The first of `sources` that is set, read as a topology file; else the tree plugin's
+    topology from `scontrol show topology`; None where Slurm shows none. Callers list their
+    files in their order of precedence (a command-line flag, $HPSEARCH_TOPOLOGY, the
+    experiment's placement.topology); a generator's later entries are looked up only if
+    needed."""
+    for source in sources:
+        if source:
+            return load_topology(source)
+    switches = slurm.topology()
+    return topology_from_switches(switches, "scontrol show topology") if switches else None
 
 
 # -- live state per leaf -------------------------------------------------------------------

@@ -35,15 +35,9 @@ def _console():
 def topology_file(exp_dir: Path) -> str | None:
     """$HPSEARCH_TOPOLOGY, else the experiment's placement.topology (docs/placement.md)."""
     import os
-    if os.environ.get("HPSEARCH_TOPOLOGY"):
-        return os.environ["HPSEARCH_TOPOLOGY"]
-    from hpsearch.errors import HpsearchError
-    from hpsearch.session import stored_spec
-    try:
-        found = stored_spec(exp_dir.parent, exp_dir.name).placement.topology
-    except (HpsearchError, OSError):
-        return None
-    return str(found) if found else None
+    from hpsearch.session import placement_topology
+    return os.environ.get("HPSEARCH_TOPOLOGY") or placement_topology(exp_dir.parent,
+                                                                      exp_dir.name)
 
 
 def render_once(exp_dir: Path, width: int | None = None, height: int | None = None,

@@ -260,19 +260,15 @@ class ClusterWatch:
 
     def _query(self) -> tuple[tuple[LeafLine, ...] | None, str | None]:
         from hpsearch.errors import HpsearchError
-        from hpsearch.placement.topology import leaf_states, load_topology, \
-            topology_from_switches
+        from hpsearch.placement.topology import cluster_topology, leaf_states
         try:
             if self.slurm is None:
                 from hpsearch.slurm.commands import Slurm
                 self.slurm = Slurm(timeout=10)
-            if self.topology is None and self.topology_file:
-                self.topology = load_topology(self.topology_file)
             if self.topology is None:
-                switches = self.slurm.topology()
-                if not switches:
+                self.topology = cluster_topology(self.slurm, [self.topology_file])
+                if self.topology is None:
                     return None, "no topology plugin: no leaf switches to show"
-                self.topology = topology_from_switches(switches, "scontrol show topology")
             states = leaf_states(self.topology, self.slurm.sinfo_nodes())
         except HpsearchError as exc:
             return None, f"cluster state unavailable: {str(exc).splitlines()[0][:120]}"
