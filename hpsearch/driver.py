@@ -55,6 +55,7 @@ class Driver:
         self.metrics = [o.metric for o in spec.objectives]
         self.live: dict[int, _Live] = {}
         self.queue: list[int] = []  # trials waiting for a new attempt
+        self.unlaunched: set[int] = set()  # stored attempts that never reached the executor
         self.stop_reason: str | None = None
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.directions = [o.direction for o in spec.objectives]
@@ -108,8 +109,9 @@ class Driver:
             self._ingest(live)
         elif isinstance(outcome, Ended):
             self.finalize(outcome)
-        else:  # it never started: run it as a new attempt
+        else:  # it never reached the executor: launch that same attempt now
             del self.live[row.id]
+            self.unlaunched.add(row.id)
             self.queue.append(row.id)
 
     # -- main loop -------------------------------------------------------------------------
@@ -153,15 +155,20 @@ class Driver:
             if self.queue:
                 trial_id = self.queue.pop(0)
                 row = self.store.trial(trial_id)
-                attempt = row.attempt + 1
-                history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)]
+                again = trial_id in self.unlaunched  # the crash came before it was launched
+                self.unlaunched.discard(trial_id)
+                attempt = row.attempt if again else row.attempt + 1
+                history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
+                           if a["attempt"] < attempt]
                 plan = retry.next_overrides(self.spec, history,
                                             self.store.checkpoint_steps(trial_id))
                 failure = history[-1].failure if history else None
-                reason = ("re-run after interruption" if row.state != r.QUEUED else
+                reason = ("launched again: the driver stopped before it was" if again else
+                          "re-run after interruption" if row.state != r.QUEUED else
                           f"retry after {failure}" if failure else "retry")
                 self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
-                rotate_logs(Path(row.trial_dir), row.attempt)
+                if not again:
+                    rotate_logs(Path(row.trial_dir), row.attempt)
                 launch = dataclasses.replace(
                     build_launch(self.spec, trial_id, attempt, row.params),
                     sbatch_extra=plan.sbatch_extra, time_factor=plan.time_factor)
