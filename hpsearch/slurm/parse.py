@@ -209,6 +209,14 @@ def _optional(text: str) -> str | None:
     return None if text in _NO_VALUE else text
 
 
+def array_task(job_id: str) -> tuple[str, int] | None:
+    """("123", 4) for the array task "123_4"; None for any other id."""
+    match = _JOB_ID.match(job_id)
+    if match is None or match["task"] is None or match["het"]:
+        return None
+    return match["job"], int(match["task"])
+
+
 def _split_job_id(job_id: str) -> list[tuple[str, str | None, int | None, bool]]:
     """A job-level id -> [(job id, array job id, task id, expanded from a range)]."""
     match = _JOB_ID.match(job_id)

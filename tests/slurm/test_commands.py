@@ -103,6 +103,23 @@ def test_scancel_with_a_signal_reaches_the_batch_shell(slurm: Slurm, tmp_path: P
     assert rec.state == "COMPLETED" and mark.read_text() == "usr1\n"
 
 
+def test_tasks_of_an_array_cancelled_while_pending_as_a_whole_are_cancelled(slurm: Slurm):
+    """Cancelled before any task split off, the array has one record under its bare id and
+    `sacct -j A_0` prints nothing; each task must still read as CANCELLED (a driver stopping
+    during the first seconds of an array waited for these tasks forever)."""
+    array = slurm.sbatch(script("sleep 300"), ["--hold", "-a", "0-1", "-o", "/dev/null"])
+    tasks = [f"{array}_0", f"{array}_1"]
+    slurm.scancel(tasks)
+    deadline = time.monotonic() + DEADLINE_S
+    while {r.job_id: r.state for r in slurm.sacct(tasks)} != dict.fromkeys(tasks, "CANCELLED"):
+        assert time.monotonic() < deadline, slurm.sacct([array])
+        time.sleep(0.3)
+    runs = slurm.sacct_runs(tasks)
+    assert {job: [r.state for r in found] for job, found in runs.items()} == {
+        task: ["CANCELLED"] for task in tasks}
+    assert all(found[-1].array_job_id == array for found in runs.values())
+
+
 def test_jobs_slurm_does_not_know(slurm: Slurm):
     assert slurm.squeue(["999999"]) == []  # exit 1, "Invalid job id specified"
     assert slurm.squeue(["999999", "999998"]) == []  # exit 0
