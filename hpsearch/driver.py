@@ -57,6 +57,7 @@ class Driver:
         self.queue: list[int] = []  # trials waiting for a new attempt
         self.unlaunched: set[int] = set()  # stored attempts that never reached the executor
         self.stop_reason: str | None = None
+        self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.directions = [o.direction for o in spec.objectives]
         self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
@@ -360,19 +361,30 @@ class Driver:
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
-                previous[sig] = signal.signal(sig, lambda s, f: self.request_stop(
-                    signal.Signals(s).name))
+                previous[sig] = signal.signal(sig, lambda s, f: self._on_signal(s))
             except ValueError:  # not the main thread (tests drive it from threads)
                 pass
         return previous
 
+    def _on_signal(self, signum: int) -> None:
+        if self.stop_reason:  # asked twice: the user will not wait for the cancellations
+            self.stop_now = True
+        self.request_stop(signal.Signals(signum).name)
+
     def _stop_all(self) -> None:
         self.on_event(f"stopping ({self.stop_reason}): cancelling "
-                      f"{len(self.live)} running trial(s)")
+                      f"{len(self.live)} running trial(s); press Ctrl-C again to exit "
+                      f"without waiting")
         for trial_id in list(self.live):
             self.executor.cancel(trial_id)
-        while self.live:
+        while self.live and not self.stop_now:
             self._handle(self.executor.poll(timeout=0.5))
+        if self.live:
+            left = ", ".join(str(t) for t in sorted(self.live))
+            message = (f"stopped without waiting: trial(s) {left} may still run, asked to "
+                       f"stop; `hpsearch resume` adopts them, `hpsearch cancel` stops them")
+            self.store.add_event("stopped", message)
+            self.on_event(message)
 
     def finish(self) -> int:
         counts = self.store.state_counts()

@@ -130,6 +130,41 @@ def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli)
     assert [t.attempt for t in final] == [2, 2, 1, 1]
 
 
+def test_second_ctrl_c_exits_at_once_and_resume_adopts_the_trial_still_running(cli):
+    """A trial that ignores SIGTERM (grace 120 s): the first Ctrl-C waits for it, the second
+    makes the driver exit at once and say so; the trial keeps running, and `resume` adopts
+    it (same attempt, no second process) instead of starting it again."""
+    spec = cli.write_spec("""
+        name: twice
+        command: 'trap "" TERM; while [ ! -e go ]; do sleep 0.1; done; echo "@hpsearch step=0 loss={x}"'
+        search:
+          strategy: random
+          trials: 1
+          parallel: 1
+          seed: 0
+          space:
+            x: {low: 0.0, high: 1.0}
+        objective: {metric: loss}
+        executor: {type: local, grace: 120s}
+        """)
+    proc = cli.popen("submit", spec)
+    rows = _wait_for(cli, "twice", lambda rows: rows and rows[0].state == "running")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.5)
+    assert proc.poll() is None  # waiting for the trial that ignores SIGTERM
+    began = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and time.monotonic() - began < 5, err
+    assert "stopped without waiting: trial(s) 0 may still run" in out + err
+    _, after = read_store(cli.runs, "twice")
+    assert after[0].state == "running" and procs.alive(rows[0].pid, rows[0].pid_start)
+    (cli.cwd / "go").touch()
+    cli("resume", "twice", check=0, timeout=60)
+    _, final = read_store(cli.runs, "twice")
+    assert (final[0].state, final[0].attempt, final[0].pid) == ("completed", 1, rows[0].pid)
+
+
 def test_detached_driver_refuses_a_second_and_stops_on_cancel(cli):
     spec = cli.write_spec("""
         name: bg

@@ -11,7 +11,8 @@ from hpsearch.cli.common import add_command, add_runs_dir, format_params, runs_d
 
 def register(sub) -> None:
     p = add_command(sub, "submit", "Run the search a spec describes, attached (Ctrl-C cancels "
-                    "running trials) or --detach-ed in the background.",
+                    "running trials, a second Ctrl-C exits without waiting) or --detach-ed "
+                    "in the background.",
                     "  hpsearch submit examples/quadratic/spec.yaml --executor local\n"
                     "  hpsearch submit spec.yaml --detach      # survives logout; see "
                     "`hpsearch status NAME`\n"
