@@ -74,9 +74,6 @@ def test_digits_pipeline_on_slurm_then_nothing_to_do(tmp_path, slurm_cluster):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(run=False, reason="open bug, intermittent (3 hangs in 7 runs): under "
-                   "snakemake --executor slurm, Ctrl-C to the process group can leave the "
-                   "attached Slurm driver stuck while cancelling, so snakemake never exits")
 def test_interrupted_slurm_search_rule_resumes_the_same_experiment(tmp_path, slurm_cluster):
     name = f"target-{RUN}"
     (tmp_path / "Snakefile").write_text(doc_example("Snakefile"))
