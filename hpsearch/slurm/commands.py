@@ -81,7 +81,9 @@ class Slurm:
         A query (anything but sbatch) killed by a signal is run once more: a driver running as
         a Slurm job gets `scancel --signal=TERM --full`, which reaches its children too, and
         must still be able to cancel its trials. sbatch is never repeated (it may have
-        submitted before it died)."""
+        submitted before it died). Each command runs in a session of its own, so a Ctrl-C
+        at the terminal (SIGINT to the foreground process group) reaches only the driver,
+        which then cancels its trials: an sbatch is not killed halfway."""
         for _ in range(1 if argv[0] == "sbatch" else 2):
             proc = self._run_once(argv, stdin, cwd)
             if proc.returncode >= 0:
@@ -94,7 +96,8 @@ class Slurm:
         try:
             return subprocess.run(argv, check=False, input=stdin, capture_output=True,
                                   text=True, env=self.env, cwd=cwd, timeout=self.timeout,
-                                  stdin=None if stdin is not None else subprocess.DEVNULL)
+                                  stdin=None if stdin is not None else subprocess.DEVNULL,
+                                  start_new_session=True)
         except subprocess.TimeoutExpired as exc:
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
                 else (exc.stderr or "")

@@ -23,7 +23,7 @@ from hpsearch.store import STORE_FILE
 
 REFRESH = 0.5  # seconds between redraws
 WATCH_FOOTER = "Ctrl-C leaves the view; the search goes on"
-SUBMIT_FOOTER = ("Ctrl-C stops the search (cancels running trials); "
+SUBMIT_FOOTER = ("Ctrl-C stops the search (cancels running trials; twice: exits at once); "
                  "to only watch, use `hpsearch watch NAME`")
 
 

@@ -4,6 +4,11 @@ clearly. sacct lags slurmctld by a second or more, so every wait polls with a de
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -118,6 +123,36 @@ def test_tasks_of_an_array_cancelled_while_pending_as_a_whole_are_cancelled(slur
     assert {job: [r.state for r in found] for job, found in runs.items()} == {
         task: ["CANCELLED"] for task in tasks}
     assert all(found[-1].array_job_id == array for found in runs.values())
+
+
+def test_ctrl_c_at_the_terminal_reaches_the_driver_not_its_slurm_command(
+        slurm_cluster: SlurmCluster, tmp_path: Path):
+    """A terminal's Ctrl-C is SIGINT to the whole foreground process group. The driver
+    handles it (it cancels its trials); the sbatch or squeue it runs at that moment must not
+    die of it: an sbatch killed halfway may or may not have submitted its job. A slow
+    `squeue` (a wrapper that sleeps first) runs while the group gets SIGINT."""
+    started = tmp_path / "squeue-started"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\ntouch '{started}'\nsleep 2\n"
+                                    f"exec '{shutil.which('squeue')}' \"$@\"\n")
+    (bin_dir / "squeue").chmod(0o755)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", "import signal\n"
+         "signal.signal(signal.SIGINT, lambda *a: print('driver: SIGINT', flush=True))\n"
+         "from hpsearch.slurm.commands import Slurm\n"
+         "slurm = Slurm()\n"
+         "print('jobs', len(slurm.squeue()), 'runs', slurm.calls['squeue'])\n"],
+        env={**slurm_cluster.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + DEADLINE_S
+    while not started.exists():
+        assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+        time.sleep(0.05)
+    os.killpg(driver.pid, signal.SIGINT)
+    out, err = driver.communicate(timeout=DEADLINE_S)
+    assert driver.returncode == 0, err
+    assert "driver: SIGINT" in out and "runs 1" in out, out  # not killed, so not run again
 
 
 def test_jobs_slurm_does_not_know(slurm: Slurm):
