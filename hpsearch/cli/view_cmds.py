@@ -12,8 +12,8 @@ from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 
 def register(sub) -> None:
     p = add_command(sub, "watch", "Live view of an experiment: progress, trials, best value, "
-                    "cluster leaves (Slurm). Read-only; Ctrl-C leaves the view and the search "
-                    "goes on.",
+                    "cluster leaves (Slurm). Read-only; q or Ctrl-C leaves the view and the "
+                    "search goes on.",
                     "  hpsearch watch quadratic\n"
                     "  hpsearch watch quadratic --refresh 0.25\n"
                     "  hpsearch watch quadratic --once      # print one snapshot and exit\n"

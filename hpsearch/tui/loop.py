@@ -2,8 +2,9 @@
 seconds (0.5 s by default: at least once a second).
 
 Two ways in:
-- `watch(exp_dir)`: `hpsearch watch NAME`. Only reads the store; Ctrl-C (KeyboardInterrupt)
-  leaves the view and nothing else: the driver, a separate process, goes on.
+- `watch(exp_dir)`: `hpsearch watch NAME`. Only reads the store; `q` or Ctrl-C
+  (KeyboardInterrupt) leaves the view and nothing else: the driver, a separate process,
+  goes on.
 - `drive_with_view(spec, create)`: `hpsearch submit` / `resume` attached to a terminal. The
   driver keeps the main thread (it owns the SIGINT/SIGTERM handlers: Ctrl-C cancels the
   running trials, as without the view) and the view runs in a thread until the driver ends.
@@ -14,6 +15,7 @@ it needs nothing but a terminal that understands ANSI escapes (plain SSH is enou
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -22,7 +24,8 @@ from pathlib import Path
 from hpsearch.store import STORE_FILE
 
 REFRESH = 0.5  # seconds between redraws
-WATCH_FOOTER = "Ctrl-C leaves the view; the search goes on"
+WATCH_FOOTER = "q or Ctrl-C leaves the view; the search goes on"
+QUIT_KEYS = frozenset("qQ")
 SUBMIT_FOOTER = ("Ctrl-C stops the search (cancels running trials; twice: exits at once); "
                  "to only watch, use `hpsearch watch NAME`")
 
@@ -96,10 +99,20 @@ def watch(exp_dir: Path, refresh: float = REFRESH, console=None) -> int:
     driver or the store (read-only)."""
     from hpsearch import runs
     console = console or _console()
+    stop = threading.Event()
+    keys = threading.Thread(target=_quit_on_key, args=(stop,), name="hpsearch-keys",
+                            daemon=True)
     try:
-        _run_view(exp_dir, threading.Event(), WATCH_FOOTER, refresh, console)
+        with _keys_unbuffered() as reading:
+            if reading:
+                keys.start()
+            _run_view(exp_dir, stop, WATCH_FOOTER, refresh, console)
     except KeyboardInterrupt:
         pass
+    finally:
+        stop.set()
+        if keys.is_alive():
+            keys.join(timeout=1)
     pid = runs.DriverLock(exp_dir).holder()
     name = exp_dir.name
     if pid:
@@ -109,6 +122,40 @@ def watch(exp_dir: Path, refresh: float = REFRESH, console=None) -> int:
         console.print(f"left the view of {name} (no driver running). "
                       f"hpsearch status {name} lists its trials")
     return 0
+
+
+@contextlib.contextmanager
+def _keys_unbuffered():
+    """stdin in cbreak mode (keys arrive one by one, not echoed; Ctrl-C still signals) while
+    the view runs; yields whether keys can be read at all (stdin is a terminal)."""
+    import sys
+    import termios
+    import tty
+    try:
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+    except (OSError, ValueError, termios.error):  # not a terminal: Ctrl-C only
+        yield False
+        return
+    try:
+        tty.setcbreak(fd)
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _quit_on_key(stop: threading.Event) -> None:
+    """Set `stop` when a quit key is pressed on stdin (or stdin closes)."""
+    import os
+    import select
+    import sys
+    fd = sys.stdin.fileno()
+    while not stop.is_set():
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            key = os.read(fd, 32).decode(errors="replace")
+            if not key or QUIT_KEYS & set(key):
+                stop.set()
 
 
 def drive_with_view(spec, create: bool, refresh: float = REFRESH) -> int:

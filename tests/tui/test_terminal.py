@@ -1,7 +1,7 @@
 """What a person sees in a real terminal: tmux runs `hpsearch submit` (the live view is
 the default on a terminal) and `hpsearch watch` against live searches, and capture-pane
 reads the screen. Checks progress advancing, the best value, a failed trial shown as
-failed, and Ctrl-C leaving `watch` with the search still running to its end."""
+failed, and Ctrl-C or q leaving `watch` with the search still running to its end."""
 
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def test_submit_on_a_terminal_shows_progress_best_value_and_failed_trial(cli, te
     assert "best trial: #5 loss=1" in done
 
 
-def test_ctrl_c_leaves_watch_and_the_search_runs_on(cli, terminal):
+@pytest.mark.parametrize("key", ["C-c", "q"])
+def test_ctrl_c_or_q_leaves_watch_and_the_search_runs_on(cli, terminal, key):
     spec = _setup(cli, sleep=0.5, count=8)
     cli("submit", spec, "--detach", check=0)
     exp_dir = cli.runs / "tui"
@@ -88,11 +89,13 @@ def test_ctrl_c_leaves_watch_and_the_search_runs_on(cli, terminal):
     terminal.send(f"{sys.executable} -m hpsearch watch tui; echo WATCH_EXIT=$?", "Enter")
     screen = terminal.wait_for(lambda s: "running" in s and _finished(s) is not None,
                                what="the live view with trials running")
-    assert "Ctrl-C leaves the view; the search goes on" in screen
-    terminal.send("C-c")
+    assert "q or Ctrl-C leaves the view; the search goes on" in screen
+    terminal.send(key)
     after = terminal.wait_for(lambda s: re.search(r"^WATCH_EXIT=\d", s, re.M),
-                              what="watch leaving on Ctrl-C")
+                              what=f"watch leaving on {key}")
     assert re.search(r"^WATCH_EXIT=0", after, re.M) and "the search goes on" in after, after
+    terminal.send("echo typed-ok", "Enter")  # the terminal is given back as it was: echo on
+    terminal.wait_for(lambda s: s.count("typed-ok") >= 2, what="the typed line echoed")
     driver = runs.DriverLock(exp_dir).holder()
     assert driver, "the driver stopped with the view"
     _, trials = read_store(cli.runs, "tui")
