@@ -300,6 +300,7 @@ class Driver:
         ended, and the job's next run is a new attempt, recorded before it is watched. No
         job is submitted. If the trial has no retry left for this class, the job is
         cancelled and the trial failed."""
+        fault_point("before_requeue")
         tid, attempt, live = event.trial_id, event.attempt, self.live[event.trial_id]
         ended = Ended(tid, attempt, None, event.reason, event.detail, event.nodes,
                       event.leaves)

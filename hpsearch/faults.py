@@ -4,7 +4,8 @@ HPSEARCH_FAULT="after_launch:3" makes the driver SIGKILL itself the 3rd time it 
 `fault_point("after_launch")`. Unset (always, outside tests) it costs one dict lookup.
 Points: after_insert (trial stored, not launched), after_launch (process started, pid not
 stored), after_running (pid stored), mid_ingest (final metrics read, outcome not committed),
-after_finish (end recorded, sampler told).
+after_finish (end recorded, sampler told), before_requeue (Slurm requeued a job: seen, not
+recorded).
 """
 
 from __future__ import annotations

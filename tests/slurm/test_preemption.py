@@ -209,6 +209,42 @@ def test_ddp_trial_requeued_by_scontrol_keeps_its_job_id_and_result(
     _assert_same_as_baseline(cli, name, baseline, 6)
 
 
+def test_driver_killed_between_a_requeue_and_its_record_resumes_it_as_the_same_job(
+        cli, slurm_cluster, baseline):
+    """The driver dies (SIGKILL, fault point before_requeue) the moment it sees that Slurm
+    requeued its trial's job, before the store says so. `resume` must find the requeue in
+    `sacct -D` itself: attempt 1 preempted, attempt 2 in the same job, nothing submitted."""
+    spec, name, env = _setup(cli, slurm_cluster, "pre-crash", 6, 4, "00:05:00", "")
+    proc = _submit_in_background(cli, spec, {**env, "HPSEARCH_FAULT": "before_requeue:1"})
+    job_id, deadline = None, time.monotonic() + 300
+    try:
+        while job_id is None and time.monotonic() < deadline and proc.poll() is None:
+            _, trials = _attempts(cli, name)
+            if trials and trials[0].job_id and _checkpoints(cli, name):
+                job_id = trials[0].job_id
+                slurm_cluster.run("scontrol", "requeue", job_id)
+            time.sleep(0.5)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert job_id and proc.returncode == -signal.SIGKILL, out
+    attempts, _ = _attempts(cli, name)
+    assert [a["state"] for a in attempts] == ["running"]  # the store never heard of it
+    while slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T|%r",
+                            check=False).stdout.strip() not in ("PENDING|BeginTime", ""):
+        assert time.monotonic() < deadline, "the requeued job did not pend"
+        time.sleep(0.5)
+    _release_requeued(slurm_cluster, job_id)
+    done = cli("resume", name, env=env, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    attempts, trials = _attempts(cli, name)
+    assert trials[0].state == "completed"
+    assert [a["job_id"] for a in attempts] == [job_id] * 2, attempts
+    assert [a["failure"] for a in attempts] == ["preempted", None]
+    _assert_same_as_baseline(cli, name, baseline, 6)
+
+
 def _slurmd_pid(node: str) -> int:
     return int(Path(f"/tmp/hpsearch-slurm/run/slurmd-{node}.pid").read_text())
 
