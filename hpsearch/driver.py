@@ -109,6 +109,9 @@ class Driver:
                                             f"(pid {outcome.pid})", row.id)
             self._ingest(live)
         elif isinstance(outcome, Ended):
+            if row.state == r.SUBMITTING and outcome.job_id:  # found by name: keep its id
+                self.store.mark_running(row.id, row.attempt, outcome.nodes or "", None, None,
+                                        None, outcome.job_id)
             self.finalize(outcome)
         else:  # it never reached the executor: launch that same attempt now
             del self.live[row.id]

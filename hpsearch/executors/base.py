@@ -52,6 +52,7 @@ class Ended:
     detail: str = ""
     nodes: str | None = None  # hostlist it ran on, where the executor knows it
     leaves: str | None = None  # leaf switches of those nodes, comma-separated, where known
+    job_id: str | None = None  # the scheduler's job id, where there is one
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, R
                                      Started, Update)
 from hpsearch.launching import prepare_trial_dir
 from hpsearch.placement.planner import Planner
-from hpsearch.slurm import sbatch
+from hpsearch.slurm import parse, sbatch
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import Spec
@@ -267,6 +267,11 @@ class SlurmExecutor(Executor):
                 continue
             if rec is None and queued is None and records is None:
                 rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
+            if rec is None and queued is None and job.cancel_requested \
+                    and self._cancelled_before_it_split(job_id):
+                events.append(self._end(job, None, "cancelled", f"Slurm job {job_id} "
+                                        "cancelled while its array was pending"))
+                continue
             if rec is None and queued is None:
                 lost_after = self.spec.executor.lost_after
                 if now - job.last_seen > lost_after and _quiet_for(job.trial_dir) > lost_after:
@@ -301,6 +306,17 @@ class SlurmExecutor(Executor):
             if state == "PENDING":
                 events.extend(self._replan(job))
         return events
+
+    def _cancelled_before_it_split(self, job_id: str) -> bool:
+        """Is `job_id` a task of an array whose every task we cancelled while it was still
+        pending as a whole? Slurm then keeps one record for the array, cancelled and never
+        on a node, under the bare id ("2148") or its range ("2664_[0-2%3]"), and
+        `sacct -j ID_N` prints nothing (both seen on 22.05)."""
+        task = parse.array_task(job_id)
+        if task is None:
+            return False
+        return any(rec.job_id in (task[0], job_id) and rec.state == "CANCELLED"
+                   and not rec.nodes for rec in self.slurm.sacct([task[0]]) or [])
 
     def _requeues(self, job: _Job, runs: list) -> list[Requeued]:
         """A Requeued for each run of the job that ended since the last look, the job moved
@@ -350,7 +366,7 @@ class SlurmExecutor(Executor):
     def _end(self, job: _Job, code: int | None, kind: str, detail: str) -> Ended:
         del self.jobs[job.trial_id]
         return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes,
-                     self.planner.leaves(job.nodes))
+                     self.planner.leaves(job.nodes), job.job_id)
 
 
 def _quiet_for(trial_dir: Path | None) -> float:

@@ -13,7 +13,6 @@ from squeue's answer (or {} / None from scontrol).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 import shlex
 import subprocess
@@ -143,13 +142,8 @@ class Slurm:
         if not ids:
             return []
         text = self._sacct_text(ids, parse.SACCT_FORMAT)
-        if text is None:
-            return None
         # One parse over every chunk: a job listed twice keeps its newest record.
-        records = self._parsed(["sacct"], parse.parse_sacct, text)
-        found = {rec.job_id for rec in records}
-        return records + [runs[-1] for runs in
-                          self._ended_as_whole_array(ids, found, duplicates=False).values()]
+        return None if text is None else self._parsed(["sacct"], parse.parse_sacct, text)
 
     def sacct_runs(self, job_ids: Iterable[str]) -> dict[str, list[JobRecord]] | None:
         """Like sacct(), with every run of each job (`sacct -D`), oldest first: a job Slurm
@@ -159,31 +153,8 @@ class Slurm:
         if not ids:
             return {}
         text = self._sacct_text(ids, parse.SACCT_FORMAT, duplicates=True)
-        if text is None:
-            return None
-        runs = self._parsed(["sacct", "-D"], parse.parse_sacct_runs, text)
-        runs.update(self._ended_as_whole_array(ids, set(runs), duplicates=True))
-        return runs
-
-    def _ended_as_whole_array(self, ids: list[str], found: set[str],
-                              duplicates: bool) -> dict[str, list[JobRecord]]:
-        """Records for array tasks sacct does not list: an array cancelled while it was
-        still pending as a whole (no task split off yet) has a single record under the bare
-        array id ("2148 CANCELLED"), and `sacct -j 2148_0` prints nothing. Each missing
-        task of such an array gets that record, under its own id."""
-        missing = [task for task in map(parse.array_task, ids)
-                   if task is not None and f"{task[0]}_{task[1]}" not in found]
-        if not missing:
-            return {}
-        text = self._sacct_text(_unique(job for job, _ in missing), parse.SACCT_FORMAT,
-                                duplicates)
-        if not text:
-            return {}
-        whole = self._parsed(["sacct"], parse.parse_sacct_runs, text)
-        return {f"{job}_{task}": [dataclasses.replace(rec, job_id=f"{job}_{task}",
-                                                      array_job_id=job, array_task_id=task)
-                                  for rec in whole[job]]
-                for job, task in missing if job in whole and whole[job][-1].finished}
+        return None if text is None else self._parsed(["sacct", "-D"], parse.parse_sacct_runs,
+                                                      text)
 
     def _sacct_text(self, ids: list[str], format_: str,
                     duplicates: bool = False) -> str | None:

@@ -111,6 +111,41 @@ def test_cancelling_a_search_leaves_no_job_in_squeue(cli, slurm_cluster):
     assert queue == []
 
 
+def test_ctrl_c_while_the_trials_array_pends_as_a_whole_cancels_it_and_exits(
+        cli, slurm_cluster):
+    """A job holding all 8 nodes keeps the trials' array pending as a whole (no task split
+    off). Ctrl-C then cancels every task before any ran: Slurm keeps one bare record for the
+    array and none per task, and the driver must still see each task end (it used to wait
+    for them forever: a stopped Snakemake rule hung on this)."""
+    blocker = slurm_cluster.run("sbatch", "--parsable", "-N", "8", "--exclusive", "-o",
+                                "/dev/null", "--wrap", "sleep 300").stdout.strip()
+    spec, name = _spec(cli, "sl-arrstop", command="sleep 300; echo {x}", trials=3,
+                       parallel=3, array=True)
+    proc = cli.popen("submit", spec, env=slurm_cluster.env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                rows = read_store(cli.runs, name)[1]
+                if len(rows) == 3 and all(r.job_id for r in rows):
+                    break
+            except Exception:  # noqa: BLE001 - store not there yet
+                pass
+            time.sleep(0.2)
+        array = rows[0].job_id.split("_")[0]
+        pending = slurm_cluster.run("squeue", "-h", "-j", array, "-o", "%i|%T").stdout.split()
+        assert pending == [f"{array}_[0-2%3]|PENDING"]  # one line: not split into tasks
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 1, proc.communicate()
+        _, rows = read_store(cli.runs, name)
+        assert [r.state for r in rows] == ["cancelled"] * 3
+        assert slurm_cluster.run("squeue", "-h", "-j", array, check=False).stdout.strip() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        slurm_cluster.run("scancel", blocker, check=False)
+
+
 def test_resume_after_kill_between_sbatch_and_store_submits_nothing_twice(cli, slurm_cluster):
     spec, name = _spec(cli, "sl-crash", trials=4, parallel=2)
     crashed = cli("submit", spec, env={**slurm_cluster.env, "HPSEARCH_FAULT": "after_launch:3"})

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -134,13 +135,45 @@ def _finish(proc: subprocess.Popen, timeout: float) -> str:
     return out
 
 
+_PENDING_SINCE: dict[str, float] = {}
+SETTLE_S = 5.0
+
+
 def _release_requeued(slurm_cluster, job_id: str) -> None:
     """A requeued job waits ~2 min (BeginTime) before Slurm starts it again: let it start
-    now, so the test does not wait for nothing."""
+    sooner, so the test does not wait for nothing, but only after SETTLE_S s of pending.
+    Started at once, the new run can meet the old run's steps still being killed on the
+    same nodes (one job id): a CI run saw the new batch cancelled at once and the job
+    FAILED, and sacct recorded the two runs out of order."""
     out = slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T|%r", check=False).stdout
-    if out.strip() == "PENDING|BeginTime":
+    if out.strip() != "PENDING|BeginTime":
+        _PENDING_SINCE.pop(job_id, None)
+        return
+    since = _PENDING_SINCE.setdefault(job_id, time.monotonic())
+    if time.monotonic() - since >= SETTLE_S:
         slurm_cluster.run("scontrol", "update", f"jobid={job_id}", "starttime=now",
                           check=False)
+        _PENDING_SINCE.pop(job_id, None)
+
+
+def _running(slurm_cluster, job_id: str) -> bool:
+    """squeue says RUNNING: `scontrol requeue` refuses a job that pends."""
+    return slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T",
+                             check=False).stdout.strip() == "RUNNING"
+
+
+def _release_while_pending(slurm_cluster, job_id: str, deadline: float) -> None:
+    """_release_requeued until the requeued job has pended and started again (or left the
+    queue, or the deadline passed)."""
+    pended = False
+    while time.monotonic() < deadline:
+        _release_requeued(slurm_cluster, job_id)
+        state = slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T",
+                                  check=False).stdout.strip()
+        pended = pended or state == "PENDING"
+        if state == "" or (pended and state == "RUNNING"):
+            return
+        time.sleep(0.5)
 
 
 def _checkpoints(cli, name) -> list[str]:
@@ -185,7 +218,8 @@ def test_ddp_trial_requeued_by_scontrol_keeps_its_job_id_and_result(
             ckpts = len(_checkpoints(cli, name))
             if job_id:
                 _release_requeued(slurm_cluster, job_id)
-            if trials and trials[0].job_id and len(attempts) == requeued + 1 and ckpts > seen:
+            if trials and trials[0].job_id and len(attempts) == requeued + 1 and ckpts > seen \
+                    and _running(slurm_cluster, trials[0].job_id):
                 job_id, seen = trials[0].job_id, ckpts
                 slurm_cluster.run("scontrol", "requeue", job_id)
                 requeued += 1
@@ -220,7 +254,8 @@ def test_driver_killed_between_a_requeue_and_its_record_resumes_it_as_the_same_j
     try:
         while job_id is None and time.monotonic() < deadline and proc.poll() is None:
             _, trials = _attempts(cli, name)
-            if trials and trials[0].job_id and _checkpoints(cli, name):
+            if trials and trials[0].job_id and _checkpoints(cli, name) \
+                    and _running(slurm_cluster, trials[0].job_id):
                 job_id = trials[0].job_id
                 slurm_cluster.run("scontrol", "requeue", job_id)
             time.sleep(0.5)
@@ -231,11 +266,9 @@ def test_driver_killed_between_a_requeue_and_its_record_resumes_it_as_the_same_j
     assert job_id and proc.returncode == -signal.SIGKILL, out
     attempts, _ = _attempts(cli, name)
     assert [a["state"] for a in attempts] == ["running"]  # the store never heard of it
-    while slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T|%r",
-                            check=False).stdout.strip() not in ("PENDING|BeginTime", ""):
-        assert time.monotonic() < deadline, "the requeued job did not pend"
-        time.sleep(0.5)
-    _release_requeued(slurm_cluster, job_id)
+    releaser = threading.Thread(target=_release_while_pending, daemon=True,
+                                args=(slurm_cluster, job_id, deadline))
+    releaser.start()
     done = cli("resume", name, env=env, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     attempts, trials = _attempts(cli, name)
