@@ -53,6 +53,20 @@ def _jobs_named(slurm_cluster, prefix: str, expect: int) -> Counter:
         time.sleep(0.5)
 
 
+def _wait_for_job_ids(cli, name: str, count: int, timeout: float = 60) -> list:
+    """The store's trials once `count` of them have a job id (or after the timeout)."""
+    deadline, rows = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        try:
+            rows = read_store(cli.runs, name)[1]
+            if len(rows) == count and all(r.job_id for r in rows):
+                break
+        except Exception:  # noqa: BLE001 - store not there yet
+            pass
+        time.sleep(0.2)
+    return rows
+
+
 def test_slurm_search_runs_each_trial_as_a_job(cli, slurm_cluster):
     spec, name = _spec(cli, "sl-basic")
     cli("submit", spec, env=slurm_cluster.env, check=0, timeout=300)
@@ -93,15 +107,7 @@ def test_failing_trial_is_recorded_with_exit_code_and_stderr(cli, slurm_cluster)
 def test_cancelling_a_search_leaves_no_job_in_squeue(cli, slurm_cluster):
     spec, name = _spec(cli, "sl-cancel", command="sleep 300; echo {x}", trials=3, parallel=3)
     proc = cli.popen("submit", spec, env=slurm_cluster.env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            rows = read_store(cli.runs, name)[1]
-            if len(rows) == 3 and all(r.job_id for r in rows):
-                break
-        except Exception:  # noqa: BLE001 - store not there yet
-            pass
-        time.sleep(0.2)
+    _wait_for_job_ids(cli, name, 3)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 1
     _, rows = read_store(cli.runs, name)
@@ -123,15 +129,7 @@ def test_ctrl_c_while_the_trials_array_pends_as_a_whole_cancels_it_and_exits(
                        parallel=3, array=True)
     proc = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                rows = read_store(cli.runs, name)[1]
-                if len(rows) == 3 and all(r.job_id for r in rows):
-                    break
-            except Exception:  # noqa: BLE001 - store not there yet
-                pass
-            time.sleep(0.2)
+        rows = _wait_for_job_ids(cli, name, 3)
         array = rows[0].job_id.split("_")[0]
         pending = slurm_cluster.run("squeue", "-h", "-j", array, "-o", "%i|%T").stdout.split()
         assert pending == [f"{array}_[0-2%3]|PENDING"]  # one line: not split into tasks
