@@ -255,6 +255,7 @@ class SlurmExecutor(Executor):
                    or seen[jid].state in _MAY_REQUEUE]
         queue = {rec.job_id: rec for rec in self.slurm.squeue(waiting)} if waiting else {}
         events: list[Update | Requeued | Ended] = []
+        arrays: dict[str, list] = {}  # array id -> its sacct records, asked once per query
         now = time.monotonic()
         for job_id, job in by_id.items():
             rec = seen.get(job_id)
@@ -268,7 +269,7 @@ class SlurmExecutor(Executor):
             if rec is None and queued is None and records is None:
                 rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
             if rec is None and queued is None and job.cancel_requested \
-                    and self._cancelled_before_it_split(job_id):
+                    and self._cancelled_before_it_split(job_id, arrays):
                 events.append(self._end(job, None, "cancelled", f"Slurm job {job_id} "
                                         "cancelled while its array was pending"))
                 continue
@@ -307,7 +308,7 @@ class SlurmExecutor(Executor):
                 events.extend(self._replan(job))
         return events
 
-    def _cancelled_before_it_split(self, job_id: str) -> bool:
+    def _cancelled_before_it_split(self, job_id: str, arrays: dict[str, list]) -> bool:
         """Is `job_id` a task of an array whose every task we cancelled while it was still
         pending as a whole? Slurm then keeps one record for the array, cancelled and never
         on a node, under the bare id ("2148") or its range ("2664_[0-2%3]"), and
@@ -315,8 +316,10 @@ class SlurmExecutor(Executor):
         task = parse.array_task(job_id)
         if task is None:
             return False
+        if task[0] not in arrays:
+            arrays[task[0]] = self.slurm.sacct([task[0]]) or []
         return any(rec.job_id in (task[0], job_id) and rec.state == "CANCELLED"
-                   and not rec.nodes for rec in self.slurm.sacct([task[0]]) or [])
+                   and not rec.nodes for rec in arrays[task[0]])
 
     def _requeues(self, job: _Job, runs: list) -> list[Requeued]:
         """A Requeued for each run of the job that ended since the last look, the job moved
