@@ -1,4 +1,4 @@
-"""Searches: grid (expanded eagerly) and Optuna samplers (ask/tell)."""
+"""Searches: grid (decoded point by point, never expanded) and Optuna samplers (ask/tell)."""
 
 from __future__ import annotations
 
