@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite_utils
 
+from hpsearch.faults import fault_point
+
 
 def _v1(db: sqlite_utils.Database) -> None:
     db["experiment"].create({
@@ -67,13 +69,59 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def migrate(db: sqlite_utils.Database) -> int:
-    """Apply every migration not yet applied, each in its own transaction. Returns version."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
+    """Bring the store to SCHEMA_VERSION in ONE transaction: every pending migration and the
+    PRAGMA user_version bump commit together or not at all, so a process killed mid-way
+    leaves the old schema (and its version) as it was, and the next open migrates again.
+    `db.conn` must be in autocommit mode (isolation_level=None), as the Store opens it.
+    Returns the version."""
+    version = _version(db)
     if version > SCHEMA_VERSION:
         raise RuntimeError(f"store schema version {version} is newer than this hpsearch "
                            f"understands ({SCHEMA_VERSION}); upgrade hpsearch")
-    for number in range(version, SCHEMA_VERSION):
-        with db.conn:
+    if version == SCHEMA_VERSION:
+        return version
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")  # the write lock first, then read what is applied
+    try:
+        db.conn = _NoCommit(conn)  # type: ignore[assignment]
+        for number in range(_version(db), SCHEMA_VERSION):
             MIGRATIONS[number](db)
-            db.execute(f"PRAGMA user_version = {number + 1}")
+            if not conn.in_transaction:
+                raise RuntimeError(f"store migration {number + 1} committed on its own; "
+                                   "migrations must not end the transaction")
+            fault_point("mid_migration")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        db.conn = conn
+    conn.execute("COMMIT")
     return SCHEMA_VERSION
+
+
+def _version(db: sqlite_utils.Database) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+class _NoCommit:
+    """The store's connection as migrations see it. sqlite-utils 3.x wraps every create,
+    add_column and transform in `with conn:`, which commits; here that block and commit()
+    do nothing, so the migrations stay inside migrate()'s transaction (4.x uses savepoints
+    inside an open transaction and needs no help). Everything else is the real connection."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+    def __enter__(self) -> _NoCommit:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False  # an error propagates to migrate(), which rolls everything back
+
+    def commit(self) -> None:
+        pass
