@@ -239,23 +239,24 @@ def detach(run: Callable[[Callable[[], None]], int], log_path: Path) -> int:
 
 
 def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
-    """Stop an experiment: signal its driver, or, with no driver alive, stop its recorded
-    processes and mark them cancelled (taking the driver lock to write the store)."""
+    """Stop an experiment: signal its driver (only one proven to be it, on this host:
+    DriverLock.signal_driver), or, with no driver alive, stop its recorded processes and mark
+    them cancelled (taking the driver lock to write the store)."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
     lock = runs.DriverLock(exp_dir)
     stopped = _stop_driver_job(exp_dir, lock, wait)
     if stopped:
         return stopped
-    pid = lock.holder()
-    if pid:
-        os.kill(pid, signal.SIGTERM)
+    holder = lock.owner()
+    if holder is not None and holder.alive:  # signalled only if proven to be our driver
+        pid = lock.signal_driver(holder, signal.SIGTERM)
         deadline = time.monotonic() + wait
-        while lock.holder() and time.monotonic() < deadline:
+        while lock.holder() == pid and time.monotonic() < deadline:
             time.sleep(0.1)
-        if lock.holder():
+        if lock.holder() == pid:
             raise Conflict(f"driver pid {pid} did not stop within {wait:g}s")
         return f"stopped the driver (pid {pid}); its running trials were cancelled"
-    lock.acquire()
+    lock.acquire()  # takes over a stale lock; refuses (Conflict) one it cannot judge
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])

@@ -1,8 +1,13 @@
 """The experiment's SQLite store. Only the driver writes (Store); everyone else reads (Reader).
 
-WAL mode lets readers query while the driver writes, and neither blocks the other. Each
-method that changes state commits before it returns, so the driver acts only on what is
-already durable (write-ahead).
+The journal mode follows the filesystem (hpsearch.storage): on a local one WAL lets readers
+query while the driver writes, and neither blocks the other; on a shared one (NFS, Lustre,
+GPFS, BeeGFS, ..., or HPSEARCH_STORAGE=network) WAL is wrong across hosts (its -shm index is
+per-host shared memory), so the store uses a rollback journal (journal_mode=DELETE): readers
+on any host see committed data, and wait (up to 30 s) while the driver commits. The driver
+switches an existing store to the mode its filesystem needs when it opens it (it holds the
+driver lock then). Each method that changes state commits before it returns, so the driver
+acts only on what is already durable (write-ahead).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from hpsearch.errors import NotFound
+from hpsearch import storage
+from hpsearch.errors import NotFound, StorageError
 from hpsearch.store import rows as r
 from hpsearch.store.schema import migrate
 
@@ -28,16 +34,42 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, allow_nan=True)
 
 
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A mode=ro connection, in either journal mode. A driver that died in the middle of a
+    transaction in rollback-journal mode leaves a hot journal, which a read-only connection
+    cannot roll back (SQLITE_READONLY_ROLLBACK): a read-write connection that only reads
+    rolls it back first, restoring the last commit as any driver opening the store would."""
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30,
+                               check_same_thread=False)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+        return conn
+    try:
+        return connect()
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
+            raise
+    try:
+        recover = sqlite3.connect(str(path), timeout=30)
+        try:
+            recover.execute("select count(*) from sqlite_master").fetchone()
+        finally:
+            recover.close()
+    except sqlite3.OperationalError as exc:
+        raise StorageError(f"{path}: a driver stopped in the middle of a transaction; its "
+                           f"journal is rolled back by `hpsearch resume`, or by a reader with "
+                           f"write access to {path.parent} ({exc})") from None
+    return connect()
+
+
 class Reader:
-    """Read-only access. Opens the file with mode=ro, so it can never write or lock it."""
+    """Read-only access. Opens the file with mode=ro, so it can never write it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise NotFound(f"no store at {self.path}")
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30,
-                               check_same_thread=False)
-        self.db = sqlite_utils.Database(conn)
+        self.db = sqlite_utils.Database(_open_read_only(self.path))
 
     def close(self) -> None:
         self.db.conn.close()
@@ -96,6 +128,18 @@ class Reader:
         return list(reversed(list(found)))
 
 
+def _switch_journal_mode(conn: sqlite3.Connection, wanted: str, wait: float = 5.0) -> str:
+    """Put the store in journal mode `wanted`; returns the mode it is in. Leaving WAL needs a
+    moment when no other connection has the file open: tried for `wait` seconds."""
+    conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+    try:
+        return conn.execute(f"PRAGMA journal_mode={wanted}").fetchone()[0]
+    except sqlite3.OperationalError:  # "database is locked": a reader has it open
+        return conn.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        conn.execute("PRAGMA busy_timeout=30000")
+
+
 class Store(Reader):
     """The driver's read-write handle."""
 
@@ -103,12 +147,24 @@ class Store(Reader):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._depth = 0  # nesting of batch()
+        self.filesystem = storage.detect(self.path.parent)
+        existed = self.path.exists() and self.path.stat().st_size > 0
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
                                check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
+        before = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        self.journal_mode = _switch_journal_mode(conn, self.filesystem.journal_mode)
+        # NORMAL is durable across process crashes in WAL; a rollback journal needs FULL
+        conn.execute("PRAGMA synchronous=" + ("NORMAL" if self.journal_mode == "wal" else "FULL"))
         self.db = sqlite_utils.Database(conn)
         migrate(self.db)
+        if existed and self.journal_mode != before:
+            self.add_event("storage", f"journal_mode {before} -> {self.journal_mode}: "
+                                      f"{self.filesystem.describe()}")
+        elif self.journal_mode != self.filesystem.journal_mode:
+            self.add_event("warning", f"the store stays in journal_mode={self.journal_mode}: "
+                                      "another process had it open while the driver tried to "
+                                      f"switch it ({self.filesystem.describe()}); it is "
+                                      "switched when the store is next opened alone")
 
     @contextlib.contextmanager
     def batch(self):
@@ -143,10 +199,11 @@ class Store(Reader):
         name and renamed into place, so a store file always holds its experiment."""
         path = Path(path)
         tmp = path.with_name(path.name + ".creating")
-        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
             leftover.unlink(missing_ok=True)  # from a submit killed mid-way (we hold the lock)
         store = cls(tmp)
         store.create_experiment(**experiment)
+        store.add_event("storage", store.filesystem.describe())
         store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         store.close()
         os.replace(tmp, path)
