@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import sqlite3
 import sys
@@ -53,11 +54,13 @@ def with_executor(spec: Spec, executor_type: str | None) -> Spec:
 
 def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | None,
                    resume_existing: bool) -> tuple[Spec, bool]:
-    """Validate the spec and check the name is free. Returns (spec, exists). Writes nothing."""
-    spec = with_executor(load_spec(spec_path, runs_dir), executor_type)
+    """Validate the spec and check the name is free. Returns (spec, exists). Writes nothing.
+    An experiment that never started a trial (never_started) does not count as existing:
+    submitting again starts it over, with the spec given now."""
+    spec = load_spec(spec_path, runs_dir, executor_type)  # read once: spec.text is stored
     spec = dataclasses.replace(spec, source=spec_path.resolve())
     exp_dir = runs.experiment_dir(spec.runs_dir, spec.name)
-    exists = (exp_dir / STORE_FILE).exists()
+    exists = (exp_dir / STORE_FILE).exists() and not never_started(exp_dir)
     if exists and not resume_existing:
         raise Conflict(f"experiment '{spec.name}' already exists in {exp_dir}; continue it with "
                        f"`hpsearch resume {spec.name}` (or `submit --resume`), or give the "
@@ -68,7 +71,7 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
             old = stored.experiment().spec_yaml
         finally:
             stored.close()
-        if old != spec_path.read_text():
+        if old != spec.text:
             raise Conflict(f"experiment '{spec.name}' exists with a different spec; give the "
                            "changed spec another name, or resume the old one with "
                            f"`hpsearch resume {spec.name}`")
@@ -76,6 +79,39 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
     if spec.executor.type == "slurm":
         _check_slurm_reachable(spec)
     return spec, exists
+
+
+def never_started(exp_dir: Path) -> bool:
+    """Whether the experiment failed at launch: its first submit stopped before any trial
+    ran (the driver stopped on a problem found only then, or every sbatch was refused), so
+    starting it over loses nothing. That is: no driver job was submitted for it, no trial is
+    submitting or running, and no attempt of any trial ever started. A store that cannot be
+    read counts as started."""
+    if (exp_dir / DRIVER_JOB_FILE).exists():
+        return False
+    try:
+        reader = Reader(exp_dir / STORE_FILE)
+    except (sqlite3.Error, HpsearchError, OSError):
+        return False
+    try:
+        trials = reader.trials()
+        return not any(t.state in (r.SUBMITTING, r.RUNNING) or any(
+            a["started"] is not None or a["job_id"] for a in reader.attempts(t.id))
+            for t in trials)
+    except (sqlite3.Error, HpsearchError, OSError):
+        return False
+    finally:
+        reader.close()
+
+
+def _start_over_if_never_started(exp_dir: Path) -> None:
+    """With the driver lock held: remove what a submit that failed at launch left (its store,
+    its trial dirs with params of the old spec), so the store is created anew."""
+    store = exp_dir / STORE_FILE
+    if store.exists() and never_started(exp_dir):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{store}{suffix}").unlink(missing_ok=True)
+        shutil.rmtree(exp_dir / "trials", ignore_errors=True)
 
 
 def _check_slurm_reachable(spec: Spec) -> None:
@@ -116,7 +152,8 @@ DRIVER_JOB_FILE = "driver.job"
 def create_store(spec: Spec, trials: int) -> Store:
     """The experiment's store, created with its experiment row (atomically)."""
     return Store.create(spec.experiment_dir / STORE_FILE, name=spec.name,
-                        spec_yaml=Path(spec.source).read_text(), spec_file=str(spec.source),
+                        spec_yaml=spec.text or Path(spec.source).read_text(),
+                        spec_file=str(spec.source),
                         base_dir=str(Path(spec.source).parent), strategy=spec.search.strategy,
                         directions=[o.direction for o in spec.objectives],
                         trials_requested=trials)
@@ -135,6 +172,8 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
     with storage_errors(spec.name):
         lock.acquire()  # refuses while a driver runs; released before the job can start
         try:
+            if create:
+                _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
                 create_store(spec, make_search(spec).total).close()
         finally:
@@ -156,6 +195,8 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
         lock.acquire()
         try:
             search = make_search(spec)
+            if create:
+                _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
                 store = create_store(spec, search.total)
             else:

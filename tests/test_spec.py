@@ -560,8 +560,8 @@ BAD_SPECS = [
         objective: {metric: loss}
         resources:
           sbatch_extra: [constraint=a100]   # <-
-        """, "resources.sbatch_extra", ["expected a list of sbatch options such as "
-                                        "['--constraint=a100']"]),
+        """, "resources.sbatch_extra[0]", ["expected an sbatch option such as "
+                                           "'--constraint=a100'; got 'constraint=a100'"]),
     ("retries-negative", """
         name: demo
         command: "run {lr}"
@@ -954,7 +954,7 @@ resources: {nodes: 2, tasks_per_node: 4, gpus_per_node: 4, cpus_per_task: 8, mem
             sbatch_extra: ["--constraint=a100", "--exclusive"]}
 retries: {max: 2}
 checkpoints: {keep_last: 3, keep_best: 1}
-executor: {type: local, gpus: [0, 1, "2"], timeout: 2h, grace: 30s}
+executor: {type: local, gpus: [0, 1, "2", 3], timeout: 2h, grace: 30s}
 env: {OMP_NUM_THREADS: 4, MODE: fast}
 """, tmp_path)
     assert spec.workdir == tmp_path / "code"
@@ -969,7 +969,7 @@ env: {OMP_NUM_THREADS: 4, MODE: fast}
     assert spec.retries.max == 2
     assert (spec.checkpoints.keep_last, spec.checkpoints.keep_best) == (3, 1)
     assert (spec.executor.gpus, spec.executor.timeout, spec.executor.grace) == (
-        ("0", "1", "2"), 7200.0, 30.0)
+        ("0", "1", "2", "3"), 7200.0, 30.0)
     assert spec.env == (("OMP_NUM_THREADS", "4"), ("MODE", "fast"))
     assert _parse("""
 name: short

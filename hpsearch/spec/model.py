@@ -196,6 +196,7 @@ class Spec:
     env: tuple[tuple[str, str], ...] = ()
     source: Path | None = None  # the YAML file it came from
     raw: dict = field(default_factory=dict, compare=False, repr=False)  # as written, for the store
+    text: str = field(default="", compare=False, repr=False)  # the YAML as read, for the store
 
     @property
     def multi_objective(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
@@ -10,12 +11,15 @@ from typing import Any, Callable
 
 from hpsearch.errors import BadInput
 from hpsearch.runs import default_runs_dir
+from hpsearch.spec import checks
 from hpsearch.spec import model as m
+from hpsearch.spec.loading import read_spec_text
 from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 PARAM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = PARAM_RE
 SLURM_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 
@@ -41,20 +45,22 @@ PARAM_TYPES = ("float", "int", "categorical", "fixed")
 MAX_INT = 2 ** 31 - 1
 
 
-def load_spec(path: str | Path, runs_dir: str | Path | None = None) -> m.Spec:
-    """Read and validate the spec at `path`. Relative paths in it are relative to its folder."""
+def load_spec(path: str | Path, runs_dir: str | Path | None = None,
+              executor: str | None = None) -> m.Spec:
+    """Read and validate the spec at `path`. Relative paths in it are relative to its folder.
+    `executor` overrides executor.type (submit --executor), and is checked like it."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"cannot read spec: {exc.strerror}", str(path)) from None
-    return parse_spec(text, str(path), path.resolve().parent, runs_dir)
+    return parse_spec(read_spec_text(path), str(path), path.resolve().parent, runs_dir,
+                      executor)
 
 
-def parse_spec(text: str, file: str, base_dir: Path,
-               runs_dir: str | Path | None = None) -> m.Spec:
+def parse_spec(text: str, file: str, base_dir: Path, runs_dir: str | Path | None = None,
+               executor: str | None = None) -> m.Spec:
+    """The validated Spec of `text`, or one BadInput. Checks also that this machine can run
+    it: the strategy's optional packages, and the launcher with the executor."""
     raw, lines = load_yaml_with_lines(text, file)
-    return _Validator(file, lines, base_dir).spec(raw, runs_dir)
+    spec = _Validator(file, lines, base_dir).spec(raw, runs_dir, executor)
+    return dataclasses.replace(spec, text=text)
 
 
 def parse_duration(value: Any) -> float:
@@ -74,7 +80,7 @@ def parse_duration(value: Any) -> float:
         if seconds <= 0:
             raise ValueError
         return seconds
-    match = DURATION_RE.match(text)
+    match = DURATION_RE.fullmatch(text)
     if not match:
         raise ValueError
     scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
@@ -122,9 +128,15 @@ class _Validator:
             raise self.fail(path, f"expected an integer <= {MAX_INT}; got {value}")
         return value
 
-    def string(self, value: Any, path: KeyPath) -> str:
-        return self.typed(value, path, lambda v: isinstance(v, str) and v != "",
-                          "a non-empty string")
+    def string(self, value: Any, path: KeyPath, allowed: str = "") -> str:
+        """A non-empty string without control characters (except those in `allowed`)."""
+        self.typed(value, path, lambda v: isinstance(v, str) and v != "", "a non-empty string")
+        self.check(path, checks.control_character(value, allowed))
+        return value
+
+    def check(self, path: KeyPath, problem: str | None) -> None:
+        if problem:
+            raise self.fail(path, problem)
 
     def optional(self, d: dict, key: str, path: KeyPath, convert: Callable, default: Any = None):
         if key not in d or d[key] is None:
@@ -132,7 +144,7 @@ class _Validator:
         return convert(d[key], path + (key,))
 
     # -- sections --------------------------------------------------------------------------
-    def spec(self, raw: Any, runs_dir: str | Path | None) -> m.Spec:
+    def spec(self, raw: Any, runs_dir: str | Path | None, executor: str | None) -> m.Spec:
         if raw is None:
             raise BadInput("the spec is empty; expected a mapping with at least name, command, "
                            "search and objective", self.file, 1)
@@ -141,10 +153,10 @@ class _Validator:
             if key not in top:
                 raise self.fail((), f"missing required key '{key}'")
         name = self.string(top["name"], ("name",))
-        if not NAME_RE.match(name):
+        if not NAME_RE.fullmatch(name):
             raise self.fail(("name",), "expected a name of letters, digits, '.', '_' or '-', "
                                        f"starting with a letter or digit (it names a directory); got {name!r}")
-        command = self.string(top["command"], ("command",))
+        command = self.string(top["command"], ("command",), allowed="\n\t")
         search = self.search(top["search"], ("search",))
         objectives = self.objectives(top["objective"], ("objective",))
         self.check_template(command, search)
@@ -155,7 +167,7 @@ class _Validator:
         else:
             runs = self.optional(top, "runs_dir", (), self.path, default_runs_dir())
         env = self.optional(top, "env", (), self.env, ())
-        return m.Spec(
+        spec = m.Spec(
             name=name, command=command, workdir=workdir, runs_dir=runs, search=search,
             objectives=objectives,
             resources=self.optional(top, "resources", (), self.resources, m.Resources()),
@@ -167,6 +179,27 @@ class _Validator:
             placement=self.optional(top, "placement", (), self.placement, m.Placement()),
             env=env, raw=raw,
         )
+        if executor is not None:  # submit --executor
+            spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
+                                                                          type=executor))
+        self.runnable(spec)
+        return spec
+
+    def runnable(self, spec: m.Spec) -> None:
+        """What `submit` would find only when it starts: refused here, before any file."""
+        self.check(("search", "strategy"), checks.missing_module(spec.search.strategy))
+        gpus, per_trial = spec.executor.gpus, spec.resources.gpus_per_node or 1
+        if spec.executor.type == "local" and isinstance(gpus, tuple) and len(gpus) < per_trial:
+            raise self.fail(("executor", "gpus"), f"lists {len(gpus)} device(s) but each trial "
+                                                  f"needs {per_trial} (resources.gpus_per_node)")
+        for key, where in (("workdir", spec.workdir), ("runs_dir", spec.runs_dir)):
+            problem = checks.control_character(str(where))
+            if problem:  # it becomes --chdir= or --output= in a batch script
+                raise self.fail((key,), f"{problem}: {str(where)!r} (from {key}, --runs-dir, "
+                                        "HPSEARCH_RUNS_DIR or the spec's folder)")
+        found = checks.launch_problem(spec)
+        if found:
+            raise self.fail(*found)
 
     def path(self, value: Any, path: KeyPath) -> Path:
         p = Path(self.string(value, path)).expanduser()
@@ -176,10 +209,11 @@ class _Validator:
         self.typed(value, path, lambda v: isinstance(v, dict), "a mapping of NAME: value")
         out = []
         for key, val in value.items():
-            if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
                 raise self.fail(path + (key,), "expected an environment variable name")
             self.typed(val, path + (key,), lambda v: isinstance(v, (str, int, float)) and
                        not isinstance(v, bool), "a string or number")
+            self.check(path + (key,), checks.control_character(str(val), "\t"))
             out.append((key, str(val)))
         return tuple(out)
 
@@ -216,7 +250,7 @@ class _Validator:
         params = []
         for name, spec in value.items():
             ppath = path + (name,)
-            if not isinstance(name, str) or not PARAM_RE.match(name):
+            if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
                 raise self.fail(ppath, "expected a parameter name made of letters, digits and "
                                        f"'_' (it is used as {{name}} in command); got {name!r}")
             if name in BUILTIN_PLACEHOLDERS:
@@ -350,23 +384,32 @@ class _Validator:
             v, p, 0 if k == "gpus_per_node" else 1), getattr(m.Resources, k))
             for k in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task")}
         mem = self.optional(d, "mem", path, lambda v, p: str(self.typed(
-            v, p, lambda x: _is_int(x) or (isinstance(x, str) and re.match(
-                r"^\d+[KMGT]?B?$", x, re.I)), "a size such as 4G or 4000M")))
+            v, p, lambda x: _is_int(x) or (isinstance(x, str) and re.fullmatch(
+                r"\d+[KMGT]?B?", x, re.I)), "a size such as 4G or 4000M")))
         time = self.optional(d, "time", path, lambda v, p: self.typed(
-            str(v), p, lambda x: SLURM_TIME_RE.match(x), "a Slurm time such as 02:00:00, "
+            str(v), p, lambda x: SLURM_TIME_RE.fullmatch(x), "a Slurm time such as 02:00:00, "
                                                           "1-00:00:00 or 90 (minutes)"))
-        strings = {k: self.optional(d, k, path, self.string) for k in ("partition", "account",
-                                                                       "qos")}
-        extra = self.optional(d, "sbatch_extra", path, lambda v, p: tuple(self.typed(
-            v, p, lambda x: isinstance(x, list) and all(isinstance(s, str) and s.startswith("--")
-                                                        for s in x),
-            "a list of sbatch options such as ['--constraint=a100']")), ())
+        strings = {k: self.optional(d, k, path, lambda v, p, k=k: self.slurm_name(v, p, k))
+                   for k in ("partition", "account", "qos")}
+        extra = self.optional(d, "sbatch_extra", path, self.sbatch_extra, ())
         return m.Resources(mem=mem, time=time, sbatch_extra=extra, **ints, **strings)
+
+    def slurm_name(self, value: Any, path: KeyPath, what: str) -> str:
+        self.check(path, checks.slurm_name(self.string(value, path), what))
+        return value
+
+    def sbatch_extra(self, value: Any, path: KeyPath) -> tuple[str, ...]:
+        self.typed(value, path, lambda v: isinstance(v, list) and all(
+            isinstance(s, str) for s in v), "a list of sbatch options such as "
+                                              "['--constraint=a100']")
+        for i, option in enumerate(value):
+            self.check(path + (i,), checks.sbatch_option(option))
+        return tuple(value)
 
     def retries(self, value: Any, path: KeyPath) -> m.Retries:
         if _is_int(value):
             return m.Retries(max=self.integer(value, path, 0))
-        codes = tuple(k for k in value if isinstance(k, str) and EXIT_CODE_RULE_RE.match(k)) \
+        codes = tuple(k for k in value if isinstance(k, str) and EXIT_CODE_RULE_RE.fullmatch(k)) \
             if isinstance(value, dict) else ()
         d = self.mapping(value, path, RETRY_KEYS + codes)
         top = m.Retries(max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), 0))
@@ -417,7 +460,7 @@ class _Validator:
         if gpus is not None and gpus != "auto":
             self.typed(gpus, path + ("gpus",), lambda v: isinstance(v, list) and v and all(
                 _is_int(x) or isinstance(x, str) for x in v), "'auto' or a list of device ids")
-            gpus = tuple(str(g) for g in gpus)
+            gpus = tuple(self.string(str(g), path + ("gpus", i)) for i, g in enumerate(gpus))
         timeout = self.optional(d, "timeout", path, self.duration)
         grace = self.optional(d, "grace", path, self.duration, 10.0)
         array = self.optional(d, "array", path, lambda v, p: self.typed(
@@ -444,7 +487,7 @@ class _Validator:
             raise self.fail(path, f"missing required key 'image' for the {runtime} runtime")
         env = self.optional(d, "env", path, self.strings, ())
         for i, name in enumerate(env):
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            if not ENV_NAME_RE.fullmatch(name):
                 raise self.fail(path + ("env", i), f"expected an environment variable name; "
                                                    f"got {name!r}")
         return m.Container(runtime=runtime, image=image, env=env,
@@ -473,8 +516,9 @@ class _Validator:
         return value
 
     def strings(self, value: Any, path: KeyPath) -> tuple[str, ...]:
-        return tuple(self.typed(value, path, lambda v: isinstance(v, list) and all(
-            isinstance(x, str) and x for x in v), "a list of strings"))
+        self.typed(value, path, lambda v: isinstance(v, list) and all(
+            isinstance(x, str) and x for x in v), "a list of strings")
+        return tuple(self.string(x, path + (i,)) for i, x in enumerate(value))
 
     def duration(self, value: Any, path: KeyPath) -> float:
         try:

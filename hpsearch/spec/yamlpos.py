@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from hpsearch.errors import BadInput
+from hpsearch.spec.loading import compose
 
 KeyPath = tuple  # e.g. ("search", "space", "lr", "low")
 
@@ -31,7 +32,11 @@ def dotted(path: KeyPath) -> str:
 def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]:
     """Parse `text`; return (value, {key path: 1-based line}). Raises BadInput on bad YAML."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text, file)
+    except yaml.reader.ReaderError as exc:  # a control character in the text itself
+        raise BadInput(f"control character U+{exc.character:04X} is not allowed in a spec "
+                       f"(column {exc.position - text.rfind(chr(10), 0, exc.position)})",
+                       file, text.count("\n", 0, exc.position) + 1) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

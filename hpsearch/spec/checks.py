@@ -1,0 +1,105 @@
+"""Checks of single spec values that reach a batch script, a command line or a terminal, and
+of what a spec needs to run on this machine. Each returns a problem (text) or None; the
+validator turns a problem into a BadInput at the value's file, line and key path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Spec
+
+# Partition, account and qos names: what Slurm accepts, without whitespace, quotes or shell
+# metacharacters (a comma separates several partitions).
+SLURM_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,+:@%-]{0,199}")
+# One sbatch option per entry: --name or --name=value, the value one word without quotes.
+SBATCH_OPTION_RE = re.compile(r"--[A-Za-z][A-Za-z0-9-]*(=[^\s\"'\\]+)?")
+# Options hpsearch writes itself and finds its jobs and logs by: a second one would win.
+OWN_SBATCH_OPTIONS = {"--job-name": "hpsearch names each job to find it again",
+                      "--output": "each trial's output goes to its trial dir",
+                      "--error": "each trial's output goes to its trial dir",
+                      "--array": "hpsearch makes its own job arrays (executor.array)",
+                      "--open-mode": "hpsearch appends to each trial's logs",
+                      "--wrap": "hpsearch writes the batch script",
+                      "--chdir": "set `workdir` instead"}
+# Optional packages each strategy imports when it samples (pyproject.toml extras).
+STRATEGY_MODULES = {"gp": (("torch", "pip install 'hpsearch[gp]'"),
+                           ("scipy", "pip install scipy")),
+                    "cmaes": (("cmaes", "pip install cmaes"),),
+                    "qmc": (("scipy", "pip install scipy"),)}
+
+
+def control_character(text: str, allowed: str = "") -> str | None:
+    """The first control character (C0, DEL, C1) in `text` that is not in `allowed`, as a
+    problem: such a character in a name or an option can end a line of a batch script or
+    rewrite a terminal."""
+    for index, char in enumerate(text):
+        if unicodedata.category(char) == "Cc" and char not in allowed:
+            return (f"control character {_named(char)} at position {index + 1} is not "
+                    "allowed here")
+    return None
+
+
+def _named(char: str) -> str:
+    names = {"\n": "newline", "\r": "carriage return", "\t": "tab", "\x1b": "escape"}
+    code = f"U+{ord(char):04X}"
+    return f"{code} ({names[char]})" if char in names else code
+
+
+def slurm_name(text: str, what: str) -> str | None:
+    """A problem with a partition, account or qos name, or None."""
+    if SLURM_NAME_RE.fullmatch(text):
+        return None
+    return (f"expected a Slurm {what} name (letters, digits and _ . , + : @ % -, no spaces "
+            f"or quotes); got {text!r}")
+
+
+def sbatch_option(text: str) -> str | None:
+    """A problem with one `resources.sbatch_extra` entry, or None."""
+    problem = control_character(text)
+    if problem:
+        return problem
+    if not text.startswith("--"):
+        return f"expected an sbatch option such as '--constraint=a100'; got {text!r}"
+    if not SBATCH_OPTION_RE.fullmatch(text):
+        return ("expected one sbatch option, --name or --name=value, with no spaces or quotes "
+                f"(give each option its own list entry); got {text!r}")
+    name = text.split("=", 1)[0]
+    if name in OWN_SBATCH_OPTIONS:
+        return f"{name} is set by hpsearch: {OWN_SBATCH_OPTIONS[name]}"
+    return None
+
+
+def missing_module(strategy: str) -> str | None:
+    """A problem if a package the strategy needs is not installed here, or None."""
+    for module, install in STRATEGY_MODULES.get(strategy, ()):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return (f"strategy {strategy} needs the Python package {module}, which is not "
+                    f"installed here ({install}), or choose another strategy such as tpe")
+    return None
+
+
+def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
+    """(key path, problem) if the launcher, container and executor cannot start a trial
+    together, found by building the first trial's launch as the driver would; or None."""
+    from hpsearch.launch import LaunchError
+    from hpsearch.launching import build_launch
+
+    params = {p.name: p.value if p.kind == "fixed" else p.choices[0] if p.choices else p.low
+              for p in spec.search.space}
+    try:
+        build_launch(spec, 1, 1, params)
+    except LaunchError as exc:
+        key, _, message = str(exc).partition(": ")
+        if not message or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", key):
+            return ("launcher",), str(exc)
+        return tuple(key.split(".")), message
+    return None
