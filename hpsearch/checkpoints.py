@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpsearch.lines import MAX_LINE, AppendedFile, Cursor, Line, excerpt, limited
 from hpsearch.results import best
 from hpsearch.spec.model import Checkpoints
 from hpsearch.store import rows as r
@@ -27,14 +28,42 @@ from hpsearch.trial import CHECKPOINT_MANIFEST, checkpoint_step
 
 @dataclass
 class CheckpointScan:
-    """What one trial has saved, read incrementally (the driver keeps one per live trial)."""
+    """What one trial has saved, read incrementally (the driver keeps one per live trial).
+    `saved`: what state() returned when last stored; the manifest is read on from there."""
 
     trial_dir: Path
-    offset: int = 0
+    saved: dict | None = None
     steps: dict[str, int] = field(default_factory=dict)   # name -> step, from the manifest
     seen: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (mtime, step)
     warned: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        saved = self.saved if isinstance(self.saved, dict) else {}
+        self.manifest = AppendedFile(self.trial_dir / CHECKPOINT_MANIFEST,
+                                     Cursor.from_json(saved.get("cursor")))
+        steps, malformed = saved.get("steps"), saved.get("malformed")
+        if isinstance(steps, dict):
+            self.steps.update({k: v for k, v in steps.items() if _is_step(v)})
+        self.malformed: dict[str, int] = {k: v for k, v in malformed.items() if _is_step(v)} \
+            if isinstance(malformed, dict) else {}  # warnings given, per source
+        if isinstance(saved.get("warned"), list):
+            self.warned.update(k for k in saved["warned"] if isinstance(k, str))
+        self.saved = self.state()
+
+    def state(self) -> dict:
+        """Where reading the manifest stands, the steps it registered and the warnings given,
+        as JSON-able values."""
+        return {"cursor": self.manifest.cursor.to_json(), "steps": dict(self.steps),
+                "malformed": dict(self.malformed), "warned": sorted(self.warned)}
+
+    def unsaved(self) -> dict | None:
+        """state() if it changed since the last call (or construction), else None."""
+        now = self.state()
+        if now == self.saved:
+            return None
+        self.saved = now
+        return now
 
     @property
     def folder(self) -> Path:
@@ -70,37 +99,48 @@ class CheckpointScan:
         return found
 
     def _read_manifest(self) -> None:
-        try:
-            with open(self.trial_dir / CHECKPOINT_MANIFEST, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return
-        end = data.rfind(b"\n")
-        if end < 0:
-            return
-        self.offset += end + 1
-        for line in data[:end].decode("utf-8", errors="replace").splitlines():
-            if not line.strip():
+        """Whole lines only, in bounded memory (hpsearch.lines), each byte once."""
+        for line in self.manifest.lines():
+            if line.too_long:
+                self._malformed(line, f"longer than {MAX_LINE} bytes")
+                continue
+            if not line.data.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line.data.decode("utf-8"))
                 step, name = rec["step"], rec["path"]
-                ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0 \
-                    and isinstance(name, str) and "/" not in name \
+                ok = _is_step(step) and isinstance(name, str) and "/" not in name \
                     and name not in ("", ".", "..")  # a plain name inside checkpoints/
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 ok = False
             if ok:
                 self.steps[name] = step
             else:
-                self.warnings.append(f"{CHECKPOINT_MANIFEST}: skipped malformed line: "
-                                     f"{line[:200]!r}")
+                self._malformed(line, "expected {\"step\": integer, \"path\": name}")
+        if self.manifest.not_regular:
+            self._warn_once(CHECKPOINT_MANIFEST, f"{CHECKPOINT_MANIFEST}: not a regular file; "
+                                                 "not read")
+
+    def _malformed(self, line: Line, reason: str) -> None:
+        message = limited(self.malformed, CHECKPOINT_MANIFEST,
+                          f"{CHECKPOINT_MANIFEST}: skipped malformed line {line.number}: "
+                          f"{excerpt(line)} ({reason})")
+        if message:
+            self.warnings.append(message)
 
     def _warn_once(self, key: str, message: str) -> None:
+        """Warn about an entry once (a resumed driver too), and about at most MAX_WARNINGS."""
         if key not in self.warned:
-            self.warned.add(key)
-            self.warnings.append(message)
+            note = limited(self.malformed, "checkpoints/", message)
+            if note == message:
+                self.warned.add(key)
+            if note:
+                self.warnings.append(note)
+
+
+def _is_step(value: object) -> bool:
+    """A checkpoint step: an int that SQLite stores (0 <= step < 2**63)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < (1 << 63)
 
 
 def _size(path: Path) -> int:

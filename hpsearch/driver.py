@@ -94,7 +94,7 @@ class Driver:
             self.store.set_experiment_status("running", "resumed")
 
     def _adopt(self, row: r.TrialRow) -> None:
-        live = _Live(row.id, row.attempt, Path(row.trial_dir), TrialFiles(Path(row.trial_dir)))
+        live = self._live(row.id, row.attempt, Path(row.trial_dir))
         self.live[row.id] = live
         runs = sum(1 for a in self.store.attempts(row.id)
                    if row.job_id and a["job_id"] == row.job_id)  # Slurm requeues: same id
@@ -187,8 +187,8 @@ class Driver:
             self._launch(launch, began)
 
     def _launch(self, launch: Launch, began: float) -> None:
-        self.live[launch.trial_id] = _Live(launch.trial_id, launch.attempt, launch.trial_dir,
-                                           TrialFiles(launch.trial_dir))
+        self.live[launch.trial_id] = self._live(launch.trial_id, launch.attempt,
+                                                launch.trial_dir)
         started = self.executor.submit(launch)
         if started is not None:
             self._record_started(started)
@@ -202,27 +202,37 @@ class Driver:
                                 started.pid_start, started.gpus, started.job_id)
         fault_point("after_running")
 
+    def _live(self, trial_id: int, attempt: int, trial_dir: Path) -> _Live:
+        """A trial's in-flight memory: its files are read on from where the store says
+        reading stopped (earlier attempts, a killed driver), its last values come from it."""
+        saved = self.store.reads(trial_id)
+        live = _Live(trial_id, attempt, trial_dir, TrialFiles(trial_dir, saved.get("files")),
+                     self.store.last_metrics(trial_id))
+        live.ckpts = CheckpointScan(trial_dir, saved.get("manifest"))
+        return live
+
     def _ingest(self, live: _Live, final: bool = False) -> None:
         records = live.files.read_new(final=final)
-        if records:
-            self.store.add_metrics(live.trial_id, live.attempt, records)
-            for rec in records:
-                for name, value in rec.items():
-                    if name not in ("step", "time"):
-                        if name not in live.last or rec["step"] >= live.last[name][0]:
-                            live.last[name] = (rec["step"], value)
         found = live.ckpts.new()
+        warnings = live.files.warnings + live.ckpts.warnings
+        live.files.warnings.clear()
+        live.ckpts.warnings.clear()
+        # records, warnings and where reading stopped: one commit, so resume reads on from there
+        self.store.add_output(live.trial_id, live.attempt, records, warnings,
+                              {"files": live.files.unsaved(), "manifest": live.ckpts.unsaved()})
+        for rec in records:
+            for name, value in rec.items():
+                if name not in ("step", "time"):
+                    if name not in live.last or rec["step"] >= live.last[name][0]:
+                        live.last[name] = (rec["step"], value)
         if found:
             self.store.add_checkpoints(live.trial_id, live.attempt, found)
         if live.ckpts.seen and (records or found):
             self.store.fill_checkpoint_metrics(live.trial_id, self.metrics[0], exact=True)
         if found and not final:
             self._remove_checkpoints(self._mark_doomed(live.trial_id))
-        for warning in live.files.warnings + live.ckpts.warnings:
-            self.store.add_event("warning", warning, live.trial_id)
+        for warning in warnings:
             self.on_event(f"trial {live.trial_id}: {warning}")
-        live.files.warnings.clear()
-        live.ckpts.warnings.clear()
 
     # -- checkpoints -----------------------------------------------------------------------
     def _mark_doomed(self, trial_id: int | None) -> list[r.CheckpointRow]:

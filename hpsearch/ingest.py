@@ -1,130 +1,167 @@
-"""Read what a trial wrote in its trial dir: metric reports, stdout report lines, result.json.
+"""Read what a trial wrote in its trial dir: metric reports (metrics.jsonl and `@hpsearch`
+stdout lines) and result.json.
 
-The driver calls TrialFiles.read_new() while the trial runs and once after it ends; only
-whole lines are consumed, so a line being written is picked up on the next read.
+The driver calls TrialFiles.read_new() while the trial runs and once after it ends (final).
+Each file is read on from where the last read stopped, in bounded memory (hpsearch.lines);
+state() is stored in the same commit as the records it produced, and TrialFiles(dir, state)
+continues from there after a resume, so every byte is read once. A line that is not a
+report is skipped with a warning naming its file, line and reason (at most MAX_WARNINGS per
+file and trial, then one saying that the rest are skipped without one).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpsearch.lines import (MAX_LINE, MAX_WARNINGS, AppendedFile, Cursor, Line, excerpt,
+                            limited, read_small)
+from hpsearch.metric_lines import (Malformed, OutOfRange, json_record, loads, number, pairs,
+                                   pairs_record)
+
 STDOUT_PREFIX = "@hpsearch "
+_PREFIX = STDOUT_PREFIX.encode()
+SAVE_EVERY = MAX_LINE  # bytes read without a report before the read position is saved anyway
+_SOURCES = ("metrics.jsonl", "stdout.log")
 
 
-@dataclass
 class TrialFiles:
-    trial_dir: Path
-    offsets: dict[str, int] = field(default_factory=dict)
-    result_from_stdout: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    """The report files of one trial, and where reading them stands."""
+
+    def __init__(self, trial_dir: Path, state: object = None) -> None:
+        """`state`: what state() returned when it was last stored (None: read from the start)."""
+        saved = state if isinstance(state, dict) else {}
+        cursors = _dict(saved.get("cursors"))
+        self.trial_dir = Path(trial_dir)
+        self.files = {name: AppendedFile(self.trial_dir / name, Cursor.from_json(cursors.get(name)))
+                      for name in _SOURCES}
+        self.result_from_stdout = {k: float(v) for k, v in _dict(saved.get("result")).items()
+                                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.warned = {k: v for k, v in _dict(saved.get("warned")).items()
+                       if isinstance(v, int) and not isinstance(v, bool)}
+        stdout = self.files["stdout.log"]
+        if not stdout.same_file():  # rotated for a new attempt: its result lines went with it
+            stdout.cursor, self.result_from_stdout = Cursor(), {}
+        self.warnings: list[str] = []
+        self._final_result: tuple[dict[str, float] | None] | None = None
+        self._saved, self._saved_bytes = self.state(), self._consumed()
+        self._reported = False
+
+    def state(self) -> dict:
+        """Where reading stands, as JSON-able values: each file's cursor, the `@hpsearch result`
+        values read, and the warnings given per file."""
+        return {"cursors": {name: f.cursor.to_json() for name, f in self.files.items()},
+                "result": dict(self.result_from_stdout), "warned": dict(self.warned)}
+
+    def unsaved(self) -> dict | None:
+        """state() if the store must get it with this read's records, else None: after a read
+        that gave only non-report bytes, saving waits until SAVE_EVERY of them (a resumed
+        driver reads those again, and they give nothing)."""
+        now, consumed = self.state(), self._consumed()
+        if now == self._saved or (not self._reported and now["result"] == self._saved["result"]
+                                  and now["warned"] == self._saved["warned"]
+                                  and abs(consumed - self._saved_bytes) < SAVE_EVERY):
+            return None
+        self._saved, self._saved_bytes, self._reported = now, consumed, False
+        return now
 
     def read_new(self, final: bool = False) -> list[dict]:
         """New metric records since the last call: [{'step': n, 'time': t, name: value}].
-        With final (the trial has ended), a last line without its newline is read too: a
-        complete report is kept, a line cut short is skipped with a warning."""
+        With final (the trial has ended), a last line without its newline is read too (a
+        complete report is kept, a line cut short is skipped with a warning), and so is
+        result.json."""
         records = []
-        for line in self._new_lines("metrics.jsonl", final):
-            rec = self._parse_json(line, "metrics.jsonl")
-            if rec is not None:
-                records.append(rec)
-        for line in self._new_lines("stdout.log", final):
-            if not line.startswith(STDOUT_PREFIX):
-                continue
-            body = line[len(STDOUT_PREFIX):].strip()
-            if body.startswith("result"):
-                values = _parse_pairs(body[len("result"):])
-                if values is None:
-                    self._warn("stdout.log", line)
-                else:
-                    self.result_from_stdout.update(values)
-                continue
-            rec = self._parse_json(body, "stdout.log") if body.startswith("{") else \
-                _record(_parse_pairs(body))
-            if rec is None and not body.startswith("{"):
-                self._warn("stdout.log", line)
-            elif rec is not None:
-                records.append(rec)
+        for line in self._lines("metrics.jsonl", final):
+            if line.data.strip():
+                records.append(self._parse("metrics.jsonl", line, line.data, json_record))
+        stdout = self.files["stdout.log"]
+        lines = self._lines("stdout.log", final)
+        if stdout.restarted:  # a new attempt's stdout: the last one's result lines are gone
+            self.result_from_stdout.clear()
+        for line in lines:
+            if line.data.startswith(_PREFIX):
+                records.append(self._stdout_line(line))
+        if final:
+            self._final_result = (self._read_result(),)
+        records = [rec for rec in records if rec is not None]
+        self._reported = self._reported or bool(records) or final
         return records
 
     def result(self) -> dict[str, float] | None:
-        """Final metrics: result.json if the trial wrote one, else `@hpsearch result` lines."""
-        path = self.trial_dir / "result.json"
+        """Final metrics: result.json if the trial wrote one, else `@hpsearch result` lines.
+        After a final read_new(), what that read found."""
+        if self._final_result is not None:
+            return self._final_result[0]
+        return self._read_result()
+
+    def _lines(self, name: str, final: bool):
+        source = self.files[name]
+        lines = source.lines(final)
+        if source.not_regular and self.warned.get(name, 0) == 0:
+            self._warn(name, None, "not a regular file; not read")
+        return lines
+
+    def _stdout_line(self, line: Line) -> dict | None:
+        body = line.data[len(_PREFIX):].strip()
+        if body.startswith(b"result"):
+            values = self._parse("stdout.log", line, body[len(b"result"):], _result_pairs)
+            self.result_from_stdout.update(values or {})
+            return None
+        return self._parse("stdout.log", line, body,
+                           json_record if body.startswith(b"{") else pairs_record)
+
+    def _parse(self, source: str, line: Line, data: bytes, parse) -> dict | None:
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            return dict(self.result_from_stdout) or None
-        except (OSError, ValueError):
-            self._warn("result.json", "unreadable or not JSON")
-            return None
-        if not isinstance(data, dict):
-            self._warn("result.json", "expected a JSON object of metric: number")
-            return None
-        return {k: float(v) for k, v in data.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-    def _new_lines(self, name: str, final: bool = False) -> list[str]:
-        path = self.trial_dir / name
-        offset = self.offsets.get(name, 0)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        end = len(data) - 1 if final and data else data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offsets[name] = offset + end + 1
-        return data[:end + 1].decode("utf-8", errors="replace").splitlines()
-
-    def _parse_json(self, line: str, source: str) -> dict | None:
-        if not line.strip():
-            return None
-        try:
-            rec = _record(json.loads(line))
-        except ValueError:
-            rec = None
-        if rec is None:
-            self._warn(source, line)
-        return rec
-
-    def _warn(self, source: str, line: str) -> None:
-        self.warnings.append(f"{source}: skipped malformed report line: {line[:200]!r}")
-
-
-def _parse_pairs(text: str) -> dict | None:
-    out = {}
-    for pair in text.split():
-        key, sep, value = pair.partition("=")
-        if not sep:
-            return None
-        try:
-            out[key] = int(value) if key == "step" else float(value)
-        except ValueError:
-            return None
-    return out
-
-
-def _record(obj: object) -> dict | None:
-    """A valid metric record, or None: needs an int step and numeric values."""
-    if not isinstance(obj, dict):
+            if line.too_long:
+                raise Malformed(f"longer than {MAX_LINE} bytes; skipped to its end")
+            return parse(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            reason = "not UTF-8"
+        except Malformed as exc:
+            reason = str(exc)
+        self._warn(source, line, reason)
         return None
-    step = obj.get("step")
-    if not isinstance(step, int) or isinstance(step, bool):
-        return None
-    rec = {"step": step, "time": obj.get("time") if isinstance(obj.get("time"), (int, float))
-           else None}
-    for key, value in obj.items():
-        if key in ("step", "time"):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+
+    def _read_result(self) -> dict[str, float] | None:
+        try:
+            data = read_small(self.trial_dir / "result.json")
+            if data is None:
+                return dict(self.result_from_stdout) or None
+            found = loads(data.decode("utf-8"))
+        except (OSError, ValueError) as exc:  # Malformed and UnicodeDecodeError included
+            self._warn("result.json", None, "not UTF-8" if isinstance(exc, UnicodeDecodeError)
+                       else str(exc) if isinstance(exc, ValueError) else "unreadable")
             return None
-        rec[str(key)] = float(value)
-    return rec if len(rec) > 2 else None
+        if not isinstance(found, dict):
+            self._warn("result.json", None, "expected a JSON object of metric: number")
+            return None
+        out = {}
+        for key, value in found.items():
+            if isinstance(value, OutOfRange):
+                self._warn("result.json", None, f"{key[:40]!r}: number out of range: {value}")
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = float(value)
+        return out
+
+    def _warn(self, source: str, line: Line | None, reason: str) -> None:
+        message = (f"{source}: ignored: {reason}" if line is None else
+                   f"{source} line {line.number}: skipped malformed report line: "
+                   f"{excerpt(line)} ({reason})")
+        message = limited(self.warned, source, message)
+        if message:
+            self.warnings.append(message)
+
+    def _consumed(self) -> int:
+        return sum(f.cursor.offset for f in self.files.values())
+
+
+def _result_pairs(text: str) -> dict[str, float]:
+    return {key: number(key, value) for key, value in pairs(text).items()}
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def objective_values(result: dict[str, float] | None, last: dict[str, float],

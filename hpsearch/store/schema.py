@@ -64,7 +64,15 @@ def _v4(db: sqlite_utils.Database) -> None:
     db["attempts"].add_column("overrides", str)
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4]
+def _v5(db: sqlite_utils.Database) -> None:
+    """Where the driver stopped reading each trial's output files (hpsearch.lines cursors,
+    as JSON per reader: 'files' for the report files, 'manifest' for checkpoints.jsonl),
+    stored in the same commit as what they produced, so a resumed driver reads on."""
+    db["trial_reads"].create({"trial": int, "source": str, "state": str},
+                             pk=("trial", "source"))
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import time
@@ -121,6 +122,24 @@ class Reader:
         return dict(self.db.execute(
             "select attempt, max(step) from checkpoints where trial = ? and attempt is not"
             " null group by attempt", (trial_id,)).fetchall())
+
+    def reads(self, trial_id: int) -> dict[str, object]:
+        """source -> where the driver stopped reading that trial's output (add_output)."""
+        found = {}
+        for source, text in self.db.execute(
+                "select source, state from trial_reads where trial = ?", (trial_id,)):
+            try:
+                found[source] = json.loads(text)
+            except ValueError:
+                pass  # unreadable: that reader starts from the beginning again
+        return found
+
+    def last_metrics(self, trial_id: int) -> dict[str, tuple[int, float]]:
+        """metric -> (step, value) at the highest step the trial reported it (NaN, which
+        SQLite stores as NULL, comes back as NaN)."""
+        rows = self.db.execute("select name, max(step), value from metrics where trial = ?"
+                               " group by name", (trial_id,))  # value: of the max(step) row
+        return {name: (step, math.nan if value is None else value) for name, step, value in rows}
 
     def events(self, trial_id: int | None = None, limit: int = 50) -> list[dict]:
         where, args = ("trial = ?", [trial_id]) if trial_id is not None else (None, [])
@@ -326,6 +345,25 @@ class Store(Reader):
         with self.batch():
             self.db.conn.executemany("insert or replace into metrics (trial, step, name, value,"
                                      " attempt, time) values (?,?,?,?,?,?)", rows)
+
+    def add_output(self, trial_id: int, attempt: int, records: list[dict], warnings: list[str],
+                   reads: dict[str, dict | None]) -> None:
+        """What one read of a trial's output gave, in one commit: its metric records, its
+        warnings (as events), and where each reader stopped (reads: source -> state; None:
+        unchanged). A driver killed at any instant resumes reading where the store says,
+        with no record lost or warned twice."""
+        reads = {source: state for source, state in reads.items() if state is not None}
+        if not (records or warnings or reads):
+            return
+        with self.batch():
+            self.add_metrics(trial_id, attempt, records)
+            now = time.time()
+            self.db.conn.executemany(
+                "insert into events (time, trial, kind, message) values (?,?,?,?)",
+                [(now, trial_id, "warning", message) for message in warnings])
+            self.db.conn.executemany(
+                "insert or replace into trial_reads (trial, source, state) values (?,?,?)",
+                [(trial_id, source, _dumps(state)) for source, state in reads.items()])
 
     def add_event(self, kind: str, message: str, trial_id: int | None = None) -> None:
         self._write("insert into events (time, trial, kind, message) values (?,?,?,?)",

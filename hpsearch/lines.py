@@ -1,0 +1,186 @@
+"""Reading the lines a trial appends to a file, from where the last read stopped, in bounded
+memory, whatever the bytes are.
+
+Trial output is untrusted (docs/trial.md): a line may never end (a progress bar redrawn
+with \\r), be cut short, or not be text at all. An AppendedFile keeps at most MAX_LINE bytes
+of a line; a longer one is reported once as too long and its remaining bytes are skipped up
+to its end, so memory stays bounded and every byte is read once. Its Cursor says where
+reading stands; the driver stores it in the same commit as what the lines produced, so a
+resumed driver reads only bytes it has not read before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+MAX_LINE = 1 << 20  # bytes of one line that are kept: 1 MiB
+MAX_WARNINGS = 20  # about skipped lines, per file and trial
+_CHUNK = 1 << 16
+_END = re.compile(rb"[\r\n]")  # \r ends a line too: progress bars redraw one with \r alone
+
+
+@dataclass
+class Cursor:
+    """Where reading of one file stands. Plain values, so it can be stored as JSON."""
+
+    offset: int = 0  # bytes consumed: whole lines, and the skipped part of a too-long one
+    line: int = 0  # newlines consumed; the next line is number line + 1
+    inode: int | None = None  # the file read; another file at its path is read from 0
+    skipping: bool = False  # inside a line longer than MAX_LINE: drop bytes to its end
+
+    def to_json(self) -> list:
+        return [self.offset, self.line, self.inode, self.skipping]
+
+    @classmethod
+    def from_json(cls, value: object) -> Cursor:
+        """The cursor stored by to_json; a fresh one if the value is not one."""
+        if (isinstance(value, list) and len(value) == 4
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                        for v in value[:2])
+                and (value[2] is None or isinstance(value[2], int))
+                and isinstance(value[3], bool)):
+            return cls(*value)
+        return cls()
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # 1-based, counting newlines
+    data: bytes  # without its end; only its first MAX_LINE bytes if too_long
+    too_long: bool = False
+
+
+class AppendedFile:
+    """One file a trial appends to (metrics.jsonl, stdout.log, checkpoints.jsonl)."""
+
+    def __init__(self, path: Path, cursor: Cursor | None = None) -> None:
+        self.path = path
+        self.cursor = cursor or Cursor()
+        self.restarted = False  # the last lines() found a new file at the path (or a shorter one)
+        self.not_regular = False  # the path is a FIFO, device or folder: never read
+        self.bytes_read = 0  # total, for tests and benchmarks
+        self._pending = bytearray()  # the start of a line whose end is not written yet
+
+    def same_file(self) -> bool:
+        """Whether the file at the path is the one the cursor is in (or none was read yet)."""
+        try:
+            return self.cursor.inode is None or os.stat(self.path).st_ino == self.cursor.inode
+        except OSError:
+            return False
+
+    def lines(self, final: bool = False) -> Iterator[Line]:
+        """The lines completed since the last call. With final (the writer has ended), a
+        last line without its end is returned too. Reads only the bytes the file had when
+        called; lines appended meanwhile come on the next call. Consume the iterator
+        fully: the cursor moves as lines are returned."""
+        self.restarted = False
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block us
+        except (FileNotFoundError, NotADirectoryError):
+            return iter(())
+        fh = os.fdopen(fd, "rb", buffering=0)
+        info = os.fstat(fd)
+        self.not_regular = not stat.S_ISREG(info.st_mode)
+        if self.not_regular:
+            fh.close()
+            return iter(())
+        c = self.cursor
+        if c.inode is not None and (info.st_ino != c.inode
+                                    or info.st_size < c.offset + len(self._pending)):
+            self.cursor, c = Cursor(), Cursor()  # rotated, replaced or truncated: a new file
+            self._pending.clear()
+            self.restarted = True
+        c.inode = info.st_ino
+        return self._read(fh, info.st_size, final)
+
+    def _read(self, fh, size: int, final: bool) -> Iterator[Line]:
+        c, pending = self.cursor, self._pending
+        with fh:
+            position = c.offset + len(pending)
+            fh.seek(position)
+            while position < size:
+                chunk = fh.read(min(_CHUNK, size - position))
+                if not chunk:
+                    break
+                position += len(chunk)
+                self.bytes_read += len(chunk)
+                yield from self._split(chunk)
+        if final:
+            if pending:
+                line = Line(c.line + 1, bytes(pending))
+                c.offset += len(pending)
+                pending.clear()
+                yield line
+            c.skipping = False  # a too-long last line ended with the file
+
+    def _split(self, chunk: bytes) -> Iterator[Line]:
+        c, pending = self.cursor, self._pending
+        pos = 0
+        while pos < len(chunk):
+            end = _END.search(chunk, pos)
+            stop = end.start() if end else len(chunk)
+            if c.skipping:
+                c.offset += stop - pos
+            elif len(pending) + stop - pos > MAX_LINE:
+                kept = len(pending)
+                pending += chunk[pos:pos + MAX_LINE - kept]
+                line = Line(c.line + 1, bytes(pending), too_long=True)
+                c.offset += kept + stop - pos
+                c.skipping = True
+                pending.clear()
+                yield line
+            else:
+                pending += chunk[pos:stop]
+            if end is None:
+                return
+            number = c.line + 1
+            if chunk[stop] == 0x0A:
+                c.line += 1
+            c.offset += 1
+            if c.skipping:
+                c.skipping = False
+            else:
+                data = bytes(pending)
+                c.offset += len(data)
+                pending.clear()
+                yield Line(number, data)
+            pos = stop + 1
+
+
+def read_small(path: Path, limit: int = MAX_LINE) -> bytes | None:
+    """A whole small file (result.json): None if there is none; ValueError with the reason
+    if it is not a regular file or is larger than `limit` bytes; OSError if unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data
+
+
+def limited(counts: dict[str, int], source: str, message: str) -> str | None:
+    """A warning about a skipped line of `source`, counted in `counts`: the message itself
+    for the first MAX_WARNINGS, then once a notice that the rest are skipped quietly, then
+    None. A file of garbage gives a few warnings, not one per line."""
+    count = counts[source] = counts.get(source, 0) + 1
+    if count <= MAX_WARNINGS:
+        return message
+    if count == MAX_WARNINGS + 1:
+        return (f"{source}: more than {MAX_WARNINGS} malformed lines; the rest are skipped "
+                "without a warning")
+    return None
+
+
+def excerpt(line: Line) -> str:
+    """The start of a line as a warning quotes it (bytes that are not UTF-8 escaped)."""
+    return repr(line.data[:200].decode("utf-8", "backslashreplace"))
