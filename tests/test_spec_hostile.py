@@ -8,6 +8,7 @@ ran can be corrected and submitted again under the same name.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import os
 import subprocess
@@ -317,3 +318,18 @@ def test_a_search_that_ran_trials_is_never_started_over(cli):
     assert cli("submit", path.name, "--no-tui", "-q").returncode == 1  # trials ran and failed
     proc = cli("submit", path.name, "--no-tui", "-q")
     assert proc.returncode == 2 and "already exists" in proc.stderr
+
+
+def test_the_batch_script_builder_refuses_a_line_break_it_is_given(tmp_path):
+    """Defence in depth: a value that got past the spec check (here set directly) makes
+    the builder raise instead of writing a second #SBATCH line."""
+    from hpsearch.launching import build_launch
+    from hpsearch.slurm.sbatch import batch_script
+
+    spec = _spec_with(tmp_path, "resources: {partition: gpu}\n")
+    launch = build_launch(spec, 1, 1, {"x": 0.5})
+    assert "#SBATCH --partition=gpu\n" in batch_script(spec, launch)
+    bad = dataclasses.replace(spec, resources=dataclasses.replace(
+        spec.resources, partition="gpu\n#SBATCH --uid=0"))
+    with pytest.raises(ValueError, match="control character"):
+        batch_script(bad, launch)

@@ -87,6 +87,8 @@ def run_lines(spec: Spec, command: str) -> list[str]:
 
 def _directive(option: str) -> str:
     # sbatch reads #SBATCH lines itself (no shell): double quotes keep a path with spaces whole.
+    if any(ord(c) < 32 or ord(c) == 127 for c in option):  # the spec check refuses these first
+        raise ValueError(f"sbatch option {option!r}: a control character would end the line")
     return f"#SBATCH {option}" if _SAFE.match(option) else \
         '#SBATCH ' + option.split("=", 1)[0] + '="' + option.split("=", 1)[1] + '"'
 

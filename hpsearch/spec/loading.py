@@ -48,7 +48,7 @@ def decode_spec(data: bytes, file: str) -> str:
         if data.startswith(bom):
             raise BadInput(f"the file is {encoding} (it starts with a {encoding} byte order "
                            f"mark); a spec must be UTF-8: convert it, e.g. `iconv -f "
-                           f"{encoding} -t UTF-8 {file} > spec.yaml`", file, 1)
+                           f"{encoding} -t UTF-8 {file} > {_utf8_name(file)}`", file, 1)
     skipped = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
         text = data[skipped:].decode("utf-8")
@@ -61,6 +61,11 @@ def decode_spec(data: bytes, file: str) -> str:
         raise _bad_byte(data, at, "a NUL byte is not allowed (is this file UTF-16 without a "
                         "byte order mark, or not text?)", file)
     return text
+
+
+def _utf8_name(file: str) -> str:
+    path = Path(file)
+    return str(path.with_name(f"{path.stem}-utf8{path.suffix}"))
 
 
 def _bad_byte(data: bytes, at: int, what: str, file: str) -> BadInput:
