@@ -145,7 +145,8 @@ class Driver:
                                             event.pending_reason, event.nodes, event.leaves)
             elif isinstance(event, Note):
                 self.store.add_event(event.kind, event.message, event.trial_id)
-                self.on_event(f"trial {event.trial_id}: {event.message}")
+                self.on_event(event.message if event.trial_id is None
+                              else f"trial {event.trial_id}: {event.message}")
             elif event.reason == "storage_error":  # not the trial's fault: stop, count nothing
                 raise StorageError(f"trial {event.trial_id}: {event.detail}. The store is "
                                    "intact; free space or fix permissions, then `hpsearch "

@@ -74,6 +74,7 @@ def status(args) -> int:
     reader = _open(args)
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
+        trouble = reader.slurm_trouble() if exp.status == "running" else None
     finally:
         reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
@@ -82,6 +83,8 @@ def status(args) -> int:
     print(f"experiment {exp.name}: {exp.status}, {exp.strategy}, {finished}/"
           f"{exp.trials_requested} finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
           f"; driver: {'pid %d' % driver if driver else 'not running'}")
+    if trouble and driver:
+        print(trouble)
     rows = []
     for t in trials:
         values = " ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values or []))

@@ -85,9 +85,10 @@ class Update:
 
 @dataclass(frozen=True)
 class Note:
-    """Something the executor decided that the store should tell (e.g. placement)."""
+    """Something the executor decided that the store should tell (e.g. placement), of one
+    trial or (trial_id None) of the whole search (e.g. Slurm unreachable)."""
 
-    trial_id: int
+    trial_id: int | None
     kind: str
     message: str
 

@@ -23,14 +23,17 @@ from pathlib import Path
 
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
+from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.launching import prepare_trial_dir
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import parse, sbatch
 from hpsearch.slurm.commands import SlurmError
+from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT, Backoff, retrying
 from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import Spec
 
 MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
+ADOPT_TRIES = 20  # Slurm queries tried while adopting a job on resume (back-off up to 60 s)
 SHORT_READS_FOR = 15.0  # seconds to wait for a final record that lists all the job's nodes
 
 # Final Slurm states and how the driver sees them.
@@ -80,6 +83,12 @@ class SlurmExecutor(Executor):
         self.held: list[Launch] = []  # multi-node launches waiting for a leaf to free up
         self.notes: list[Note] = []
         self.pending: list = []  # events found while adopting, for the next poll()
+        self.health = SlurmHealth(self.interval)
+        self.unsure: set[str] = set()  # job names whose sbatch failed in a way that may
+                                       # have submitted them all the same
+        self.to_cancel: list[str] = []  # job ids whose scancel failed: sent again
+        self.array_cap: int | None = None  # fewer tasks per array after a limit refused one
+        self.query_after = 0.0  # monotonic time of the next query after a failed one
 
     def free_slots(self) -> int:
         return max(0, self.parallel - len(self.jobs) - len(self.waiting) - len(self.held))
@@ -93,38 +102,88 @@ class SlurmExecutor(Executor):
         return self._place_and_submit(launch)
 
     def _place_and_submit(self, launch: Launch) -> Started | None:
-        """sbatch with the planner's options, or hold the launch while it waits for a leaf
-        (poll() asks again). If Slurm rejects the nodes named, the job goes without them."""
-        placement = self.planner.choose(launch.trial_id, launch.attempt, (
-            *self.spec.resources.sbatch_extra, *launch.sbatch_extra))
+        """sbatch with the planner's options, or hold the launch while it waits for a leaf,
+        or while Slurm cannot take it (poll() asks again). If Slurm rejects the nodes named,
+        the job goes without them; if it rejects the job itself, the attempt fails."""
+        if not self.health.may_submit():
+            return self._hold(launch)
+        try:
+            placement = self.planner.choose(launch.trial_id, launch.attempt, (
+                *self.spec.resources.sbatch_extra, *launch.sbatch_extra))
+        except SlurmError as exc:  # sinfo or scontrol did not answer
+            self.health.submit_failed(exc, TRANSIENT)
+            return self._hold(launch)
         if placement.wait:
             if launch not in self.held:
-                self.held.append(launch)
                 self.notes.append(Note(launch.trial_id, "placement", f"waiting up to "
                                        f"{self.spec.placement.max_wait:g} s for "
                                        f"{self.spec.resources.nodes} free nodes under one leaf"))
-            self._soon()
-            return None
-        if launch in self.held:
-            self.held.remove(launch)
+            return self._hold(launch)
+        name = sbatch.job_name(self.spec.name, launch.trial_id, launch.attempt)
         try:
-            job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch,
-                                                           placement.options))
+            job_id = self._sbatch(name, sbatch.batch_script(self.spec, launch,
+                                                            placement.options))
+            if job_id is None:
+                return self._hold(launch)
         except SlurmError as exc:
             if not placement.options:
-                raise
+                return self._cannot_submit([launch], exc)
             self.planner.started(launch.trial_id, launch.attempt)
             self.notes.append(Note(launch.trial_id, "placement", f"sbatch refused "
                                    f"{' '.join(placement.options)} ({exc}); submitted "
                                    "without placement"))
-            job_id = self.slurm.sbatch(sbatch.batch_script(self.spec, launch))
+            try:
+                job_id = self._sbatch(name, sbatch.batch_script(self.spec, launch))
+            except SlurmError as again:
+                return self._cannot_submit([launch], again)
+            if job_id is None:
+                return self._hold(launch)
         else:
             if placement.options:
                 self.notes.append(Note(launch.trial_id, "placement", " ".join(
                     placement.options) + (f" (leaf {', '.join(placement.leaves)})"
                                           if placement.leaves else "")))
+        if launch in self.held:
+            self.held.remove(launch)
         self._track(launch, job_id)
         return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
+
+    def _hold(self, launch: Launch) -> None:
+        if launch not in self.held:
+            self.held.append(launch)
+        self._soon()
+
+    def _sbatch(self, name: str, script: str) -> str | None:
+        """Submit the job named `name`: its id, or None when Slurm cannot take it now (down,
+        or a limit on the user's jobs): the caller holds it and tries again later. After a
+        failure that may have submitted it all the same (a lost answer), it is looked up by
+        name before it is submitted again. A permanent refusal raises SlurmError."""
+        if name in self.unsure:
+            found = self._lookup(name)
+            if found != "":
+                return found  # its id, or None: still unsure
+        try:
+            job_id = self.slurm.sbatch(script)
+        except SlurmError as exc:
+            if exc.kind == PERMANENT:
+                raise
+            if exc.kind == TRANSIENT:
+                self.unsure.add(name)
+            self.health.submit_failed(exc, exc.kind)
+            return None
+        self.health.submit_ok()
+        return job_id
+
+    def _cannot_submit(self, launches: list[Launch], exc: SlurmError) -> None:
+        """Slurm refused these jobs for good (invalid partition, account...): each attempt
+        ends as a launch error, with Slurm's message."""
+        for launch in launches:
+            if launch in self.held:
+                self.held.remove(launch)
+            self.planner.started(launch.trial_id, launch.attempt)
+            self.unsubmitted.append(Ended(launch.trial_id, launch.attempt, None,
+                                          "launch_error", f"sbatch refused the job: {exc}"))
+        self._soon()
 
     def _track(self, launch: Launch, job_id: str) -> None:
         now = time.monotonic()
@@ -137,31 +196,91 @@ class SlurmExecutor(Executor):
         (a lone launch goes as a plain job). A manifest written before sbatch maps each
         task to its trial, so a restarted driver can find them by the array's name."""
         started = []
-        while self.waiting:
-            if self.max_array is None:
-                self.max_array = self.slurm.max_array_size()
-            chunk, self.waiting = (self.waiting[:self.max_array],
-                                   self.waiting[self.max_array:])
-            if len(chunk) == 1:
-                job_ids = [self.slurm.sbatch(sbatch.batch_script(self.spec, chunk[0]))]
-            else:
-                first = chunk[0]
-                self.arrays_dir.mkdir(parents=True, exist_ok=True)
-                manifest = self.arrays_dir / f"{sbatch.array_name(self.spec.name, first.trial_id, first.attempt)}.json"
-                tmp = manifest.with_suffix(".tmp")
-                tmp.write_text(json.dumps([[la.trial_id, la.attempt] for la in chunk]))
-                os.replace(tmp, manifest)
-                throttle = self.spec.executor.array_throttle or self.parallel
-                array_id = self.slurm.sbatch(sbatch.array_script(
-                    self.spec, chunk, throttle, str(self.arrays_dir)))
-                job_ids = [f"{array_id}_{i}" for i in range(len(chunk))]
+        while self.waiting and self.health.may_submit():
+            try:
+                if self.max_array is None:
+                    self.max_array = self.slurm.max_array_size()
+            except SlurmError as exc:
+                self.health.submit_failed(exc, TRANSIENT)
+                break
+            chunk = self.waiting[:min(self.max_array, self.array_cap or self.max_array)]
+            try:
+                chunk, job_ids = self._submit_chunk(chunk)
+            except SlurmError as exc:  # refused for good
+                self.waiting = self.waiting[len(chunk):]
+                self._cannot_submit(chunk, exc)
+                continue
+            if not job_ids:  # held: try again after the back-off
+                if self.health.submit_kind == LIMIT and len(chunk) > 1:
+                    self.array_cap = max(1, len(chunk) // 2)  # the limit counts each task
+                break
+            self.waiting = [la for la in self.waiting if la not in chunk]
             for launch, job_id in zip(chunk, job_ids):
                 self._track(launch, job_id)
                 started.append(Started(launch.trial_id, launch.attempt, host="",
                                        job_id=job_id))
         return started
 
+    def _submit_chunk(self, chunk: list[Launch]) -> tuple[list[Launch], list[str]]:
+        """sbatch one plain job (one launch) or one array; (the launches submitted, their
+        job ids), ids [] when held. An array whose sbatch may have gone through is looked up
+        by name first: found, it holds the launches its manifest lists (those cancelled
+        meanwhile have their tasks cancelled)."""
+        if len(chunk) == 1:
+            name = sbatch.job_name(self.spec.name, chunk[0].trial_id, chunk[0].attempt)
+            job_id = self._sbatch(name, sbatch.batch_script(self.spec, chunk[0]))
+            return chunk, [job_id] if job_id is not None else []
+        first = chunk[0]
+        name = sbatch.array_name(self.spec.name, first.trial_id, first.attempt)
+        manifest = self.arrays_dir / f"{name}.json"
+        if name in self.unsure:
+            found = self._lookup(name)
+            if found is None:
+                return chunk, []
+            if found:
+                array_id = found.split("_")[0]
+                by_key = {(la.trial_id, la.attempt): la for la in self.waiting}
+                tasks = [(tuple(key), f"{array_id}_{i}")
+                         for i, key in enumerate(json.loads(manifest.read_text()))]
+                self._scancel([job_id for key, job_id in tasks if key not in by_key])
+                kept = [(by_key[key], job_id) for key, job_id in tasks if key in by_key]
+                return [la for la, _ in kept], [job_id for _, job_id in kept]
+        self.arrays_dir.mkdir(parents=True, exist_ok=True)
+        tmp = manifest.with_suffix(".tmp")
+        tmp.write_text(json.dumps([[la.trial_id, la.attempt] for la in chunk]))
+        os.replace(tmp, manifest)
+        throttle = self.spec.executor.array_throttle or self.parallel
+        array_id = self._sbatch(name, sbatch.array_script(self.spec, chunk, throttle,
+                                                          str(self.arrays_dir)))
+        if array_id is None:
+            return chunk, []
+        return chunk, [f"{array_id.split('_')[0]}_{i}" for i in range(len(chunk))]
+
+    def _lookup(self, name: str) -> str | None:
+        """For a name in `unsure`: its job id, "" if Slurm holds no such job (it was never
+        submitted), None if Slurm cannot tell now (it stays unsure)."""
+        try:
+            found = self.slurm.job_id_by_name(name)
+        except SlurmError as exc:
+            if exc.kind == PERMANENT:
+                raise
+            self.health.submit_failed(exc, exc.kind)
+            return None
+        self.unsure.discard(name)
+        if found is not None:
+            self.health.submit_ok()
+        return found or ""
+
     def adopt(self, known: Adoptable) -> Started | Ended | None:
+        """As Executor.adopt. While Slurm does not answer, it asks again with back-off (for
+        up to about ADOPT_TRIES minutes; then SlurmError: the store is untouched)."""
+        return retrying(lambda: self._adopt(known), attempts=ADOPT_TRIES,
+                        backoff=Backoff(base=2.0, cap=60.0),
+                        on_retry=lambda exc, delay: self.notes.append(Note(
+                            known.trial_id, "slurm_unreachable", f"adopting its job: {exc}; "
+                            f"asking again in {delay:.0f} s")))
+
+    def _adopt(self, known: Adoptable) -> Started | Ended | None:
         job_id = known.job_id or self._find_by_name(known)
         if job_id is None:
             return None
@@ -186,18 +305,47 @@ class SlurmExecutor(Executor):
         job = self.jobs.get(trial_id)
         if job is not None and not job.cancel_requested:
             job.cancel_requested = True
-            self.slurm.scancel([job.job_id])
+            self._scancel([job.job_id])
             self._soon()
 
     def abandon(self, trial_id: int) -> None:
         job = self.jobs.pop(trial_id, None)
         if job is not None:
-            self.slurm.scancel([job.job_id])
+            self._scancel([job.job_id])
+
+    def _scancel(self, job_ids: list[str], by_name: bool = False) -> None:
+        """scancel now; if Slurm does not answer, poll() sends it again until it does."""
+        pending = [(job_id, by_name) for job_id in job_ids]
+        if not pending:
+            return
+        try:
+            for job_id, named in pending:
+                if named:
+                    self.slurm.scancel_by_name(job_id)
+            self.slurm.scancel([job_id for job_id, named in pending if not named])
+        except SlurmError:
+            self.to_cancel.extend(p for p in pending if p not in self.to_cancel)
+
+    def _retry_cancels(self) -> None:
+        pending, self.to_cancel = self.to_cancel, []
+        self._scancel([job_id for job_id, named in pending if not named])
+        for job_id, named in pending:
+            if named:
+                self._scancel([job_id], by_name=True)
 
     def _cancel_unsubmitted(self, queue: list[Launch], trial_id: int) -> None:
         for launch in queue:  # not submitted yet: it never runs
             if launch.trial_id == trial_id:
                 queue.remove(launch)
+                # ...unless an sbatch whose answer was lost did submit it
+                names = [sbatch.job_name(self.spec.name, trial_id, launch.attempt),
+                         sbatch.array_name(self.spec.name, trial_id, launch.attempt)]
+                if queue:  # the array's first task, if it was not this one
+                    names.append(sbatch.array_name(self.spec.name, queue[0].trial_id,
+                                                   queue[0].attempt))
+                for name in names:
+                    if name in self.unsure:
+                        self._scancel([name], by_name=True)
                 self.planner.started(trial_id, launch.attempt)
                 self.unsubmitted.append(Ended(trial_id, launch.attempt, None, "cancelled",
                                               "cancelled before it was submitted"))
@@ -207,24 +355,36 @@ class SlurmExecutor(Executor):
         if self.pending:
             events, self.pending = self.pending, []
             return events
-        if self.unsubmitted or self.waiting:
-            events, self.unsubmitted = list(self.unsubmitted), []
-            return events + self._submit_waiting()
-        events: list = [started for launch in list(self.held)
-                         if (started := self._place_and_submit(launch)) is not None]
-        if events or self.notes:
-            events, self.notes = self.notes + events, []
+        events: list = list(self.unsubmitted)
+        self.unsubmitted = []
+        if self.waiting and self.health.may_submit():
+            events += self._submit_waiting()
+        if self.held and self.health.may_submit():
+            events += [started for launch in list(self.held)
+                       if (started := self._place_and_submit(launch)) is not None]
+        events = self.notes + self.health.take_notes() + events + self.unsubmitted
+        self.notes, self.unsubmitted = [], []
+        if events:
             return events
         now = time.monotonic()
-        if now < self.next_query:
-            time.sleep(min(timeout, self.next_query - now))
-            if time.monotonic() < self.next_query:
+        next_query = max(self.next_query, self.query_after)
+        if now < next_query:
+            time.sleep(min(timeout, next_query - now))
+            if time.monotonic() < next_query:
                 return []
-        events = self._query(list(self.jobs.values())) if self.jobs else []
+        try:
+            self._retry_cancels()
+            events = self._query(list(self.jobs.values())) if self.jobs else []
+        except SlurmError as exc:  # never the trials' fault: ask again later
+            self.query_after = time.monotonic() + self.health.query_failed(exc)
+            return self.health.take_notes()
+        if self.health.query_ok():  # after an outage nothing was seen for a while
+            for job in self.jobs.values():
+                job.last_seen = time.monotonic()
         # Back off while nothing happens; come back quickly after a change.
         self.wait = self.interval if events else min(self.wait * 1.5, MAX_BACKOFF)
         self.next_query = time.monotonic() + self.wait
-        return events
+        return self.health.take_notes() + events
 
     # -- helpers ---------------------------------------------------------------------------
     def _soon(self) -> None:
@@ -266,10 +426,15 @@ class SlurmExecutor(Executor):
                     and queued.state != "COMPLETING":
                 self._soon()  # Slurm requeues it: its next run's record is on its way
                 continue
-            if rec is None and queued is None and records is None:
-                rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
-            if rec is None and queued is None and job.cancel_requested \
-                    and self._cancelled_before_it_split(job_id, arrays):
+            try:  # a failure here must not lose the requeues found above: ask next time
+                if rec is None and queued is None and records is None:
+                    rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
+                split = rec is None and queued is None and job.cancel_requested \
+                    and self._cancelled_before_it_split(job_id, arrays)
+            except SlurmError as exc:
+                self.query_after = time.monotonic() + self.health.query_failed(exc)
+                continue
+            if split:
                 events.append(self._end(job, None, "cancelled", f"Slurm job {job_id} "
                                         "cancelled while its array was pending"))
                 continue
@@ -368,6 +533,7 @@ class SlurmExecutor(Executor):
 
     def _end(self, job: _Job, code: int | None, kind: str, detail: str) -> Ended:
         del self.jobs[job.trial_id]
+        self.health.room_freed()
         return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes,
                      self.planner.leaves(job.nodes), job.job_id)
 

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
 from hpsearch.errors import EXIT_INCOMPLETE, HpsearchError
-from hpsearch.slurm import parse
+from hpsearch.slurm import failures, parse
 from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
 
 DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while
@@ -31,13 +31,16 @@ _COMMAND_CHARS = 300  # of the command line, in an error message
 class SlurmError(HpsearchError):
     """A Slurm command failed: exited non-zero (for a reason not handled), timed out, or is
     not installed. The message names the command, its exit code and the tail of what it
-    printed on stderr (on stdout where stderr was empty)."""
+    printed on stderr (on stdout where stderr was empty). `kind` says what to do about it
+    (hpsearch.slurm.failures): transient (ask again later), limit (a submit refused by an
+    association/QOS limit: hold it) or permanent."""
 
     exit_code = EXIT_INCOMPLETE
 
     def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
-                 problem: str | None = None) -> None:
+                 problem: str | None = None, kind: str | None = None) -> None:
         self.argv, self.returncode, self.stderr = list(argv), returncode, stderr
+        self.kind = kind or failures.classify(returncode, stderr)
         line = shlex.join(self.argv)
         if len(line) > _COMMAND_CHARS:
             line = line[:_COMMAND_CHARS] + "..."
@@ -105,7 +108,7 @@ class Slurm:
         except OSError as exc:  # not installed, not executable
             raise SlurmError(argv, None, "",
                              f"could not run ({exc.strerror or exc}); is Slurm installed "
-                             f"and on PATH?") from None
+                             f"and on PATH?", kind=failures.PERMANENT) from None
 
     def _check(self, argv: list[str], stdin: str | None = None,
                cwd: str | os.PathLike | None = None) -> str:
@@ -121,8 +124,8 @@ class Slurm:
         try:
             return parser(text)
         except ValueError as exc:
-            raise SlurmError(argv, 0, "", f"printed output hpsearch cannot read: {exc}") \
-                from None
+            raise SlurmError(argv, 0, "", f"printed output hpsearch cannot read: {exc}",
+                             kind=failures.PERMANENT) from None
 
     # -- jobs ------------------------------------------------------------------------------
     def sbatch(self, script: str, extra_args: Sequence[str] = (),
@@ -197,6 +200,13 @@ class Slurm:
             proc = self._run(argv)
             if proc.returncode != 0 and not _only_gone_jobs(proc.stderr):
                 raise _failed(argv, proc)
+
+    def scancel_by_name(self, name: str) -> None:
+        """Cancels this user's jobs named `name` (a job whose sbatch answer was lost)."""
+        argv = ["scancel", "--user", _user(), "--name", name]
+        proc = self._run(argv)
+        if proc.returncode != 0 and not _only_gone_jobs(proc.stderr):
+            raise _failed(argv, proc)
 
     def scontrol_show_job(self, job_id: str) -> dict[str, str]:
         """`scontrol show job ID` as Key=value strings; {} once slurmctld has forgotten the
@@ -306,6 +316,15 @@ def _failed(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
     # Most commands complain on stderr; some only on stdout (`scontrol show node nodeX`
     # prints "Node nodeX not found" there and exits 1).
     return SlurmError(argv, proc.returncode, proc.stderr if proc.stderr.strip() else proc.stdout)
+
+
+def _user() -> str:
+    """This user's name, as Slurm's -u/--user options take it."""
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def _only_gone_jobs(stderr: str) -> bool:

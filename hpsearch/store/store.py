@@ -146,6 +146,14 @@ class Reader:
         found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
         return list(reversed(list(found)))
 
+    def slurm_trouble(self) -> str | None:
+        """The message of the Slurm trouble the driver last reported and has not seen end
+        ("Slurm unreachable since ...", "sbatch refused by a limit since ..."), or None."""
+        row = self.db.execute(
+            "select kind, message from events where trial is null and kind in (?, ?, ?, ?)"
+            " order by id desc limit 1", TROUBLE_KINDS).fetchone()
+        return row[1] if row and row[0] in TROUBLE_KINDS[:2] else None
+
 
 def _switch_journal_mode(conn: sqlite3.Connection, wanted: str, wait: float = 5.0) -> str:
     """Put the store in journal mode `wanted`; returns the mode it is in. Leaving WAL needs a
@@ -157,6 +165,10 @@ def _switch_journal_mode(conn: sqlite3.Connection, wanted: str, wait: float = 5.
         return conn.execute("PRAGMA journal_mode").fetchone()[0]
     finally:
         conn.execute("PRAGMA busy_timeout=30000")
+
+
+# Events of the Slurm executor (hpsearch.executors.slurm_health): trouble began, then ended.
+TROUBLE_KINDS = ("slurm_unreachable", "slurm_limit", "slurm_reachable", "slurm_accepts")
 
 
 class Store(Reader):

@@ -68,6 +68,7 @@ class Snapshot:
     front_size: int | None = None  # several objectives: size of the Pareto front
     cluster: tuple[LeafLine, ...] | None = None  # Slurm only; None: not known (yet)
     cluster_note: str | None = None
+    slurm_trouble: str | None = None  # "Slurm unreachable since ...", while it lasts
     taken: float = field(default_factory=time.time)
 
     @property
@@ -227,7 +228,8 @@ class SnapshotSource:
                         metrics=self.metrics, directions=self.directions,
                         total=exp.trials_requested, counts=counts, elapsed=elapsed, eta=eta,
                         trials=tuple(shown), best=best, best_values=best_values,
-                        front_size=front, cluster=leaves, cluster_note=note, taken=now)
+                        front_size=front, cluster=leaves, cluster_note=note, taken=now,
+                        slurm_trouble=self.reader.slurm_trouble() if running else None)
 
 
 class ClusterWatch:

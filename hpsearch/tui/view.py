@@ -130,6 +130,8 @@ def _header(snap: Snapshot) -> Text:
     text.append(snap.status, style=status_style)
     driver = f"driver pid {snap.driver_pid}" if snap.driver_pid else "no driver running"
     text.append(f" · {driver}", style="dim" if snap.driver_pid else "yellow")
+    if snap.slurm_trouble and snap.driver_pid:
+        text.append(f" · {snap.slurm_trouble}", style="bold red")
     return text
 
 

@@ -1,0 +1,115 @@
+"""What a failed Slurm command means, decided once for every caller (DESIGN.md, seams).
+
+Three kinds:
+
+- transient: slurmctld or slurmdbd did not answer (down, restarting, overloaded, rate
+  limiting RPCs), or the command timed out. Nothing is wrong with the request: ask again
+  later, with back-off. A transient sbatch may have submitted the job all the same (the
+  answer was lost), so its caller looks the job up by name before submitting again.
+- limit: sbatch was refused by an association or QOS limit (MaxSubmitJobs, MaxJobs, ...).
+  The request is fine and will be accepted once some of the user's jobs end: hold it.
+- permanent: the request itself is wrong (invalid partition, account, node count) or Slurm
+  is not installed: asking again gives the same answer.
+
+The patterns are Slurm 22.05's messages, seen on the test cluster (slurmdbd stopped,
+slurmctld stopped, `sacctmgr ... MaxSubmitJobs=1` with AccountingStorageEnforce=limits),
+plus those of the same errors that other versions and sites print.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+TRANSIENT, LIMIT, PERMANENT = "transient", "limit", "permanent"
+
+_TRANSIENT = (
+    "unable to contact slurm controller",  # slurmctld down: squeue, sbatch, scancel, sinfo
+    "socket timed out",                    # slurmctld overloaded: "on send/recv operation"
+    "connection refused",                  # slurmdbd down: sacct ("Problem talking to the
+    "problem talking to the database",     # database: Connection refused")
+    "slurm_persist_conn_open",
+    "connection timed out",
+    "connection reset",
+    "zero bytes were transmitted or received",
+    "transport endpoint is not connected",
+    "resource temporarily unavailable",
+    "slurm temporarily unable to accept job",
+    "rate limit",                          # RPC rate limiting (slurmctld rl_enable)
+    "too many rpc",
+    "slurmctld(primary) at",               # `scontrol ping`: "... is DOWN"
+    "slurm backup controller in standby mode",
+    "communication connection failure",
+    "unable to establish connection",
+    "slurmdbd is not responding",
+    "error sending msg",
+    "insane message length",
+)
+_LIMIT = (
+    "maxsubmitjob",              # AssocMaxSubmitJobLimit, QOSMaxSubmitJobPerUserLimit...
+    "job submit limit",          # "Job violates accounting/QOS policy (job submit limit, ...)"
+    "maxjobs",
+    "qosgrpsubmitjobslimit",
+    "assocgrpsubmitjobslimit",
+    "qosmaxsubmitjob",
+)
+
+
+def classify(returncode: int | None, text: str) -> str:
+    """The kind of a failed Slurm command: TRANSIENT, LIMIT or PERMANENT. `returncode` None
+    means it timed out (transient); `text` is what it printed (stderr, else stdout)."""
+    low = text.lower()
+    if any(pattern in low for pattern in _LIMIT):
+        return LIMIT
+    if returncode is None or any(pattern in low for pattern in _TRANSIENT):
+        return TRANSIENT
+    return PERMANENT
+
+
+class Backoff:
+    """Capped exponential back-off with full jitter, and when the trouble began.
+
+    failed() after each failed attempt returns the seconds to wait before the next (between
+    base * 2**(n-1) * (1 - jitter) and that, capped at `cap`); ok() ends the trouble.
+    `since` is the wall-clock time of the first failure in a row, None while all is well.
+    """
+
+    def __init__(self, base: float = 2.0, cap: float = 60.0, jitter: float = 0.5,
+                 rng: random.Random | None = None) -> None:
+        self.base, self.cap, self.jitter = base, cap, jitter
+        self.failures = 0
+        self.since: float | None = None
+        self._rng = rng or random.Random()
+
+    def failed(self) -> float:
+        self.failures += 1
+        if self.since is None:
+            self.since = time.time()
+        delay = min(self.cap, self.base * 2 ** (self.failures - 1))
+        return delay * (1 - self.jitter * self._rng.random())
+
+    def ok(self) -> float | None:
+        """Ends the trouble; returns how long it lasted (seconds), or None if there was none."""
+        lasted = None if self.since is None else time.time() - self.since
+        self.failures, self.since = 0, None
+        return lasted
+
+
+def retrying(call, attempts: int = 6, backoff: Backoff | None = None,
+             on_retry=lambda exc, delay: None):
+    """call() again after a transient SlurmError (back-off between tries), at most
+    `attempts` times in all; a limit or permanent error, or the last transient one, is
+    raised. For commands a person waits on (cancel, status): they must not hang forever."""
+    from hpsearch.slurm.commands import SlurmError  # it imports this module
+
+    backoff = backoff or Backoff(base=1.0, cap=15.0)
+    for left in range(attempts - 1, -1, -1):
+        try:
+            return call()
+        except SlurmError as exc:
+            if exc.kind != TRANSIENT or left == 0:
+                raise
+            delay = backoff.failed()
+            on_retry(exc, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
