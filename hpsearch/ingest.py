@@ -34,7 +34,8 @@ class TrialFiles:
         saved = state if isinstance(state, dict) else {}
         cursors = _dict(saved.get("cursors"))
         self.trial_dir = Path(trial_dir)
-        self.files = {name: AppendedFile(self.trial_dir / name, Cursor.from_json(cursors.get(name)))
+        self.files = {name: AppendedFile(self.trial_dir / name, Cursor.from_json(cursors.get(name)),
+                                         _PREFIX if name == "stdout.log" else b"")
                       for name in _SOURCES}
         self.result_from_stdout = {k: float(v) for k, v in _dict(saved.get("result")).items()
                                    if isinstance(v, (int, float)) and not isinstance(v, bool)}

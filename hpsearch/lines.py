@@ -20,6 +20,7 @@ from typing import Iterator
 
 MAX_LINE = 1 << 20  # bytes of one line that are kept: 1 MiB
 MAX_WARNINGS = 20  # about skipped lines, per file and trial
+MAX_READ = 16 << 20  # bytes read per file and call while the writer runs (the rest: next call)
 _CHUNK = 1 << 16
 _END = re.compile(rb"[\r\n]")  # \r ends a line too: progress bars redraw one with \r alone
 
@@ -58,9 +59,12 @@ class Line:
 class AppendedFile:
     """One file a trial appends to (metrics.jsonl, stdout.log, checkpoints.jsonl)."""
 
-    def __init__(self, path: Path, cursor: Cursor | None = None) -> None:
+    def __init__(self, path: Path, cursor: Cursor | None = None, prefix: bytes = b"") -> None:
+        """prefix: only lines that start with it are wanted (stdout's `@hpsearch `); other
+        whole lines are passed over without being returned, at the speed of bytes.find."""
         self.path = path
         self.cursor = cursor or Cursor()
+        self.prefix = prefix
         self.restarted = False  # the last lines() found a new file at the path (or a shorter one)
         self.not_regular = False  # the path is a FIFO, device or folder: never read
         self.bytes_read = 0  # total, for tests and benchmarks
@@ -76,7 +80,8 @@ class AppendedFile:
     def lines(self, final: bool = False) -> Iterator[Line]:
         """The lines completed since the last call. With final (the writer has ended), a
         last line without its end is returned too. Reads only the bytes the file had when
-        called; lines appended meanwhile come on the next call. Consume the iterator
+        called (at most MAX_READ of them unless final); the rest come on the next call.
+        With a prefix, other lines may or may not be returned. Consume the iterator
         fully: the cursor moves as lines are returned."""
         self.restarted = False
         try:
@@ -103,6 +108,8 @@ class AppendedFile:
         with fh:
             position = c.offset + len(pending)
             fh.seek(position)
+            if not final:
+                size = min(size, position + MAX_READ)
             while position < size:
                 chunk = fh.read(min(_CHUNK, size - position))
                 if not chunk:
@@ -122,6 +129,10 @@ class AppendedFile:
         c, pending = self.cursor, self._pending
         pos = 0
         while pos < len(chunk):
+            if self.prefix and not pending and not c.skipping:
+                pos = self._pass_over(chunk, pos)
+                if pos == len(chunk):
+                    return
             end = _END.search(chunk, pos)
             stop = end.start() if end else len(chunk)
             if c.skipping:
@@ -150,6 +161,27 @@ class AppendedFile:
                 pending.clear()
                 yield Line(number, data)
             pos = stop + 1
+
+    def _pass_over(self, chunk: bytes, pos: int) -> int:
+        """Consume the whole lines from pos that cannot start with the prefix; returns where
+        the next line that may (or the chunk's unfinished last line) starts."""
+        c, candidate = self.cursor, pos
+        while True:
+            hit = chunk.find(self.prefix, candidate)
+            if hit < 0 or hit == 0 or chunk[hit - 1] in b"\r\n":
+                limit = len(chunk) if hit < 0 else hit
+                break
+            end = _END.search(chunk, hit)  # the prefix inside a line: pass over that line
+            if end is None:
+                limit = hit
+                break
+            candidate = end.end()
+        last = max(chunk.rfind(b"\n", pos, limit), chunk.rfind(b"\r", pos, limit))
+        if last < pos:
+            return pos
+        c.line += chunk.count(b"\n", pos, last + 1)
+        c.offset += last + 1 - pos
+        return last + 1
 
 
 def read_small(path: Path, limit: int = MAX_LINE) -> bytes | None:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from hpsearch.ingest import TrialFiles
-from hpsearch.lines import MAX_LINE
+from hpsearch.lines import MAX_LINE, MAX_READ
 from hpsearch.store.store import Reader, Store
 from tests.helpers import read_store
 
@@ -282,3 +282,20 @@ def test_a_line_in_progress_is_read_once_and_a_rotated_stdout_from_its_start(tmp
     assert again.result_from_stdout == {}  # the last attempt's result lines went with it
     (record,) = again.read_new()
     assert record["step"] == 0 and math.isnan(record["loss"])
+
+
+def test_reports_among_progress_bars_are_found_and_a_running_read_is_bounded(tmp_path):
+    stdout = tmp_path / "stdout.log"
+    stdout.write_bytes(b"[###       ] 42%\r" * 2_000_000 + b"\n@hpsearch step=1 loss=0.5\n"
+                       + b"not a report: @hpsearch step=9 loss=9\n"
+                       + b"@hpsearch step=2 loss=0.25\r@hpsearch step=3 loss=0.125\n")
+    files = TrialFiles(tmp_path)
+    reader = files.files["stdout.log"]
+    steps, calls = [], 0
+    while reader.cursor.offset < stdout.stat().st_size:
+        before = reader.bytes_read
+        steps += [r["step"] for r in files.read_new()]  # the trial still runs: not final
+        assert reader.bytes_read - before <= MAX_READ
+        calls += 1
+    assert steps == [1, 2, 3] and calls == 3  # 34 MB in 16 MiB reads
+    assert reader.cursor.line == 4 and files.warnings == []
