@@ -87,6 +87,25 @@ def missing_module(strategy: str) -> str | None:
     return None
 
 
+def run_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
+    """(key path, problem) for what would stop a valid spec only when `submit` starts it
+    here: a missing package, too few GPU slots, a path that cannot go into a batch script,
+    a launcher the executor cannot run; or None."""
+    missing = missing_module(spec.search.strategy)
+    if missing:
+        return ("search", "strategy"), missing
+    gpus, per_trial = spec.executor.gpus, spec.resources.gpus_per_node or 1
+    if spec.executor.type == "local" and isinstance(gpus, tuple) and len(gpus) < per_trial:
+        return ("executor", "gpus"), (f"lists {len(gpus)} device(s) but each trial needs "
+                                      f"{per_trial} (resources.gpus_per_node)")
+    for key, where in (("workdir", spec.workdir), ("runs_dir", spec.runs_dir)):
+        problem = control_character(str(where))
+        if problem:  # it becomes --chdir= or --output= in a batch script
+            return (key,), (f"{problem}: {str(where)!r} (from {key}, --runs-dir, "
+                            "HPSEARCH_RUNS_DIR or the spec's folder)")
+    return launch_problem(spec)
+
+
 def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) if the launcher, container and executor cannot start a trial
     together, found by building the first trial's launch as the driver would; or None."""

@@ -182,24 +182,10 @@ class _Validator:
         if executor is not None:  # submit --executor
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))
-        self.runnable(spec)
-        return spec
-
-    def runnable(self, spec: m.Spec) -> None:
-        """What `submit` would find only when it starts: refused here, before any file."""
-        self.check(("search", "strategy"), checks.missing_module(spec.search.strategy))
-        gpus, per_trial = spec.executor.gpus, spec.resources.gpus_per_node or 1
-        if spec.executor.type == "local" and isinstance(gpus, tuple) and len(gpus) < per_trial:
-            raise self.fail(("executor", "gpus"), f"lists {len(gpus)} device(s) but each trial "
-                                                  f"needs {per_trial} (resources.gpus_per_node)")
-        for key, where in (("workdir", spec.workdir), ("runs_dir", spec.runs_dir)):
-            problem = checks.control_character(str(where))
-            if problem:  # it becomes --chdir= or --output= in a batch script
-                raise self.fail((key,), f"{problem}: {str(where)!r} (from {key}, --runs-dir, "
-                                        "HPSEARCH_RUNS_DIR or the spec's folder)")
-        found = checks.launch_problem(spec)
+        found = checks.run_problem(spec)  # what `submit` would find only when it starts
         if found:
             raise self.fail(*found)
+        return spec
 
     def path(self, value: Any, path: KeyPath) -> Path:
         p = Path(self.string(value, path)).expanduser()
