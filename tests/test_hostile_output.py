@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -299,3 +300,18 @@ def test_reports_among_progress_bars_are_found_and_a_running_read_is_bounded(tmp
         calls += 1
     assert steps == [1, 2, 3] and calls == 3  # 34 MB in 16 MiB reads
     assert reader.cursor.line == 4 and files.warnings == []
+
+
+def test_garbage_gives_a_few_warnings_and_a_fifo_is_never_read(tmp_path):
+    (tmp_path / "metrics.jsonl").write_bytes(b"garbage\n" * 1000)
+    os.mkfifo(tmp_path / "stdout.log")  # a trial that makes its output a FIFO must not block us
+    os.mkfifo(tmp_path / "result.json")
+    files = TrialFiles(tmp_path)
+    assert files.read_new(final=True) == [] and files.result() is None
+    assert len(files.warnings) == 20 + 1 + 2, files.warnings
+    assert "more than 20 malformed lines" in files.warnings[20]
+    assert sum("not a regular file" in w for w in files.warnings) == 2
+    again = TrialFiles(tmp_path, files.unsaved())  # a resumed driver: no warning again
+    with open(tmp_path / "metrics.jsonl", "ab") as fh:
+        fh.write(b"more garbage\n")
+    assert again.read_new() == [] and again.warnings == []
