@@ -52,6 +52,14 @@ def with_executor(spec: Spec, executor_type: str | None) -> Spec:
                                                                   type=executor_type))
 
 
+def with_instance(spec: Spec, store: Reader) -> Spec:
+    """The spec of this instance of the experiment: its Slurm job names carry a tag of its
+    creation time, and no job submitted before that time is taken for one of its own."""
+    from hpsearch.slurm.sbatch import instance_tag
+    created = store.experiment().created
+    return dataclasses.replace(spec, instance=instance_tag(created), created=created)
+
+
 def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | None,
                    resume_existing: bool) -> tuple[Spec, bool]:
     """Validate the spec and check the name is free. Returns (spec, exists). Writes nothing.
@@ -176,6 +184,11 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
                 _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
                 create_store(spec, make_search(spec).total).close()
+            reader = Reader(exp_dir / STORE_FILE)
+            try:
+                spec = with_instance(spec, reader)
+            finally:
+                reader.close()
         finally:
             lock.release()
     job_id = Slurm().sbatch(driver_script(spec, sys.executable, driver_time))
@@ -202,6 +215,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
             else:
                 store = Store(exp_dir / STORE_FILE)
             on_ready()
+            spec = with_instance(spec, store)
             return Driver(spec, store, make_executor(spec), search, on_event).run()
         finally:
             lock.release()

@@ -37,7 +37,9 @@ RUN=$STATE_DIR/run
 LOG=$STATE_DIR/log
 SPOOL=$STATE_DIR/spool
 SLURM_CONF_FILE=$ETC/slurm.conf
-MUNGE_SOCKET=$STATE_DIR/munge/munge.socket
+# In a folder of its own that every user can reach (the key stays in munge/, mode 700):
+# the tests submit jobs as a second user too.
+MUNGE_SOCKET=$STATE_DIR/munge-socket/munge.socket
 MYSQL_SOCKET=$STATE_DIR/mysql/mysqld.sock
 MYSQL_PORT=$((PORT_BASE + 6))
 SLURMCTLD_PORT=$((PORT_BASE + 17))
@@ -122,6 +124,8 @@ make_state_dir() {
     mkdir -p "$ETC" "$RUN" "$LOG" "$SPOOL/slurmctld" "$STATE_DIR/dev" "$STATE_DIR/mysql"
     mkdir -p "$STATE_DIR/munge"
     chmod 700 "$STATE_DIR/munge"  # munged refuses a key directory others can read
+    mkdir -p "$STATE_DIR/munge-socket"
+    chmod 755 "$STATE_DIR/munge-socket"
     local i
     for i in $(seq 1 "$NODE_COUNT"); do mkdir -p "$SPOOL/slurmd-node$i"; done
     for i in $(seq 0 $((NODE_GPUS - 1))); do make_placeholder_gpu "$STATE_DIR/dev/nvidia$i"; done

@@ -16,6 +16,12 @@ def read_store(runs: Path, name: str):
         reader.close()
 
 
+def job_prefix(runs: Path, name: str) -> str:
+    """`hps.<name>.<instance tag>`: how this instance of the experiment names its Slurm jobs."""
+    from hpsearch.slurm.sbatch import instance_tag
+    return f"hps.{name}.{instance_tag(read_store(runs, name)[0].created)}"
+
+
 def quad(x: float, y: float) -> float:
     return (x - 1) ** 2 + (y + 2) ** 2
 

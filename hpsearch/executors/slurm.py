@@ -119,7 +119,7 @@ class SlurmExecutor(Executor):
                                        f"{self.spec.placement.max_wait:g} s for "
                                        f"{self.spec.resources.nodes} free nodes under one leaf"))
             return self._hold(launch)
-        name = sbatch.job_name(self.spec.name, launch.trial_id, launch.attempt)
+        name = self._job_name(launch.trial_id, launch.attempt)
         try:
             job_id = self._sbatch(name, sbatch.batch_script(self.spec, launch,
                                                             placement.options))
@@ -227,11 +227,11 @@ class SlurmExecutor(Executor):
         by name first: found, it holds the launches its manifest lists (those cancelled
         meanwhile have their tasks cancelled)."""
         if len(chunk) == 1:
-            name = sbatch.job_name(self.spec.name, chunk[0].trial_id, chunk[0].attempt)
+            name = self._job_name(chunk[0].trial_id, chunk[0].attempt)
             job_id = self._sbatch(name, sbatch.batch_script(self.spec, chunk[0]))
             return chunk, [job_id] if job_id is not None else []
         first = chunk[0]
-        name = sbatch.array_name(self.spec.name, first.trial_id, first.attempt)
+        name = self._array_name(first.trial_id, first.attempt)
         manifest = self.arrays_dir / f"{name}.json"
         if name in self.unsure:
             found = self._lookup(name)
@@ -260,7 +260,7 @@ class SlurmExecutor(Executor):
         """For a name in `unsure`: its job id, "" if Slurm holds no such job (it was never
         submitted), None if Slurm cannot tell now (it stays unsure)."""
         try:
-            found = self.slurm.job_id_by_name(name)
+            found = self.slurm.job_id_by_name(name, self.spec.created)
         except SlurmError as exc:
             if exc.kind == PERMANENT:
                 raise
@@ -338,10 +338,10 @@ class SlurmExecutor(Executor):
             if launch.trial_id == trial_id:
                 queue.remove(launch)
                 # ...unless an sbatch whose answer was lost did submit it
-                names = [sbatch.job_name(self.spec.name, trial_id, launch.attempt),
-                         sbatch.array_name(self.spec.name, trial_id, launch.attempt)]
+                names = [self._job_name(trial_id, launch.attempt),
+                         self._array_name(trial_id, launch.attempt)]
                 if queue:  # the array's first task, if it was not this one
-                    names.append(sbatch.array_name(self.spec.name, queue[0].trial_id,
+                    names.append(self._array_name(queue[0].trial_id,
                                                    queue[0].attempt))
                 for name in names:
                     if name in self.unsure:
@@ -391,15 +391,21 @@ class SlurmExecutor(Executor):
         self.wait = self.interval
         self.next_query = min(self.next_query, time.monotonic() + min(1.0, self.interval))
 
+    def _job_name(self, trial_id: int, attempt: int) -> str:
+        return sbatch.job_name(self.spec.name, trial_id, attempt, self.spec.instance)
+
+    def _array_name(self, first_trial: int, attempt: int) -> str:
+        return sbatch.array_name(self.spec.name, first_trial, attempt, self.spec.instance)
+
     def _find_by_name(self, known: Adoptable) -> str | None:
-        name = sbatch.job_name(self.spec.name, known.trial_id, known.attempt)
-        found = self.slurm.job_id_by_name(name)
+        name = self._job_name(known.trial_id, known.attempt)
+        found = self.slurm.job_id_by_name(name, self.spec.created)
         if found is not None:
             return found
         for manifest in sorted(self.arrays_dir.glob("*.json")):  # was it in an array?
             tasks = [tuple(t) for t in json.loads(manifest.read_text())]
             if (known.trial_id, known.attempt) in tasks:
-                array_id = self.slurm.job_id_by_name(manifest.stem)
+                array_id = self.slurm.job_id_by_name(manifest.stem, self.spec.created)
                 if array_id is not None:
                     return f"{array_id.split('_')[0]}_{tasks.index((known.trial_id, known.attempt))}"
         return None

@@ -16,6 +16,7 @@ import collections
 import os
 import shlex
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from hpsearch.errors import EXIT_INCOMPLETE, HpsearchError
@@ -24,6 +25,7 @@ from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
 
 DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while
 MAX_IDS_PER_CALL = 500  # job ids per sacct/squeue/scancel call
+CLOCK_SKEW = 300.0  # seconds the login node's clock may be ahead of slurmctld's
 _STDERR_TAIL_CHARS = 600
 _COMMAND_CHARS = 300  # of the command line, in an error message
 
@@ -237,23 +239,30 @@ class Slurm:
         # Asked for "123" and got its tasks, or asked for a task by its own job id.
         return records[0] if records else None
 
-    def job_id_by_name(self, name: str) -> str | None:
-        """The id of the newest job named `name` (slurmctld's queue first, then
-        accounting), or None. For finding a job whose id a crash kept from being stored."""
-        argv = ["squeue", "-h", "-t", "all", "--name", name, "-o", "%i|%j"]
-        queued = [line.split("|", 1)[0] for line in self._check(argv).splitlines()
-                  if line.split("|", 1)[-1] == name]
+    def job_id_by_name(self, name: str, since: float | None = None) -> str | None:
+        """The id of this user's newest job named `name` submitted after `since` (a Unix
+        time; None: any time), slurmctld's queue first, then accounting, or None. For finding
+        a job whose id a crash kept from being stored: never another user's job, nor one
+        older than the experiment that looks for it."""
+        user = _user()
+        argv = ["squeue", "-h", "-t", "all", "--user", user, "--name", name, "-o", "%i|%j|%V"]
+        queued = [fields[0] for fields in (line.split("|") for line in
+                                           self._check(argv).splitlines())
+                  if len(fields) == 3 and fields[1] == name and _after(fields[2], since)]
         if queued:
             return max(queued, key=_job_id_order)
-        argv = ["sacct", "--parsable2", "--noheader", "-X", "--starttime=1970-01-01",
-                "--name", name, f"--format={parse.SACCT_FORMAT}"]
+        start = "1970-01-01T00:00:00" if since is None else time.strftime(
+            "%Y-%m-%dT%H:%M:%S", time.localtime(since - CLOCK_SKEW))
+        argv = ["sacct", "--parsable2", "--noheader", "-X", f"--starttime={start}",
+                "--user", user, "--name", name, f"--format={parse.SACCT_FORMAT}"]
         proc = self._run(argv)
         if proc.returncode != 0:
             if parse.is_accounting_disabled(proc.stderr):
                 return None
             raise _failed(argv, proc)
         records = [r for r in self._parsed(argv, parse.parse_sacct, proc.stdout)
-                   if r.name == name]
+                   if r.name == name and (since is None or r.submit is None
+                                          or r.submit.timestamp() >= since - CLOCK_SKEW)]
         if not records:
             return None
         newest = max(records, key=lambda r: (r.submit is not None, r.submit or 0,
@@ -316,6 +325,17 @@ def _failed(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
     # Most commands complain on stderr; some only on stdout (`scontrol show node nodeX`
     # prints "Node nodeX not found" there and exits 1).
     return SlurmError(argv, proc.returncode, proc.stderr if proc.stderr.strip() else proc.stdout)
+
+
+def _after(submitted: str, since: float | None) -> bool:
+    """squeue's %V (submit time, ISO) is at or after `since`, less the clock skew allowed."""
+    if since is None:
+        return True
+    try:
+        when = time.mktime(time.strptime(submitted.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return True  # unreadable: the name, unique per experiment instance, still holds
+    return when >= since - CLOCK_SKEW
 
 
 def _user() -> str:

@@ -17,9 +17,24 @@ from hpsearch.trial import EXIT_RESUME
 _SAFE = re.compile(r"^[^\s\"']*$")
 
 
-def job_name(experiment: str, trial_id: int, attempt: int) -> str:
-    """Unique per attempt, so a restarted driver can find a job whose id it never stored."""
-    return f"hps.{experiment}.{trial_id}.{attempt}"
+def instance_tag(created: float) -> str:
+    """Six base-36 characters from an experiment's creation time (microseconds): they tell
+    this experiment's jobs from those of an earlier one of the same name."""
+    n, digits = int(created * 1_000_000), []
+    for _ in range(6):
+        n, d = divmod(n, 36)
+        digits.append("0123456789abcdefghijklmnopqrstuvwxyz"[d])
+    return "".join(reversed(digits))
+
+
+def _prefix(experiment: str, instance: str) -> str:
+    return f"hps.{experiment}.{instance}" if instance else f"hps.{experiment}"
+
+
+def job_name(experiment: str, trial_id: int, attempt: int, instance: str = "") -> str:
+    """Unique per experiment instance and attempt, so a restarted driver can find a job whose
+    id it never stored, and never takes a job of a re-created experiment of the same name."""
+    return f"{_prefix(experiment, instance)}.{trial_id}.{attempt}"
 
 
 def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
@@ -27,7 +42,7 @@ def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
     the attempt's own (the retry rules': --exclude, --mem, --time), which win."""
     res = spec.resources
     opts = [
-        f"--job-name={job_name(spec.name, launch.trial_id, launch.attempt)}",
+        f"--job-name={job_name(spec.name, launch.trial_id, launch.attempt, spec.instance)}",
         f"--output={launch.trial_dir / 'stdout.log'}",
         f"--error={launch.trial_dir / 'stderr.log'}",
         "--open-mode=append",
@@ -106,9 +121,9 @@ def batch_script(spec: Spec, launch: Launch, extra: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def array_name(experiment: str, first_trial: int, attempt: int) -> str:
+def array_name(experiment: str, first_trial: int, attempt: int, instance: str = "") -> str:
     """The job name of an array whose task 0 is `first_trial`'s attempt `attempt`."""
-    return f"hps.{experiment}.array.{first_trial}.{attempt}"
+    return f"{_prefix(experiment, instance)}.array.{first_trial}.{attempt}"
 
 
 def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str) -> str:
@@ -123,7 +138,7 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
                          "--time) cannot share a job array; submit them as plain jobs")
     opts = [o for o in sbatch_options(spec, first)
             if not o.startswith(("--job-name=", "--output=", "--error="))]
-    opts = [f"--job-name={array_name(spec.name, first.trial_id, first.attempt)}",
+    opts = [f"--job-name={array_name(spec.name, first.trial_id, first.attempt, spec.instance)}",
             f"--array=0-{len(launches) - 1}%{throttle}",
             f"--output={log_dir}/%A_%a.out", f"--error={log_dir}/%A_%a.out"] + opts
     lines = ["#!/bin/bash"] + [_directive(opt) for opt in opts]
@@ -142,10 +157,15 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
     return "\n".join(lines) + "\n"
 
 
+def driver_name(spec: Spec) -> str:
+    """The job name of the experiment's driver job (`submit --driver-job`)."""
+    return f"hps-driver.{spec.name}" + (f".{spec.instance}" if spec.instance else "")
+
+
 def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
     """The batch script that runs the experiment's driver as its own small job."""
     exp_dir = spec.experiment_dir
-    opts = [f"--job-name=hps-driver.{spec.name}", f"--output={exp_dir / 'driver.log'}",
+    opts = [f"--job-name={driver_name(spec)}", f"--output={exp_dir / 'driver.log'}",
             "--open-mode=append", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
             "--requeue", f"--chdir={spec.workdir}"]
     res = spec.resources

@@ -197,6 +197,10 @@ class Spec:
     source: Path | None = None  # the YAML file it came from
     raw: dict = field(default_factory=dict, compare=False, repr=False)  # as written, for the store
     text: str = field(default="", compare=False, repr=False)  # the YAML as read, for the store
+    # Which instance of the experiment this is, once its store exists (session.with_instance):
+    # a tag in its Slurm job names, and its creation time, before which no job is its own.
+    instance: str = field(default="", compare=False)
+    created: float | None = field(default=None, compare=False)
 
     @property
     def multi_objective(self) -> bool:

@@ -12,7 +12,7 @@ import uuid
 from collections import Counter
 
 from hpsearch.store import STORE_FILE
-from tests.helpers import read_store
+from tests.helpers import job_prefix, read_store
 
 RUN = uuid.uuid4().hex[:6]
 TRIALS, KILLS = 24, 20
@@ -67,8 +67,9 @@ def test_sigkill_at_20_random_moments_loses_and_duplicates_nothing(cli, slurm_cl
     # Every job hpsearch submitted has a unique name per (trial, attempt): one sbatch each.
     deadline = time.monotonic() + 30
     while True:
-        names = _job_names(slurm_cluster, f"hps.{name}.")
-        expected = {f"hps.{name}.{t.id}.{a}" for t in trials for a in range(1, t.attempt + 1)}
+        prefix = job_prefix(cli.runs, name)
+        names = _job_names(slurm_cluster, f"{prefix}.")
+        expected = {f"{prefix}.{t.id}.{a}" for t in trials for a in range(1, t.attempt + 1)}
         if set(names) >= expected or time.monotonic() > deadline:
             break
         time.sleep(1)

@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 
 from hpsearch.slurm.hostlist import expand
-from tests.helpers import read_store
+from tests.helpers import job_prefix, read_store
 
 SPEC = """
 name: {name}
@@ -25,7 +25,7 @@ resources: {{nodes: {nodes}, time: "00:05:00"}}
 executor: {{type: slurm, poll_interval: 0.5, array: {array}}}
 """
 
-# Experiment names are unique per test session: job names (hps.<name>.<trial>.<attempt>) must
+# Experiment names are unique per test session: job names (hps.<name>.<tag>.<trial>.<attempt>) must
 # not meet those of an earlier session in the cluster's accounting.
 RUN = uuid.uuid4().hex[:6]
 
@@ -78,8 +78,9 @@ def test_slurm_search_runs_each_trial_as_a_job(cli, slurm_cluster):
         assert f"node={t.nodes}" in node  # the node Slurm reports is where it ran
         (state,) = slurm_cluster.wait_for_accounting(t.job_id, "State,NodeList")
         assert state == ["COMPLETED", t.nodes]
-    assert _jobs_named(slurm_cluster, f"hps.{name}.", 4) == Counter(
-        {f"hps.{name}.{i}.1": 1 for i in range(4)})
+    prefix = job_prefix(cli.runs, name)
+    assert _jobs_named(slurm_cluster, f"{prefix}.", 4) == Counter(
+        {f"{prefix}.{i}.1": 1 for i in range(4)})
 
 
 def test_two_node_trials_get_two_distinct_nodes(cli, slurm_cluster):
@@ -152,8 +153,9 @@ def test_resume_after_kill_between_sbatch_and_store_submits_nothing_twice(cli, s
     _, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed"] * 4
     assert all(t.attempt == 1 for t in trials)  # the unrecorded job was found, not resubmitted
-    assert _jobs_named(slurm_cluster, f"hps.{name}.", 4) == Counter(
-        {f"hps.{name}.{i}.1": 1 for i in range(4)})
+    prefix = job_prefix(cli.runs, name)
+    assert _jobs_named(slurm_cluster, f"{prefix}.", 4) == Counter(
+        {f"{prefix}.{i}.1": 1 for i in range(4)})
 
 
 def test_ready_single_node_trials_go_as_job_arrays(cli, slurm_cluster):
@@ -170,7 +172,7 @@ def test_ready_single_node_trials_go_as_job_arrays(cli, slurm_cluster):
         assert t.objective_values == [t.params["x"]]
     first = trials[0].job_id.split("_")[0]
     records = slurm_cluster.wait_for_accounting(first, "State,JobName", rows=arrays[first])
-    assert all(r == ["COMPLETED", f"hps.{name}.array.0.1"] for r in records)
+    assert all(r == ["COMPLETED", f"{job_prefix(cli.runs, name)}.array.0.1"] for r in records)
 
 
 def test_resume_finds_array_tasks_whose_ids_were_never_stored(cli, slurm_cluster):

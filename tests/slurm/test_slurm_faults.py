@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_store
+from tests.helpers import job_prefix, read_store
 
 RUN = uuid.uuid4().hex[:6]
 SPEC = """
@@ -121,16 +121,16 @@ def _each_trial_once(cli, slurm_cluster, name: str, trials: int) -> list:
     assert exp.status == "completed"
     assert [(t.state, t.attempt) for t in rows] == [("completed", 1)] * trials, \
         [(t.id, t.state, t.attempt, t.error) for t in rows]
-    deadline = time.monotonic() + 60
+    prefix, deadline = job_prefix(cli.runs, name), time.monotonic() + 60
     while True:
         out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
                                 "-o", "JobName", "--name",
-                                ",".join(f"hps.{name}.{t.id}.1" for t in rows)).stdout
+                                ",".join(f"{prefix}.{t.id}.1" for t in rows)).stdout
         names = Counter(out.split())
         if len(names) >= trials or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert names == Counter({f"hps.{name}.{t.id}.1": 1 for t in rows}), names
+    assert names == Counter({f"{prefix}.{t.id}.1": 1 for t in rows}), names
     return rows
 
 
