@@ -10,11 +10,13 @@ filesystems, NFSv3+, Lustre, GPFS and BeeGFS), or, where hard links are not supp
 created with O_CREAT|O_EXCL. Its content is one JSON object on one line:
 
     {"format": 1, "experiment": "quad", "host": "login1", "boot_id": "6f1c...",
-     "pid": 4242, "pid_start": 1234567, "acquired": 1718000000.0, "token": "9b2e..."}
+     "pid": 4242, "pid_start": 1234567, "acquired": 1718000000.0, "token": "9b2e...",
+     "slurm_job": "812", "slurm_restart": 0}
 
 host: socket.gethostname(); boot_id: /proc/sys/kernel/random/boot_id; pid_start: field 22
 of /proc/<pid>/stat (clock ticks after boot), so a reused pid is not mistaken for the driver;
-token: random, names this lock among all others.
+token: random, names this lock among all others; slurm_job, slurm_restart: SLURM_JOB_ID and
+SLURM_RESTART_COUNT of a driver that runs as a Slurm job (`--driver-job`), else null and 0.
 
 Heartbeat: the file's mtime. The live driver sets it to now every HEARTBEAT seconds (a
 thread, futimens on its own open descriptor, so it never touches another driver's file).
@@ -22,6 +24,8 @@ thread, futimens on its own open descriptor, so it never touches another driver'
 Is the holder alive (`DriverLock.owner()`)?
 - written on this host (same host name and boot id): while a process with that pid and
   start time exists; a driver killed even by SIGKILL is seen dead at once;
+- written by an earlier run of the Slurm job this process runs in (same SLURM_JOB_ID, lower
+  SLURM_RESTART_COUNT: a requeued driver job): dead, as Slurm ended that run before requeuing;
 - written on another host, or on a namesake or this host before a reboot (another boot id):
   while the heartbeat is younger than STALE_AFTER (clocks must agree to well within that);
 - unreadable content (empty, not JSON, pid 0, 1 or negative): while younger than STALE_AFTER.
@@ -70,26 +74,31 @@ class LockRecord:
     pid_start: int | None
     acquired: float
     token: str
+    slurm_job: str | None = None
+    slurm_restart: int = 0
     format: int = FORMAT
 
     @classmethod
     def mine(cls, experiment: str) -> "LockRecord":
         host, boot = this_host()
         return cls(experiment, host, boot, os.getpid(), start_time(os.getpid()), time.time(),
-                   os.urandom(8).hex())
+                   os.urandom(8).hex(), *slurm_run())
 
     @classmethod
     def parse(cls, text: str) -> "LockRecord | None":
         """The record in `text`, or None where it is not one (empty, garbage, bad pid)."""
         try:
             data = json.loads(text)
+            job = data.get("slurm_job")
             record = cls(str(data["experiment"]), str(data["host"]), str(data["boot_id"]),
                          data["pid"], data.get("pid_start"), float(data["acquired"]),
-                         str(data["token"]))
-        except (ValueError, TypeError, KeyError):
+                         str(data["token"]), None if job is None else str(job),
+                         data.get("slurm_restart", 0))
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
         valid = (type(record.pid) is int and record.pid > 1 and
-                 (record.pid_start is None or type(record.pid_start) is int))
+                 (record.pid_start is None or type(record.pid_start) is int) and
+                 type(record.slurm_restart) is int)
         return record if valid else None
 
     def text(self) -> str:
@@ -103,6 +112,16 @@ def this_host() -> tuple[str, str]:
     except OSError:
         boot = ""
     return socket.gethostname(), boot
+
+
+def slurm_run() -> tuple[str | None, int]:
+    """(job id, restart count) of the Slurm job this process runs in, or (None, 0)."""
+    job = os.environ.get("SLURM_JOB_ID") or None
+    try:
+        restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        restart = 0
+    return job, restart
 
 
 @dataclass(frozen=True)
@@ -139,9 +158,16 @@ def read(path: Path) -> Holder | None:
     local = record is not None and (record.host, record.boot_id) == this_host()
     if local:
         alive = start_time(record.pid) == record.pid_start
+    elif record is not None and record.slurm_job and _earlier_run_of_my_job(record):
+        alive = False
     else:
         alive = age < STALE_AFTER
     return Holder(record, text, age, local, alive, (st.st_dev, st.st_ino))
+
+
+def _earlier_run_of_my_job(record: LockRecord) -> bool:
+    job, restart = slurm_run()
+    return record.slurm_job == job and record.slurm_restart < restart
 
 
 class DriverLock:

@@ -220,21 +220,25 @@ def test_reader_recovers_a_store_left_mid_transaction_in_rollback_mode(tmp_path,
 
 
 # -- the driver lock -------------------------------------------------------------------------
-def _stale_locks():
-    host, _ = this_host()
-    return {
-        "dead-driver-on-this-host": lambda: dict(zip(("pid", "pid_start"), _dead_pid())),
-        "another-host-old-heartbeat": lambda: dict(host="node-elsewhere", age=STALE_AFTER + 60),
-        "this-host-before-a-reboot": lambda: dict(boot_id="0ld-b00t", age=STALE_AFTER + 60),
-        "old-garbage": lambda: dict(text="not a lock\n", age=STALE_AFTER + 60),
-    }
+REQUEUED = {"SLURM_JOB_ID": "8812", "SLURM_RESTART_COUNT": "1"}  # a driver job's 2nd run
+STALE_LOCKS = {  # case -> (lock file fields, environment of the new driver)
+    "dead-driver-on-this-host": (lambda: dict(zip(("pid", "pid_start"), _dead_pid())), {}),
+    "another-host-old-heartbeat": (lambda: dict(host="node-elsewhere", age=STALE_AFTER + 60),
+                                   {}),
+    "this-host-before-a-reboot": (lambda: dict(boot_id="0ld-b00t", age=STALE_AFTER + 60), {}),
+    "old-garbage": (lambda: dict(text="not a lock\n", age=STALE_AFTER + 60), {}),
+    # fresh heartbeat, but written by the run of this Slurm job that Slurm requeued
+    "earlier-run-of-this-driver-job": (lambda: dict(host="node-elsewhere", slurm_job="8812",
+                                                    slurm_restart=0, age=20), REQUEUED),
+}
 
 
-@pytest.mark.parametrize("case", list(_stale_locks()))
+@pytest.mark.parametrize("case", list(STALE_LOCKS))
 def test_a_stale_lock_is_taken_over(cli, case):
     spec = _spec(cli, "stale")
-    lock = _write_lock(cli.runs / "stale", **_stale_locks()[case]())
-    proc = cli("submit", spec, env=NETWORK, check=0)
+    fields, env = STALE_LOCKS[case]
+    lock = _write_lock(cli.runs / "stale", **fields())
+    proc = cli("submit", spec, env={**NETWORK, **env}, check=0)
     assert "already" not in proc.stderr
     exp, trials = read_store(cli.runs, "stale")
     assert exp.status == "completed" and len(trials) == 4
@@ -242,19 +246,22 @@ def test_a_stale_lock_is_taken_over(cli, case):
     assert not list(lock.parent.glob(".driver.lock*")) and not list(lock.parent.glob("*takeover"))
 
 
-@pytest.mark.parametrize("case", ["another-host", "namesake-other-boot", "young-garbage",
-                                  "empty"])
+@pytest.mark.parametrize("case", ["another-host", "namesake-other-boot", "same-driver-job-run",
+                                  "young-garbage", "empty"])
 def test_a_live_lock_of_another_driver_refuses_submit_and_resume(cli, case):
     spec = _spec(cli, "held")
     fields = {"another-host": dict(host="node-elsewhere", pid=4242),
               "namesake-other-boot": dict(boot_id="other-boot", pid=4242),
+              "same-driver-job-run": dict(host="node-elsewhere", pid=4242, slurm_job="8812",
+                                          slurm_restart=1),
               "young-garbage": dict(text="{\"pid\": \n"),
               "empty": dict(text="")}[case]
+    env = {**NETWORK, **(REQUEUED if case == "same-driver-job-run" else {})}
     lock = _write_lock(cli.runs / "held", age=30, **fields)
     before = lock.read_bytes()
-    proc = cli("submit", spec, env=NETWORK, check=2)
-    if case in ("another-host", "namesake-other-boot"):
-        host = "node-elsewhere" if case == "another-host" else this_host()[0]
+    proc = cli("submit", spec, env=env, check=2)
+    if "garbage" not in case and case != "empty":
+        host = this_host()[0] if case == "namesake-other-boot" else "node-elsewhere"
         assert f"already being driven by pid 4242 on host {host}" in proc.stderr
         assert re.search(r"heartbeat 3\d s ago", proc.stderr), proc.stderr
     else:
@@ -267,7 +274,7 @@ def test_a_live_lock_of_another_driver_refuses_submit_and_resume(cli, case):
     cli("submit", spec, check=0)
     lock = _write_lock(cli.runs / "held", age=30, **fields)
     events = _events(cli.runs / "held" / STORE_FILE)
-    cli("resume", "held", env=NETWORK, check=2)
+    cli("resume", "held", env=env, check=2)
     assert _events(cli.runs / "held" / STORE_FILE) == events
 
 
