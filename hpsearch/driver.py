@@ -49,9 +49,15 @@ class _Live:
 
 class Driver:
     def __init__(self, spec: Spec, store: Store, executor: Executor, search: Search,
-                 on_event: Callable[[str], None] = lambda line: None) -> None:
+                 on_event: Callable[[str], None] = lambda line: None,
+                 leave_on: Callable[[int], str | None] | None = None) -> None:
+        """leave_on: for a driver that runs as a Slurm job (hpsearch.driver_job), given a
+        signal, why the driver should leave its trials running and exit (its time limit is
+        near, it is preempted), or None when the signal means stop and cancel them."""
         self.spec, self.store, self.executor, self.search = spec, store, executor, search
         self.on_event = on_event
+        self.leave_on = leave_on
+        self.left: str | None = None  # why it left its trials running (leave_on)
         self.metrics = [o.metric for o in spec.objectives]
         self.live: dict[int, _Live] = {}
         self.queue: list[int] = []  # trials waiting for a new attempt
@@ -69,7 +75,7 @@ class Driver:
         try:
             self.recover()
             self.loop()
-            return self.finish()
+            return self._leave() if self.left else self.finish()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -122,6 +128,8 @@ class Driver:
     def loop(self) -> None:
         next_ingest = time.monotonic() + INGEST_INTERVAL
         while True:
+            if self.left:
+                return
             if self.stop_reason:
                 self._stop_all()
                 return
@@ -374,14 +382,19 @@ class Driver:
     # -- stopping and the end --------------------------------------------------------------
     def _install_signal_handlers(self) -> dict:
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM) + ((signal.SIGUSR1,) if self.leave_on
+                                                      else ()):
             try:
-                previous[sig] = signal.signal(sig, lambda s, f: self._on_signal(s))
+                previous[sig] = signal.signal(sig, lambda s, f: self.on_signal(s))
             except ValueError:  # not the main thread (tests drive it from threads)
                 pass
         return previous
 
-    def _on_signal(self, signum: int) -> None:
+    def on_signal(self, signum: int) -> None:
+        leave = self.leave_on(signum) if self.leave_on else None
+        if leave:
+            self.left = self.left or leave
+            return
         if self.stop_reason:  # asked twice: the user will not wait for the cancellations
             self.stop_now = True
         self.request_stop(signal.Signals(signum).name)
@@ -400,6 +413,16 @@ class Driver:
                        f"stop; `hpsearch resume` adopts them, `hpsearch cancel` stops them")
             self.store.add_event("stopped", message)
             self.on_event(message)
+
+    def _leave(self) -> int:
+        """Exit with every trial left running, as they are in the store: the next driver
+        adopts them. Nothing is cancelled."""
+        message = (f"driver leaves ({self.left}); {len(self.live)} trial(s) keep running and "
+                   "the next driver adopts them")
+        self.store.add_event("driver_left", message)
+        self.store.set_experiment_status("running", message)
+        self.on_event(message)
+        return EXIT_OK
 
     def finish(self) -> int:
         counts = self.store.state_counts()

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hpsearch import runs
+from hpsearch import driver_job, runs
+from hpsearch.driver_job import DRIVER_JOB_FILE
 from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
 from hpsearch.spec.model import Spec
@@ -123,13 +124,31 @@ def _start_over_if_never_started(exp_dir: Path) -> None:
 
 
 def _check_slurm_reachable(spec: Spec) -> None:
+    """The controller answers, and would accept the first trial's job (`sbatch
+    --test-only`): a partition, account or size Slurm refuses for good is bad input now,
+    before anything is written. A limit or a passing outage is left to the driver."""
+    from hpsearch.launching import build_launch
+    from hpsearch.search import make_search
     from hpsearch.slurm.commands import Slurm, SlurmError
+    from hpsearch.slurm.failures import PERMANENT
+    from hpsearch.slurm.sbatch import batch_script
+    slurm = Slurm(timeout=30)
     try:
-        Slurm(timeout=30).ping()
+        slurm.ping()
     except SlurmError as exc:
         raise BadInput(f"executor slurm: cannot reach the Slurm controller from here ({exc}); "
                        "run on a login node, set SLURM_CONF, or use --executor local",
                        str(spec.source or ""), key="executor.type") from None
+    asked = make_search(spec).ask()
+    if asked is None:
+        return
+    try:
+        slurm.sbatch_test(batch_script(spec, build_launch(spec, asked.trial_id, 1,
+                                                           asked.params)))
+    except SlurmError as exc:
+        if exc.kind == PERMANENT:
+            raise BadInput(f"Slurm would refuse the trials' jobs: {exc}",
+                           str(spec.source or ""), key="resources") from None
 
 
 def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> Spec:
@@ -154,9 +173,6 @@ def placement_topology(runs_dir: Path, name: str) -> str | None:
     return str(found) if found else None
 
 
-DRIVER_JOB_FILE = "driver.job"
-
-
 def create_store(spec: Spec, trials: int) -> Store:
     """The experiment's store, created with its experiment row (atomically)."""
     return Store.create(spec.experiment_dir / STORE_FILE, name=spec.name,
@@ -172,8 +188,6 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
     `hpsearch resume` (requeued if its node fails; resume makes a restart safe). Returns the
     driver job's id."""
     from hpsearch.search import make_search
-    from hpsearch.slurm.commands import Slurm
-    from hpsearch.slurm.sbatch import driver_script
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
@@ -191,9 +205,8 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
                 reader.close()
         finally:
             lock.release()
-    job_id = Slurm().sbatch(driver_script(spec, sys.executable, driver_time))
-    (exp_dir / DRIVER_JOB_FILE).write_text(job_id + "\n")  # `cancel` finds it here
-    return job_id
+    driver_job.clear_cancel(exp_dir)
+    return driver_job.submit(spec, driver_time)
 
 
 def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
@@ -204,6 +217,9 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
+    in_job = driver_job.in_driver_job()
+    if in_job:
+        driver_job.arm()
     with storage_errors(spec.name):
         lock.acquire()
         try:
@@ -216,9 +232,20 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
                 store = Store(exp_dir / STORE_FILE)
             on_ready()
             spec = with_instance(spec, store)
-            return Driver(spec, store, make_executor(spec), search, on_event).run()
+            driver = Driver(spec, store, make_executor(spec), search, on_event,
+                            leave_on=driver_job.leave_on(exp_dir) if in_job else None)
+            if not in_job:
+                driver_job.clear_cancel(exp_dir)  # an explicit resume overrides a cancel
+            elif driver_job.cancel_requested(exp_dir):
+                driver.request_stop("hpsearch cancel")  # asked before this run started
+            for signum in driver_job.take_early() if in_job else ():
+                driver.on_signal(signum)
+            code = driver.run()
         finally:
             lock.release()
+    if driver.left:  # its time limit is near, or it was preempted: another run goes on
+        on_event(driver_job.continue_elsewhere(spec, driver.left))
+    return code
 
 
 @contextlib.contextmanager
@@ -299,7 +326,7 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     them cancelled (taking the driver lock to write the store)."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
     lock = runs.DriverLock(exp_dir)
-    stopped = _stop_driver_job(exp_dir, lock, wait)
+    stopped = driver_job.stop(exp_dir, wait)
     if stopped:
         return stopped
     holder = lock.owner()
@@ -315,7 +342,7 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])
-        stopped = _stop_orphans(rows)
+        stopped = _stop_orphans(rows) + _cancel_unstored_jobs(runs_dir, name, store, rows)
         for row in rows:
             store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
         store.set_experiment_status("cancelled", "cancelled with no driver running")
@@ -326,24 +353,23 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
         lock.release()
 
 
-def _stop_driver_job(exp_dir: Path, lock: runs.DriverLock, wait: float) -> str | None:
-    """If the driver runs as a Slurm job (--driver-job), SIGTERM it there and wait for it to
-    cancel its trials and let go of the experiment."""
-    path = exp_dir / DRIVER_JOB_FILE
-    if not path.exists():
-        return None
-    from hpsearch.slurm.commands import Slurm
-    slurm = Slurm()
-    job_id = path.read_text().strip()
-    if not slurm.squeue([job_id]):
-        return None  # it has ended
-    slurm.scancel([job_id], signal="TERM")
-    deadline = time.monotonic() + wait
-    while slurm.squeue([job_id]) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if slurm.squeue([job_id]):
-        raise Conflict(f"driver job {job_id} did not stop within {wait:g}s")
-    return f"stopped the driver job {job_id}; its running trials were cancelled"
+def _cancel_unstored_jobs(runs_dir: Path, name: str, store: Reader, rows: list) -> int:
+    """Cancel the Slurm jobs of attempts whose ids a killed driver never stored, found by
+    their names (this user's, this experiment instance's). Returns how many."""
+    unstored = [row for row in rows if not row.job_id]
+    spec = stored_spec(runs_dir, name)
+    if not unstored or (spec.executor.type != "slurm"
+                        and not any(t.job_id for t in store.trials())):
+        return 0
+    from hpsearch.executors.base import Adoptable
+    from hpsearch.executors.slurm import SlurmExecutor
+    from hpsearch.slurm.failures import retrying
+    executor = SlurmExecutor(with_instance(spec, store))
+    found = [job_id for row in unstored if (job_id := retrying(lambda: executor.find_by_name(
+        Adoptable(row.id, row.attempt, Path(row.trial_dir)))))]
+    if found:
+        retrying(lambda: executor.slurm.scancel(found))
+    return len(found)
 
 
 def _stop_orphans(rows: list) -> int:

@@ -49,8 +49,14 @@ def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
 def _driver_alive(exp_dir: Path, job_id: str | None) -> bool:
     if job_id is None:
         return runs.DriverLock(exp_dir).holder() is not None
-    from hpsearch.slurm.commands import Slurm
-    return bool(Slurm().squeue([job_id]))
+    from hpsearch.slurm.commands import Slurm, SlurmError
+    from hpsearch.slurm.failures import TRANSIENT
+    try:
+        return bool(Slurm().squeue([job_id]))
+    except SlurmError as exc:
+        if exc.kind == TRANSIENT:
+            return True  # Slurm cannot tell now: the driver job may well run; ask again
+        raise
 
 
 def exit_status(exp_dir: Path) -> int:

@@ -16,6 +16,15 @@ def read_store(runs: Path, name: str):
         reader.close()
 
 
+def event_kinds(runs: Path, name: str) -> list[str]:
+    """The kinds of an experiment's events, oldest first."""
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return [e["kind"] for e in reader.events(limit=100_000)]
+    finally:
+        reader.close()
+
+
 def job_prefix(runs: Path, name: str) -> str:
     """`hps.<name>.<instance tag>`: how this instance of the experiment names its Slurm jobs."""
     from hpsearch.slurm.sbatch import instance_tag

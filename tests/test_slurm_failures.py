@@ -44,6 +44,11 @@ def test_captures_cover_every_kind_and_the_faults_of_the_issue():
     ("sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying", TRANSIENT),
     ("sacct: error: slurmdbd: Zero Bytes were transmitted or received", TRANSIENT),
     ("sbatch: error: Batch job submission failed: Invalid qos specification", PERMANENT),
+    ("sbatch: error: QOSMaxWallDurationPerJobLimit\nsbatch: error: Batch job submission "
+     "failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time "
+     "limits)", PERMANENT),  # asks for more time than the QOS ever allows: never accepted
+    ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job "
+     "submit limit, user's size and/or time limits)", LIMIT),  # no reason given: wait
     ("sbatch: error: Batch job submission failed: Node count specification invalid",
      PERMANENT),
 ])

@@ -281,7 +281,7 @@ class SlurmExecutor(Executor):
                             f"asking again in {delay:.0f} s")))
 
     def _adopt(self, known: Adoptable) -> Started | Ended | None:
-        job_id = known.job_id or self._find_by_name(known)
+        job_id = known.job_id or self.find_by_name(known)
         if job_id is None:
             return None
         job = _Job(known.trial_id, known.attempt, job_id, time.monotonic(),
@@ -397,7 +397,9 @@ class SlurmExecutor(Executor):
     def _array_name(self, first_trial: int, attempt: int) -> str:
         return sbatch.array_name(self.spec.name, first_trial, attempt, self.spec.instance)
 
-    def _find_by_name(self, known: Adoptable) -> str | None:
+    def find_by_name(self, known: Adoptable) -> str | None:
+        """The job of an attempt whose id was never stored, by its name (or its array's
+        manifest), among this user's jobs since the experiment was created; else None."""
         name = self._job_name(known.trial_id, known.attempt)
         found = self.slurm.job_id_by_name(name, self.spec.created)
         if found is not None:

@@ -138,6 +138,11 @@ class Slurm:
         argv = ["sbatch", "--parsable", *extra_args]
         return self._parsed(argv, parse.parse_sbatch_parsable, self._check(argv, script, cwd))
 
+    def sbatch_test(self, script: str) -> None:
+        """Would Slurm accept this batch script? (`sbatch --test-only`: nothing is
+        submitted.) SlurmError with Slurm's reason if not."""
+        self._check(["sbatch", "--test-only"], script)
+
     def sacct(self, job_ids: Iterable[str]) -> list[JobRecord] | None:
         """Accounting records of these jobs ("123" gives every task of array 123), one per
         job or task, steps left out. None when the cluster keeps no accounting. A job
@@ -202,6 +207,11 @@ class Slurm:
             proc = self._run(argv)
             if proc.returncode != 0 and not _only_gone_jobs(proc.stderr):
                 raise _failed(argv, proc)
+
+    def requeue(self, job_id: str) -> None:
+        """Requeue a running batch job under the same id (`scontrol requeue`): Slurm ends
+        this run and queues the job again."""
+        self._check(["scontrol", "requeue", str(job_id)])
 
     def scancel_by_name(self, name: str) -> None:
         """Cancels this user's jobs named `name` (a job whose sbatch answer was lost)."""

@@ -47,18 +47,21 @@ _TRANSIENT = (
 )
 _LIMIT = (
     "maxsubmitjob",              # AssocMaxSubmitJobLimit, QOSMaxSubmitJobPerUserLimit...
-    "job submit limit",          # "Job violates accounting/QOS policy (job submit limit, ...)"
+    "grpsubmitjob",              # AssocGrpSubmitJobsLimit, QOSGrpSubmitJobsLimit
     "maxjobs",
-    "qosgrpsubmitjobslimit",
-    "assocgrpsubmitjobslimit",
-    "qosmaxsubmitjob",
+    "required partition not available",  # partition inactive or drained (maintenance)
+    "violates accounting/qos policy",    # the generic line; its reason may say more
 )
+# Limits a job can never get under, however long it waits: its own size or time.
+_FOR_GOOD = ("perjob", "maxwall", "minjob", "invalid qos", "invalid account")
 
 
 def classify(returncode: int | None, text: str) -> str:
     """The kind of a failed Slurm command: TRANSIENT, LIMIT or PERMANENT. `returncode` None
     means it timed out (transient); `text` is what it printed (stderr, else stdout)."""
     low = text.lower()
+    if any(pattern in low for pattern in _FOR_GOOD):
+        return PERMANENT
     if any(pattern in low for pattern in _LIMIT):
         return LIMIT
     if returncode is None or any(pattern in low for pattern in _TRANSIENT):

@@ -165,9 +165,11 @@ def driver_name(spec: Spec) -> str:
 def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
     """The batch script that runs the experiment's driver as its own small job."""
     exp_dir = spec.experiment_dir
+    from hpsearch import driver_job
     opts = [f"--job-name={driver_name(spec)}", f"--output={exp_dir / 'driver.log'}",
             "--open-mode=append", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-            "--requeue", f"--chdir={spec.workdir}"]
+            "--requeue", f"--signal=B:USR1@{driver_job.signal_lead(time_limit)}",
+            f"--chdir={spec.workdir}"]
     res = spec.resources
     for key, value in (("time", time_limit), ("partition", res.partition),
                        ("account", res.account), ("qos", res.qos)):
@@ -176,6 +178,10 @@ def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
     command = [python, "-m", "hpsearch", "resume", spec.name, "--runs-dir", str(spec.runs_dir),
                "--executor", "slurm", "--quiet"]
     lines = ["#!/bin/bash"] + [_directive(opt) for opt in opts]
-    lines.append(f"# hpsearch: the driver of experiment {spec.name}, as a Slurm job")
+    lines.append(f"# hpsearch: the driver of experiment {spec.name}, as a Slurm job; near its")
+    lines.append("# time limit (SIGUSR1) or when preempted it leaves its trials running and")
+    lines.append("# requeues itself (hpsearch/driver_job.py)")
+    lines.append(f'export {driver_job.ENV}="$SLURM_JOB_ID" '
+                 f"{driver_job.ENV_TIME}={shlex.quote(time_limit or '')}")
     lines.append("exec " + shlex.join(command))
     return "\n".join(lines) + "\n"

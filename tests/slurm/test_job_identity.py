@@ -90,3 +90,21 @@ def test_another_users_job_of_the_same_name_is_never_adopted(cli, slurm_cluster,
         assert owner.strip().split("|")[0] == other_user  # left alone, still its own
     finally:
         slurm_cluster.run("scancel", foreign_id, check=False)
+
+
+def test_cancel_with_no_driver_finds_and_cancels_a_job_whose_id_was_never_stored(
+        cli, slurm_cluster):
+    """The driver dies between sbatch and storing the job id: `hpsearch cancel` (no driver
+    running) finds the job by its name and cancels it, instead of leaving it to run."""
+    name = f"ident-cancel-{RUN}"
+    _killed_at(cli, slurm_cluster, _spec(cli, name, sleep=120), "after_launch:1")
+    (trial,) = read_store(cli.runs, name)[1]
+    assert trial.state == "submitting" and not trial.job_id
+    job_name = f"{job_prefix(cli.runs, name)}.0.1"
+    (job_id,) = _job_ids_named(slurm_cluster, job_name)
+    out = cli("cancel", name, env=slurm_cluster.env, check=0).stdout
+    assert "stopped 1 " in out, out
+    assert read_store(cli.runs, name)[1][0].state == "cancelled"
+    state = slurm_cluster.run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T",
+                              check=False).stdout.split()
+    assert state in ([], ["CANCELLED"], ["COMPLETING"]), state

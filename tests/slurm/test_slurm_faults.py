@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import job_prefix, read_store
+from tests.helpers import event_kinds, job_prefix, read_store
 
 RUN = uuid.uuid4().hex[:6]
 SPEC = """
@@ -134,15 +134,6 @@ def _each_trial_once(cli, slurm_cluster, name: str, trials: int) -> list:
     return rows
 
 
-def _events(cli, name: str) -> list[str]:
-    import sqlite3
-    conn = sqlite3.connect(f"file:{cli.runs / name / 'store.sqlite'}?mode=ro", uri=True)
-    try:
-        return [kind for (kind,) in conn.execute("select kind from events order by id")]
-    finally:
-        conn.close()
-
-
 @pytest.mark.timeout(420)
 def test_slurmdbd_down_for_60_s_stops_nothing(cli, slurm_cluster):
     with _search(cli, slurm_cluster, "dbd", trials=4, sleep=2) as (name, proc):
@@ -159,7 +150,7 @@ def test_slurmdbd_down_for_60_s_stops_nothing(cli, slurm_cluster):
             _start_daemon(slurm_cluster, "slurmdbd", ["sacct", "-n", "-X", "-j", "1"])
         _finish(proc)
     _each_trial_once(cli, slurm_cluster, name, 4)
-    kinds = _events(cli, name)
+    kinds = event_kinds(cli.runs, name)
     assert "slurm_unreachable" in kinds and "slurm_reachable" in kinds
     assert "Slurm unreachable" not in cli("status", name).stdout
 
@@ -178,7 +169,7 @@ def test_slurmctld_restarted_mid_search_loses_and_repeats_nothing(cli, slurm_clu
             _start_daemon(slurm_cluster, "slurmctld", ["scontrol", "ping"])
         _finish(proc)
     _each_trial_once(cli, slurm_cluster, name, 4)
-    assert {"slurm_unreachable", "slurm_reachable"} <= set(_events(cli, name))
+    assert {"slurm_unreachable", "slurm_reachable"} <= set(event_kinds(cli.runs, name))
 
 
 @pytest.mark.timeout(300)
@@ -203,4 +194,38 @@ def test_sbatch_refused_by_a_job_limit_holds_trials_until_room(cli, slurm_cluste
     finally:
         slurm_cluster.run(*limit, "MaxSubmitJobs=-1", check=False)
     _each_trial_once(cli, slurm_cluster, name, 5)
-    assert {"slurm_limit", "slurm_accepts"} <= set(_events(cli, name))
+    assert {"slurm_limit", "slurm_accepts"} <= set(event_kinds(cli.runs, name))
+
+
+def test_a_partition_slurm_refuses_is_bad_input_at_submit_and_writes_nothing(
+        cli, slurm_cluster):
+    """Slurm's permanent refusals (here an invalid partition) are found by `sbatch
+    --test-only` before anything is written: exit 2, Slurm's reason, no experiment dir."""
+    name = f"fault-part-{RUN}"
+    spec = cli.write_spec(SPEC.format(name=name, trials=1, sleep=0).replace(
+        'nodes: 2, time: "00:05:00"', 'nodes: 2, time: "00:05:00", partition: nosuch'),
+        f"{name}.yaml")
+    proc = cli("submit", spec, env=slurm_cluster.env)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Invalid partition name specified" in proc.stderr and "resources" in proc.stderr
+    assert not (cli.runs / name).exists()
+
+
+def test_a_job_slurm_refuses_for_good_ends_its_attempt_as_a_launch_error(
+        tmp_path, slurm_cluster):
+    """A permanent refusal at sbatch time (the partition went away after submit) ends the
+    attempt with Slurm's message, through the executor's poll, instead of raising."""
+    from hpsearch.executors.base import Ended
+    from hpsearch.executors.slurm import SlurmExecutor
+    from hpsearch.launching import build_launch
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.spec.validate import parse_spec
+    text = SPEC.format(name=f"fault-perm-{RUN}", trials=1, sleep=0).replace(
+        'nodes: 2, time: "00:05:00"', 'nodes: 1, time: "00:05:00", partition: gone')
+    spec = parse_spec(text, "spec.yaml", tmp_path, tmp_path / "runs")
+    executor = SlurmExecutor(spec, Slurm(env=slurm_cluster.env))
+    assert executor.submit(build_launch(spec, 0, 1, {"x": 0.5})) is None
+    events = executor.poll(timeout=1.0)
+    (ended,) = [e for e in events if isinstance(e, Ended)]
+    assert ended.reason == "launch_error" and "Invalid partition name" in ended.detail
+    assert executor.free_slots() == spec.search.parallel  # nothing held, nothing tracked

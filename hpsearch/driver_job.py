@@ -1,0 +1,149 @@
+"""The driver as a Slurm job of its own (`submit --driver-job`): it outlives its time limit
+and preemption, and only `hpsearch cancel` makes it cancel trials.
+
+The batch script (hpsearch.slurm.sbatch.driver_script) asks Slurm for SIGUSR1 a while
+before the time limit (`--signal=B:USR1@LEAD`) and marks the run with HPSEARCH_DRIVER_JOB.
+In such a run:
+
+- SIGUSR1 (the time limit is near) or SIGTERM without a cancel request (the limit reached,
+  preemption, an admin's scancel, a requeue) make the driver *leave*: it records that it
+  left, exits without touching its trials, and the job is requeued (`scontrol requeue`,
+  same job id; else a new driver job is submitted). The next run resumes and adopts them.
+- `hpsearch cancel` first writes `<exp>/cancel.request`, then sends SIGTERM: that SIGTERM
+  stops the search and cancels the trials, as Ctrl-C does for an attached driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from hpsearch.errors import Conflict
+from hpsearch.spec.model import Spec
+
+CANCEL_REQUEST = "cancel.request"
+DRIVER_JOB_FILE = "driver.job"  # the driver job's id, for `cancel` and `--wait`
+ENV = "HPSEARCH_DRIVER_JOB"
+ENV_TIME = "HPSEARCH_DRIVER_TIME"
+MIN_LEAD, MAX_LEAD, DEFAULT_LEAD = 30, 300, 300  # seconds of warning before the limit
+NEAR_LIMIT = "its Slurm time limit is near"
+ENDED = "Slurm ended its job (time limit, preemption or scancel)"
+
+
+def signal_lead(time_limit: str | None) -> int:
+    """Seconds before the driver job's time limit at which Slurm sends SIGUSR1: a fifth of
+    the limit, at least MIN_LEAD and at most MAX_LEAD (DEFAULT_LEAD when the partition's
+    limit applies). Slurm may send it up to a minute earlier than asked."""
+    from hpsearch.slurm.parse import parse_time_limit
+    seconds = parse_time_limit(time_limit) if time_limit else None
+    if not seconds:
+        return DEFAULT_LEAD
+    return int(min(MAX_LEAD, max(MIN_LEAD, seconds / 5)))
+
+
+def in_driver_job() -> bool:
+    """Is this process the driver run of a driver job (not a trial it submitted)?"""
+    job = os.environ.get("SLURM_JOB_ID")
+    return bool(job) and os.environ.get(ENV) == job
+
+
+_early: list[int] = []  # signals that came before the driver could take them
+
+
+def arm() -> None:
+    """In a driver job, from the start: a SIGUSR1 that comes before the driver runs (Slurm
+    may send it up to a minute early) is kept for it (take_early), not fatal."""
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _early.append(signum))
+
+
+def take_early() -> list[int]:
+    signals = list(_early)
+    _early.clear()
+    return signals
+
+
+def request_cancel(exp_dir: Path) -> None:
+    (exp_dir / CANCEL_REQUEST).write_text(f"{time.time()}\n")
+
+
+def cancel_requested(exp_dir: Path) -> bool:
+    return (exp_dir / CANCEL_REQUEST).exists()
+
+
+def clear_cancel(exp_dir: Path) -> None:
+    (exp_dir / CANCEL_REQUEST).unlink(missing_ok=True)
+
+
+def leave_on(exp_dir: Path):
+    """The Driver's leave_on for a driver job: why a signal makes it leave, or None when it
+    must stop and cancel (a SIGTERM that `hpsearch cancel` sent, or Ctrl-C)."""
+    def reason(signum: int) -> str | None:
+        if signum == signal.SIGUSR1:
+            return NEAR_LIMIT
+        if signum == signal.SIGTERM and not cancel_requested(exp_dir):
+            return ENDED
+        return None
+    return reason
+
+
+def continue_elsewhere(spec: Spec, why: str) -> str:
+    """After the driver left: requeue this driver job (same id) so that a new run resumes
+    the search. If Slurm refuses and the driver left because its time limit was near, a new
+    driver job is submitted; after a SIGTERM (an scancel, a preemption that cancels) it is
+    not: the trials go on, and `hpsearch resume` continues. Returns what was done."""
+    from hpsearch.slurm.commands import Slurm, SlurmError
+    from hpsearch.slurm.failures import retrying
+    slurm = Slurm()
+    job_id = os.environ["SLURM_JOB_ID"]
+    try:
+        retrying(lambda: slurm.requeue(job_id), attempts=3)
+        return f"driver job {job_id} requeued"
+    except SlurmError as exc:
+        if why != NEAR_LIMIT:
+            return (f"driver job {job_id} ended and could not be requeued ({exc}); its trials "
+                    f"keep running: `hpsearch resume {spec.name}` continues the search")
+        new_id = submit(spec, os.environ.get(ENV_TIME) or None, slurm)
+        return f"driver job {job_id} could not be requeued ({exc}); new driver job {new_id}"
+
+
+def submit(spec: Spec, time_limit: str | None, slurm=None) -> str:
+    """sbatch the driver job and record its id in the experiment dir."""
+    import sys
+
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.sbatch import driver_script
+    job_id = (slurm or Slurm()).sbatch(driver_script(spec, sys.executable, time_limit))
+    tmp = spec.experiment_dir / f"{DRIVER_JOB_FILE}.tmp"
+    tmp.write_text(job_id + "\n")
+    os.replace(tmp, spec.experiment_dir / DRIVER_JOB_FILE)  # `cancel` finds it here
+    return job_id
+
+
+def stop(exp_dir: Path, wait: float) -> str | None:
+    """If the driver runs as a Slurm job: ask it to cancel its trials (request file, then
+    SIGTERM) and wait until it let go of the experiment. A driver job still pending (never
+    started, or requeued) is simply cancelled, and None returned: the caller then cancels
+    the trials itself, as with no driver. None too when there is no driver job."""
+    path = exp_dir / DRIVER_JOB_FILE
+    if not path.exists():
+        return None
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.failures import retrying
+    slurm = Slurm()
+    job_id = path.read_text().strip()
+    queued = retrying(lambda: slurm.squeue([job_id]))
+    if not queued:
+        return None  # it has ended
+    if queued[0].state == "PENDING":
+        retrying(lambda: slurm.scancel([job_id]))
+        return None
+    request_cancel(exp_dir)
+    retrying(lambda: slurm.scancel([job_id], signal="TERM"))
+    deadline = time.monotonic() + wait
+    while retrying(lambda: slurm.squeue([job_id])) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if retrying(lambda: slurm.squeue([job_id])):
+        raise Conflict(f"driver job {job_id} did not stop within {wait:g}s")
+    return f"stopped the driver job {job_id}; its running trials were cancelled"
