@@ -38,7 +38,9 @@ def register(sub) -> None:
     p.add_argument("name")
     _add_run_flags(p)
     p = add_command(sub, "cancel", "Stop an experiment: its driver cancels running trials "
-                    "(SIGTERM to each process group, SIGKILL after the grace period).",
+                    "(SIGTERM to each process group, SIGKILL after the grace period; "
+                    "scancel of Slurm jobs). The only way to make a --driver-job cancel "
+                    "its trials: a plain scancel of the driver job leaves them running.",
                     "  hpsearch cancel quadratic\n"
                     "  hpsearch resume quadratic    # later: run what was cancelled", cancel)
     p.add_argument("name")
@@ -54,7 +56,9 @@ def _add_run_flags(p) -> None:
                    help="run the driver as its own small Slurm job (survives a login-node "
                         "reboot; log: <runs>/<name>/driver.log)")
     p.add_argument("--driver-time", default=None, metavar="TIME",
-                   help="time limit of the --driver-job (default: the partition's)")
+                   help="time limit of the --driver-job, in Slurm's format (default: the "
+                   "partition's); near it the driver requeues itself and its trials keep "
+                   "running")
     p.add_argument("--wait", action="store_true",
                    help="with --detach or --driver-job: block until the search ends and "
                         "exit with its status (Ctrl-C or SIGTERM cancels it); attached "
