@@ -70,3 +70,29 @@ def test_values_are_quoted_and_names_are_unique_per_attempt():
     assert "#SBATCH --job-name=hps.golden.0.1" in text
     assert job_name("golden", 0, 2) in _script("", attempt=2)
     assert "export HPSEARCH_ATTEMPT=2" in _script("", attempt=2)
+
+
+@pytest.mark.parametrize("time_limit, lead", [("2", 30), ("00:10:00", 120), ("1-00:00:00", 300),
+                                              (None, 300)])
+def test_driver_job_is_signalled_before_its_time_limit(time_limit, lead):
+    """The driver job asks for SIGUSR1 a fifth of its limit ahead (30 s to 5 min), marks its
+    run for `hpsearch resume`, and carries its instance tag in its name."""
+    import dataclasses
+
+    from hpsearch.slurm.sbatch import driver_script
+    spec = dataclasses.replace(parse_spec(BASE, "golden.yaml", Path("/work/project")),
+                               instance="abc123")
+    text = driver_script(spec, "/usr/bin/python3", time_limit)
+    assert f"#SBATCH --signal=B:USR1@{lead}\n" in text
+    assert "#SBATCH --requeue\n" in text and "#SBATCH --job-name=hps-driver.golden.abc123\n" \
+        in text
+    assert 'export HPSEARCH_DRIVER_JOB="$SLURM_JOB_ID"' in text
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 5400), ("01:30", 90), ("1:30:00", 5400),
+                                           ("2-00", 172800), ("2-01:02:03", 176523),
+                                           ("UNLIMITED", None), ("1\n#SBATCH -p x", None),
+                                           ("1_0", None), ("", None), ("-5", None)])
+def test_slurm_time_limits_are_read_as_sbatch_reads_them(text, seconds):
+    from hpsearch.slurm.parse import parse_time_limit
+    assert parse_time_limit(text) == seconds

@@ -123,6 +123,11 @@ def _run(spec, create: bool, args) -> int:
             from hpsearch.errors import BadInput
             raise BadInput("--driver-job needs the Slurm executor (executor: slurm, or "
                            "--executor slurm)")
+        from hpsearch.slurm.parse import parse_time_limit
+        if args.driver_time is not None and parse_time_limit(args.driver_time) is None:
+            from hpsearch.errors import BadInput
+            raise BadInput(f"--driver-time {args.driver_time!r}: expected a Slurm time limit "
+                           "such as 90 (minutes), 1:30:00 or 2-00:00:00")
         job_id = session.submit_driver_job(spec, create, args.driver_time)
         print(f"experiment {spec.name}: driver submitted as Slurm job {job_id}")
         return _started_elsewhere(spec, job_id, args.wait)

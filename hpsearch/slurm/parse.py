@@ -148,6 +148,8 @@ def parse_time_limit(text: str) -> float | None:
     """A Slurm time limit as sbatch --time takes it ("30" minutes, "MM:SS", "HH:MM:SS",
     "D-HH", "D-HH:MM", "D-HH:MM:SS") -> seconds; None for "UNLIMITED" or what it cannot read."""
     text = text.strip()
+    if not re.fullmatch(r"(?:[0-9]+-)?[0-9]+(?::[0-9]+){0,2}", text):
+        return None
     days, _, rest = text.rpartition("-") if "-" in text else ("", "", text)
     try:
         parts = [int(p) for p in rest.split(":")]

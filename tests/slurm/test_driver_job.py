@@ -101,3 +101,12 @@ def test_a_sigterm_that_is_not_cancel_leaves_trials_running(cli, slurm_cluster):
                              ",".join([job_id] + [r.job_id for r in rows]),
                              check=False).stdout.split()
     assert left == []
+
+
+def test_a_driver_time_slurm_cannot_read_is_bad_input_and_writes_nothing(cli, slurm_cluster):
+    name = f"drvjob-badtime-{RUN}"
+    spec = cli.write_spec(SPEC.format(name=name, trials=1, sleep=0), f"{name}.yaml")
+    proc = cli("submit", spec, "--driver-job", "--driver-time", "1\n#SBATCH --partition=x",
+               env=slurm_cluster.env)
+    assert proc.returncode == 2 and "--driver-time" in proc.stderr, proc.stderr
+    assert not (cli.runs / name).exists()
