@@ -229,3 +229,23 @@ def test_a_job_slurm_refuses_for_good_ends_its_attempt_as_a_launch_error(
     (ended,) = [e for e in events if isinstance(e, Ended)]
     assert ended.reason == "launch_error" and "Invalid partition name" in ended.detail
     assert executor.free_slots() == spec.search.parallel  # nothing held, nothing tracked
+
+
+@pytest.mark.timeout(300)
+def test_a_driver_resumed_while_slurmctld_is_down_waits_for_it(cli, slurm_cluster):
+    """The driver is SIGKILLed while its trials run, and `resume` starts while slurmctld is
+    down: it keeps asking (back-off) instead of failing, adopts the trials once slurmctld
+    is back, and nothing runs twice."""
+    with _search(cli, slurm_cluster, "resume", trials=2, sleep=8) as (name, proc):
+        _wait_for("two jobs", _jobs_started(cli, name, 2), proc=proc)
+        proc.kill()
+        proc.wait(30)
+    _stop_daemon(slurm_cluster, "slurmctld")
+    try:
+        resumed = cli.popen("resume", name, env=slurm_cluster.env)
+        time.sleep(8)
+        assert resumed.poll() is None, resumed.communicate()
+    finally:
+        _start_daemon(slurm_cluster, "slurmctld", ["scontrol", "ping"])
+    _finish(resumed)
+    _each_trial_once(cli, slurm_cluster, name, 2)

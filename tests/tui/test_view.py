@@ -93,3 +93,26 @@ def test_10000_trials_one_snapshot_and_render(tmp_path: Path):
     assert snap.counts["failed"] == 199 and snap.counts["running"] == 8
     assert snap.best is not None
     source.close()
+
+
+def test_the_header_says_slurm_is_unreachable_until_it_answers_again(tmp_path: Path):
+    """The Slurm executor's trouble events: the open one is in the snapshot and the header
+    (while a driver runs), and gone once its end is recorded."""
+    import dataclasses
+
+    from hpsearch.store.store import STORE_FILE, Store
+    exp_dir = tmp_path / "exp"
+    build_store(exp_dir, 10, executor="slurm", running=2)
+    store = Store(exp_dir / STORE_FILE)
+    store.set_experiment_status("running", "")
+    store.add_event("slurm_unreachable", "Slurm unreachable since 2026-11-26 17:05:12: "
+                    "sacct: error: Problem talking to the database")
+    source = SnapshotSource(exp_dir)
+    snap = dataclasses.replace(source.snapshot(rows=24), driver_pid=4242)
+    assert snap.slurm_trouble.startswith("Slurm unreachable since 2026-11-26 17:05:12")
+    text = "\n".join(_screen(snap, 160, 24))
+    assert "Slurm unreachable since 2026-11-26 17:05:12" in text
+    store.add_event("slurm_reachable", "Slurm answers again after 61 s")
+    assert source.snapshot(rows=24).slurm_trouble is None
+    source.close()
+    store.close()
