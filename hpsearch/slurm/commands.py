@@ -98,8 +98,11 @@ class Slurm:
                   cwd: str | os.PathLike | None) -> subprocess.CompletedProcess:
         self.calls[argv[0]] += 1
         try:
+            # errors="replace": a node's drain reason or another user's job name may hold
+            # bytes that are not UTF-8; they must not stop the driver.
             return subprocess.run(argv, check=False, input=stdin, capture_output=True,
-                                  text=True, env=self.env, cwd=cwd, timeout=self.timeout,
+                                  text=True, encoding="utf-8", errors="replace",
+                                  env=self.env, cwd=cwd, timeout=self.timeout,
                                   stdin=None if stdin is not None else subprocess.DEVNULL,
                                   start_new_session=True)
         except subprocess.TimeoutExpired as exc:

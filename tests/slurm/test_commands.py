@@ -242,3 +242,17 @@ def test_missing_command_and_timeout_are_slurm_errors(slurm_cluster: SlurmCluste
     slow = Slurm(env={**slurm_cluster.env}, timeout=0.001)
     with pytest.raises(SlurmError, match=r"`sinfo .*` did not finish in 0.001 s"):
         slow.sinfo_nodes()
+
+
+def test_output_that_is_not_utf8_is_read_not_fatal(slurm: Slurm, slurm_cluster: SlurmCluster):
+    """An admin's drain reason in Latin-1 (bytes that are not UTF-8) reaches every sinfo the
+    driver runs: it is read with a replacement character, never a UnicodeDecodeError."""
+    subprocess.run([b"scontrol", b"update", b"NodeName=node8", b"State=DRAIN",
+                    b"Reason=d\xe9faut m\xe9moire \xff"], env=slurm_cluster.env, check=True,
+                   capture_output=True, timeout=30)
+    try:
+        (node8,) = [n for n in slurm.sinfo_nodes() if n.name == "node8"]
+        assert node8.reason is not None and "\ufffd" in node8.reason
+        assert node8.reason.startswith("d\ufffdfaut")
+    finally:
+        slurm_cluster.run("scontrol", "update", "NodeName=node8", "State=RESUME")
