@@ -72,9 +72,14 @@ class CheckpointScan:
     def new(self) -> list[dict]:
         """Checkpoints new or changed since the last call: [{step, path, bytes, time}]."""
         self._read_manifest()
+        if self.folder.is_symlink():  # it may lead to other runs' files: never scan or delete
+            self._warn_once("checkpoints", f"checkpoints/ is a symbolic link (to "
+                                           f"{os.readlink(self.folder)[:200]!r}); checkpoints "
+                                           "are tracked and deleted only inside the trial dir")
+            return []
         try:
             entries = list(os.scandir(self.folder))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         found = []
         for entry in sorted(entries, key=lambda e: e.name):
@@ -199,9 +204,9 @@ def doomed(policy: Checkpoints, present: list[r.CheckpointRow], trials: list[r.T
 def remove(checkpoint: r.CheckpointRow, trial_dir: str | Path) -> str | None:
     """Delete a checkpoint's file or folder; only directly inside its trial's checkpoints/.
     Returns a warning, or None."""
-    path = Path(checkpoint.path)
-    if path.parent != Path(trial_dir) / "checkpoints" or path.name in ("", ".", ".."):
-        return f"not deleting {path}: outside {Path(trial_dir) / 'checkpoints'}"
+    path, folder = Path(checkpoint.path), Path(trial_dir) / "checkpoints"
+    if path.parent != folder or path.name in ("", ".", "..") or not _real_folder(folder):
+        return f"not deleting {path}: outside {folder}"
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -210,3 +215,13 @@ def remove(checkpoint: r.CheckpointRow, trial_dir: str | Path) -> str | None:
     except OSError as exc:
         return f"could not delete checkpoint {path}: {exc.strerror}"
     return None
+
+
+def _real_folder(folder: Path) -> bool:
+    """Whether `folder` (a trial's checkpoints/) is a folder reached without a symbolic
+    link below the experiment's trials/ folder: a trial that replaced it, or its trial
+    dir, by a link to elsewhere must not have the driver delete files there."""
+    trial_dir = folder.parent
+    return (not folder.is_symlink() and not trial_dir.is_symlink() and folder.is_dir()
+            and os.path.realpath(folder) == os.path.join(os.path.realpath(trial_dir.parent),
+                                                         trial_dir.name, folder.name))

@@ -11,6 +11,7 @@ resumed driver reads only bytes it has not read before.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -88,12 +89,12 @@ class AppendedFile:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block us
         except (FileNotFoundError, NotADirectoryError):
             return iter(())
-        fh = os.fdopen(fd, "rb", buffering=0)
-        info = os.fstat(fd)
+        info = os.fstat(fd)  # before fdopen, which refuses a folder with an OSError
         self.not_regular = not stat.S_ISREG(info.st_mode)
         if self.not_regular:
-            fh.close()
+            os.close(fd)
             return iter(())
+        fh = os.fdopen(fd, "rb", buffering=0)
         c = self.cursor
         if c.inode is not None and (info.st_ino != c.inode
                                     or info.st_size < c.offset + len(self._pending)):
@@ -107,15 +108,22 @@ class AppendedFile:
         c, pending = self.cursor, self._pending
         with fh:
             position = c.offset + len(pending)
-            fh.seek(position)
-            if not final:
-                size = min(size, position + MAX_READ)
-            while position < size:
-                chunk = fh.read(min(_CHUNK, size - position))
+            budget = None if final else MAX_READ  # bytes of data; holes cost no reading
+            while position < size and (budget is None or budget > 0):
+                data, data_end = _data_extent(fh.fileno(), position, size)
+                if data > position:  # a hole (a sparse file): zeros, known without reading
+                    yield from self._zeros(data - position)
+                    position = data
+                    continue
+                fh.seek(position)
+                want = min(_CHUNK, data_end - position)
+                chunk = fh.read(want if budget is None else min(want, budget))
                 if not chunk:
                     break
                 position += len(chunk)
                 self.bytes_read += len(chunk)
+                if budget is not None:
+                    budget -= len(chunk)
                 yield from self._split(chunk)
         if final:
             if pending:
@@ -162,6 +170,14 @@ class AppendedFile:
                 yield Line(number, data)
             pos = stop + 1
 
+    def _zeros(self, length: int) -> Iterator[Line]:
+        """Consume `length` zero bytes (a hole of a sparse file) without reading them: they
+        end no line, so past MAX_LINE of them the line in progress is too long and the rest
+        are skipped by arithmetic (a 1 TB hole costs one 1 MiB buffer, not 1 TB of reads)."""
+        fed = min(length, MAX_LINE + 1)
+        yield from self._split(bytes(fed))
+        self.cursor.offset += length - fed  # the line is being skipped if anything is left
+
     def _pass_over(self, chunk: bytes, pos: int) -> int:
         """Consume the whole lines from pos that cannot start with the prefix; returns where
         the next line that may (or the chunk's unfinished last line) starts."""
@@ -182,6 +198,20 @@ class AppendedFile:
         c.line += chunk.count(b"\n", pos, last + 1)
         c.offset += last + 1 - pos
         return last + 1
+
+
+def _data_extent(fd: int, position: int, size: int) -> tuple[int, int]:
+    """(start, end) of the first run of data at or after `position`, within `size`: start
+    > position means a hole comes first. Where the filesystem cannot tell, all is data."""
+    try:
+        start = os.lseek(fd, position, os.SEEK_DATA)
+    except OSError as exc:  # ENXIO: a hole up to the end; else: SEEK_DATA unsupported
+        return (size, size) if exc.errno == errno.ENXIO else (position, size)
+    try:
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+    except OSError:
+        end = size
+    return min(start, size), max(min(end, size), min(start, size))
 
 
 def read_small(path: Path, limit: int = MAX_LINE) -> bytes | None:

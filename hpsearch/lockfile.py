@@ -46,6 +46,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -60,6 +61,7 @@ LOCK_FILE = "driver.lock"
 FORMAT = 1
 STALE_AFTER = 300.0  # seconds without a heartbeat before a lock from another host is stale
 HEARTBEAT = 30.0  # seconds between heartbeats; HPSEARCH_LOCK_HEARTBEAT overrides (tests)
+_FOLDER = "<a folder>"  # Holder.text of a folder at a lock's path
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS)
 
 
@@ -146,13 +148,27 @@ class Holder:
 
 
 def read(path: Path) -> Holder | None:
-    """The lock file at `path` as it is now, or None if there is none."""
+    """The lock file at `path` as it is now, or None if there is none. What no driver writes
+    there (a folder, FIFO, device or symbolic link) is a stale lock, and is never opened
+    for a read that could block; a lock that cannot be read is an unreadable lock."""
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            text = fh.read(4096).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # ELOOP: a symbolic link; EACCES: another user's file
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else f"unreadable: {exc.strerror}"
+        return _odd(st, f"<{what}>", alive=not stat.S_ISLNK(st.st_mode))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return _odd(st, _FOLDER if stat.S_ISDIR(st.st_mode) else "<not a regular file>",
+                    alive=False)
+    with os.fdopen(fd, "rb") as fh:
+        text = fh.read(4096).decode("utf-8", "replace")
     record = LockRecord.parse(text)
     age = max(0.0, time.time() - st.st_mtime)
     local = record is not None and (record.host, record.boot_id) == this_host()
@@ -163,6 +179,20 @@ def read(path: Path) -> Holder | None:
     else:
         alive = age < STALE_AFTER
     return Holder(record, text, age, local, alive, (st.st_dev, st.st_ino))
+
+
+def _odd(st: os.stat_result, text: str, alive: bool) -> Holder:
+    """A lock path holding what no driver writes (`alive` False: stale at once) or what
+    cannot be read (alive while younger than STALE_AFTER, as an unreadable lock is)."""
+    age = max(0.0, time.time() - st.st_mtime)
+    return Holder(None, text, age, False, alive and age < STALE_AFTER, _file_id(st))
+
+
+def _refuse_folder(path: Path, holder: Holder) -> None:
+    """A folder where a lock file belongs cannot be replaced by rename(2): say so."""
+    if holder.record is None and holder.text == _FOLDER:
+        raise StorageError(f"{path} is a folder, not a lock file hpsearch wrote; remove it "
+                           "and run the command again")
 
 
 def _earlier_run_of_my_job(record: LockRecord) -> bool:
@@ -251,6 +281,8 @@ class DriverLock:
                 raise Conflict(f"experiment '{self.name}': another process is taking over "
                                f"its stale driver lock right now ({other.describe()}, "
                                f"{marker})")
+            if other is not None:
+                _refuse_folder(marker, other)
             if other is not None and _same_file(marker, other.file_id):
                 marker.unlink(missing_ok=True)  # its taker died holding it
             return None
@@ -258,8 +290,14 @@ class DriverLock:
             now = read(self.path)
             if now is None or now.alive or (now.file_id, now.text) != (stale.file_id, stale.text):
                 return None
+            _refuse_folder(self.path, now)
             fd, tmp = _write_temp(self.path, record)
-            os.rename(tmp, self.path)
+            try:
+                os.rename(tmp, self.path)
+            except BaseException:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
             return fd
         finally:
             os.close(marker_fd)

@@ -82,7 +82,7 @@ def storage_override() -> str:
     input (exit 2)."""
     value = os.environ.get(STORAGE_ENV, "").strip().lower() or "auto"
     if value not in MODES:
-        raise BadInput(f"{os.environ[STORAGE_ENV]!r}: expected network, local or auto",
+        raise BadInput(f"{os.environ[STORAGE_ENV][:40]!r}: expected network, local or auto",
                        "environment", key=STORAGE_ENV)
     return value
 

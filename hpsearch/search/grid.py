@@ -59,13 +59,13 @@ def grid_points(search: SearchSpec) -> GridPoints:
 
 def grid_size(search: SearchSpec) -> int:
     """How many points the grid has (the product of the axis lengths)."""
-    return len(GridPoints(search))
+    return GridPoints(search).size  # len() stops at sys.maxsize; a grid may be larger
 
 
 class GridSearch(Search):
     def __init__(self, search: SearchSpec) -> None:
         self.points = GridPoints(search)
-        self.total = min(search.trials, len(self.points))
+        self.total = min(search.trials, self.points.size)
         self.next_id = 0
 
     def rebuild(self, trials, study_attrs) -> None:

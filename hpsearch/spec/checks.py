@@ -33,19 +33,36 @@ STRATEGY_MODULES = {"gp": (("torch", "pip install 'hpsearch[gp]'"),
                     "qmc": (("scipy", "pip install scipy"),)}
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """repr(value) as a message quotes it: at most about `limit` characters (a spec value
+    may be a megabyte long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def control_character(text: str, allowed: str = "") -> str | None:
     """The first control character (C0, DEL, C1) in `text` that is not in `allowed`, as a
     problem: such a character in a name or an option can end a line of a batch script or
-    rewrite a terminal."""
+    rewrite a terminal. Unicode line separators, direction overrides and zero-width
+    characters count too: they break a line, or show text other than what runs."""
     for index, char in enumerate(text):
-        if unicodedata.category(char) == "Cc" and char not in allowed:
+        if (unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _INVISIBLE) \
+                and char not in allowed:
             return (f"control character {_named(char)} at position {index + 1} is not "
                     "allowed here")
     return None
 
 
+# Characters that reorder or hide text on a terminal ("Trojan Source"): bidi embeddings,
+# overrides and isolates, zero-width spaces and joiners, the word joiner and a BOM.
+_INVISIBLE = frozenset("\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                       "\u2060\u2066\u2067\u2068\u2069\ufeff")
+
+
 def _named(char: str) -> str:
-    names = {"\n": "newline", "\r": "carriage return", "\t": "tab", "\x1b": "escape"}
+    names = {"\n": "newline", "\r": "carriage return", "\t": "tab", "\x1b": "escape",
+             "\u2028": "line separator", "\u2029": "paragraph separator",
+             "\u202e": "right-to-left override", "\u200b": "zero-width space"}
     code = f"U+{ord(char):04X}"
     return f"{code} ({names[char]})" if char in names else code
 
@@ -55,7 +72,7 @@ def slurm_name(text: str, what: str) -> str | None:
     if SLURM_NAME_RE.fullmatch(text):
         return None
     return (f"expected a Slurm {what} name (letters, digits and _ . , + : @ % -, no spaces "
-            f"or quotes); got {text!r}")
+            f"or quotes); got {shown(text)}")
 
 
 def sbatch_option(text: str) -> str | None:
@@ -64,10 +81,10 @@ def sbatch_option(text: str) -> str | None:
     if problem:
         return problem
     if not text.startswith("--"):
-        return f"expected an sbatch option such as '--constraint=a100'; got {text!r}"
+        return f"expected an sbatch option such as '--constraint=a100'; got {shown(text)}"
     if not SBATCH_OPTION_RE.fullmatch(text):
         return ("expected one sbatch option, --name or --name=value, with no spaces or quotes "
-                f"(give each option its own list entry); got {text!r}")
+                f"(give each option its own list entry); got {shown(text)}")
     name = text.split("=", 1)[0]
     if name in OWN_SBATCH_OPTIONS:
         return f"{name} is set by hpsearch: {OWN_SBATCH_OPTIONS[name]}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import stat
 from pathlib import Path
 
 import yaml
@@ -28,8 +29,14 @@ def read_spec_text(path: Path) -> str:
     """The text of the spec file at `path`, read once and at most MAX_SPEC_BYTES of it."""
     file = str(path)
     try:
-        with open(path, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
+        # O_NONBLOCK: a FIFO with no writer must not hang the command (it reads as empty);
+        # a pipe that has a writer, as from `<(envsubst < spec.yaml)`, is read to its end.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as stream:
+            info = os.fstat(fd)
+            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+            if not stat.S_ISREG(info.st_mode):
+                os.set_blocking(fd, True)
             data = b"" if size > MAX_SPEC_BYTES else stream.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise BadInput(f"cannot read spec: {exc.strerror or exc}", file) from None

@@ -68,7 +68,7 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError
     if isinstance(value, (int, float)):
-        if value <= 0:
+        if not 0 < value < math.inf:  # NaN and infinity too: no limit is written so
             raise ValueError
         return float(value)
     text = str(value).strip()
@@ -76,8 +76,10 @@ def parse_duration(value: Any) -> float:
         parts = [float(p) for p in text.split(":")]
         seconds = 0.0
         for p in parts:
+            if not 0 <= p < math.inf:  # '1:nan', '1:-30', '1:inf'
+                raise ValueError
             seconds = seconds * 60 + p
-        if seconds <= 0:
+        if not 0 < seconds < math.inf:
             raise ValueError
         return seconds
     match = DURATION_RE.fullmatch(text)
@@ -85,7 +87,7 @@ def parse_duration(value: Any) -> float:
         raise ValueError
     scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
     seconds = float(match.group(1)) * scale
-    if seconds <= 0:
+    if not 0 < seconds < math.inf:
         raise ValueError
     return seconds
 
@@ -117,7 +119,7 @@ class _Validator:
 
     def typed(self, value: Any, path: KeyPath, check: Callable[[Any], bool], expected: str) -> Any:
         if not check(value):
-            raise self.fail(path, f"expected {expected}; got {_kind(value)} {value!r}")
+            raise self.fail(path, f"expected {expected}; got {_kind(value)} {checks.shown(value)}")
         return value
 
     def integer(self, value: Any, path: KeyPath, minimum: int | None = None) -> int:
@@ -132,6 +134,20 @@ class _Validator:
         """A non-empty string without control characters (except those in `allowed`)."""
         self.typed(value, path, lambda v: isinstance(v, str) and v != "", "a non-empty string")
         self.check(path, checks.control_character(value, allowed))
+        return value
+
+    def plain(self, value: Any, path: KeyPath) -> Any:
+        """`value` (a parameter's fixed value or choice, of any YAML shape) if no text in it
+        holds a control character: each is shown by status and best, and put in a command."""
+        if isinstance(value, str):
+            self.check(path, checks.control_character(value))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self.plain(item, path + (i,))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                self.plain(key, path)
+                self.plain(item, path + (key,))
         return value
 
     def check(self, path: KeyPath, problem: str | None) -> None:
@@ -155,7 +171,8 @@ class _Validator:
         name = self.string(top["name"], ("name",))
         if not NAME_RE.fullmatch(name):
             raise self.fail(("name",), "expected a name of letters, digits, '.', '_' or '-', "
-                                       f"starting with a letter or digit (it names a directory); got {name!r}")
+                                       "starting with a letter or digit (it names a "
+                                       f"directory); got {checks.shown(name)}")
         command = self.string(top["command"], ("command",), allowed="\n\t")
         search = self.search(top["search"], ("search",))
         objectives = self.objectives(top["objective"], ("objective",))
@@ -238,7 +255,8 @@ class _Validator:
             ppath = path + (name,)
             if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
                 raise self.fail(ppath, "expected a parameter name made of letters, digits and "
-                                       f"'_' (it is used as {{name}} in command); got {name!r}")
+                                       f"'_' (it is used as {{name}} in command); got "
+                                       f"{checks.shown(name)}")
             if name in BUILTIN_PLACEHOLDERS:
                 raise self.fail(ppath, f"'{name}' is reserved for hpsearch's own placeholder "
                                        f"{{{name}}}; choose another name")
@@ -250,7 +268,7 @@ class _Validator:
             raise self.fail(path, "a list is ambiguous: write {choices: [...]} to search over "
                                   "it, or {value: [...]} to fix it")
         if not isinstance(spec, dict):
-            return m.Param(name, "fixed", value=spec)
+            return m.Param(name, "fixed", value=self.plain(spec, path))
         d = self.mapping(spec, path, PARAM_KEYS)
         kind = d.get("type")
         if kind is None:
@@ -258,7 +276,8 @@ class _Validator:
                     "int" if _is_int(d.get("low")) and _is_int(d.get("high")) and
                     _is_int(d.get("step", 1)) and not d.get("log") else "float")
         elif kind not in PARAM_TYPES:
-            raise self.fail(path + ("type",), f"unknown parameter type {kind!r}; expected one of "
+            raise self.fail(path + ("type",), f"unknown parameter type {checks.shown(kind)}; "
+                                              "expected one of "
                                               f"{', '.join(PARAM_TYPES)}")
         allowed = {"fixed": ("type", "value"), "categorical": ("type", "choices"),
                    "float": ("type", "low", "high", "log", "step"),
@@ -270,7 +289,7 @@ class _Validator:
         if kind == "fixed":
             if "value" not in d:
                 raise self.fail(path, "missing required key 'value'")
-            return m.Param(name, "fixed", value=d["value"])
+            return m.Param(name, "fixed", value=self.plain(d["value"], path + ("value",)))
         if kind == "categorical":
             choices = d.get("choices")
             self.typed(choices, path + ("choices",), lambda v: isinstance(v, list),
@@ -281,6 +300,7 @@ class _Validator:
             for i, c in enumerate(choices):
                 self.typed(c, path + ("choices", i), lambda v: v is None or
                            isinstance(v, (str, int, float, bool)), "a string, number or bool")
+                self.plain(c, path + ("choices", i))
             if len(set(map(repr, choices))) != len(choices):
                 raise self.fail(path + ("choices",), "duplicate choices; each may appear once")
             return m.Param(name, "categorical", choices=tuple(choices))
@@ -292,6 +312,8 @@ class _Validator:
         for key in ("low", "high"):
             if key not in d:
                 raise self.fail(path, f"missing required key '{key}' for a {kind} parameter")
+            if isinstance(d[key], float) and not math.isfinite(d[key]):
+                raise self.fail(path + (key,), f"expected a finite number; got {d[key]}")
             self.typed(d[key], path + (key,), check, what)
         low, high = d["low"], d["high"]
         if low >= high:
@@ -336,7 +358,7 @@ class _Validator:
             direction = d.get("direction", "minimize")
             if direction not in m.DIRECTIONS:
                 raise self.fail(ipath + ("direction",), f"expected minimize or maximize; "
-                                                        f"got {direction!r}")
+                                                        f"got {checks.shown(direction)}")
             if any(o.metric == metric for o in out):
                 raise self.fail(ipath + ("metric",), f"duplicate objective metric '{metric}'")
             out.append(m.Objective(metric, direction))
@@ -440,7 +462,8 @@ class _Validator:
         d = self.mapping(value, path, EXECUTOR_KEYS)
         kind = d.get("type", "local")
         if kind not in m.EXECUTORS:
-            raise self.fail(path + ("type",), f"unknown executor {kind!r}; expected one of "
+            raise self.fail(path + ("type",), f"unknown executor {checks.shown(kind)}; "
+                                              "expected one of "
                                               f"{', '.join(m.EXECUTORS)}")
         gpus = d.get("gpus")
         if gpus is not None and gpus != "auto":
@@ -475,7 +498,7 @@ class _Validator:
         for i, name in enumerate(env):
             if not ENV_NAME_RE.fullmatch(name):
                 raise self.fail(path + ("env", i), f"expected an environment variable name; "
-                                                   f"got {name!r}")
+                                                   f"got {checks.shown(name)}")
         return m.Container(runtime=runtime, image=image, env=env,
                            binds=self.optional(d, "binds", path, self.strings, ()),
                            args=self.optional(d, "args", path, self.strings, ()))
@@ -497,7 +520,7 @@ class _Validator:
         if value not in allowed:
             close = difflib.get_close_matches(str(value), allowed, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise self.fail(path, f"unknown {what} {value!r}; expected one of "
+            raise self.fail(path, f"unknown {what} {checks.shown(value)}; expected one of "
                                   f"{', '.join(allowed)}{hint}")
         return value
 
@@ -511,7 +534,7 @@ class _Validator:
             return parse_duration(value)
         except (ValueError, TypeError):
             raise self.fail(path, f"expected a positive duration such as 90, '90s', '10m', '2h' "
-                                  f"or '01:30:00'; got {value!r}") from None
+                                  f"or '01:30:00'; got {checks.shown(value)}") from None
 
 
 def _is_int(v: Any) -> bool:

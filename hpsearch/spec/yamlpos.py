@@ -17,7 +17,8 @@ from hpsearch.spec.loading import compose
 
 KeyPath = tuple  # e.g. ("search", "space", "lr", "low")
 
-_INT_TAG, _FLOAT_TAG, _STR_TAG = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "str"))
+_INT_TAG, _FLOAT_TAG, _STR_TAG, _MERGE_TAG = (f"tag:yaml.org,2002:{t}"
+                                              for t in ("int", "float", "str", "merge"))
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
 
@@ -57,17 +58,23 @@ def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]
 def _convert(node: yaml.Node, path: KeyPath, lines: dict, constructor: Any, file: str) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
-        out: dict = {}
+        out = _merged(node, path, lines, constructor, file)
+        own: set = set()
         for key_node, value_node in node.value:
-            key = constructor.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)):
-                raise BadInput("mapping keys must be plain scalars", file,
-                               key_node.start_mark.line + 1, dotted(path))
-            if key in out:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = _construct(key_node, path, constructor, file)
+            if not isinstance(key, (str, int, float)):  # bool is an int
+                raise BadInput(f"expected a name as key; got {_key_kind(key)} (a key is "
+                               "a plain word or quoted text)", file,
+                               key_node.start_mark.line + 1, dotted(path) or None)
+            if key in own:
                 raise BadInput(f"duplicate key '{key}' (each name may appear once)", file,
                                key_node.start_mark.line + 1, dotted(path + (key,)))
+            own.add(key)
             out[key] = _convert(value_node, path + (key,), lines, constructor, file)
             lines[path + (key,)] = key_node.start_mark.line + 1
+        lines[path] = node.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_convert(child, path + (i,), lines, constructor, file)
@@ -77,7 +84,38 @@ def _convert(node: yaml.Node, path: KeyPath, lines: dict, constructor: Any, file
             return node.value  # 2:00:00 is a time, not the base-60 integer 7200
         if node.tag == _STR_TAG and _EXPONENT_FLOAT.match(node.value):
             return float(node.value)  # 1e-5 is a number, not a string
+    return _construct(node, path, constructor, file)
+
+
+def _merged(node: yaml.MappingNode, path: KeyPath, lines: dict, constructor: Any,
+            file: str) -> dict:
+    """The keys a mapping takes from `<<: *anchor` (or `<<: [*a, *b]`, the first one winning),
+    as YAML's merge key gives them; the mapping's own keys then override these."""
+    out: dict = {}
+    for key_node, value_node in node.value:
+        if key_node.tag != _MERGE_TAG:
+            continue
+        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for source in reversed(sources):
+            if not isinstance(source, yaml.MappingNode):
+                raise BadInput("the merge key '<<' takes a mapping (an alias such as *defaults) "
+                               "or a list of them", file, source.start_mark.line + 1,
+                               dotted(path) or None)
+            out.update(_convert(source, path, lines, constructor, file))
+    return out
+
+
+def _construct(node: yaml.Node, path: KeyPath, constructor: Any, file: str) -> Any:
     try:
         return constructor.construct_object(node, deep=True)
     except yaml.YAMLError as exc:
-        raise BadInput(f"bad value: {exc}", file, node.start_mark.line + 1, dotted(path)) from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if node.tag.startswith("!") or "constructor for the tag" in problem:
+            problem = (f"unknown YAML tag {node.tag!r}; a spec holds plain values (remove the "
+                       "tag, or quote the value)")
+        raise BadInput(f"bad value: {problem}", file, node.start_mark.line + 1,
+                       dotted(path) or None) from None
+
+
+def _key_kind(key: Any) -> str:
+    return "nothing (null)" if key is None else f"a {type(key).__name__} {str(key)[:40]!r}"

@@ -48,6 +48,8 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     try:
         return connect()
     except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN" and path.is_file():
+            return _open_immutable(path)
         if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
             raise
     try:
@@ -61,6 +63,23 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
                            f"journal is rolled back by `hpsearch resume`, or by a reader with "
                            f"write access to {path.parent} ({exc})") from None
     return connect()
+
+
+def _open_immutable(path: Path) -> sqlite3.Connection:
+    """A store in a folder this process cannot write (a read-only mount, another user's
+    runs dir): a WAL store cannot be opened there even read-only (its -shm index cannot be
+    created), so it is read as an immutable file, exact when no -wal file holds commits
+    not yet copied into it (a driver that is running, or was killed)."""
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StorageError(f"{path} cannot be read here: its folder is not writable by this "
+                           f"user, and {wal.name} holds commits that only a process that may "
+                           f"write {path.parent} can read (run this command as the "
+                           "experiment's owner, or on a writable mount)")
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True,
+                           check_same_thread=False)
+    conn.execute("select count(*) from sqlite_master").fetchone()
+    return conn
 
 
 class Reader:
