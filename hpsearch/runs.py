@@ -20,7 +20,9 @@ DEFAULT_RUNS_DIR = "hpsearch-runs"
 
 
 def default_runs_dir() -> Path:
-    return Path(os.environ.get("HPSEARCH_RUNS_DIR", DEFAULT_RUNS_DIR)).absolute()
+    """HPSEARCH_RUNS_DIR, or ./hpsearch-runs where it is unset or empty (an empty value, as
+    from `HPSEARCH_RUNS_DIR=$UNSET`, would otherwise put experiments in the current folder)."""
+    return Path(os.environ.get("HPSEARCH_RUNS_DIR") or DEFAULT_RUNS_DIR).absolute()
 
 
 def experiment_dir(runs_dir: Path, name: str) -> Path:

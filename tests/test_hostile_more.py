@@ -191,6 +191,13 @@ OUTPUT_CASES = [  # (id, script, a line the driver prints)
      "result.json: ignored: expected a JSON object"),
     ("result-nested-10000-deep", "printf '%.0s{\"a\":' $(seq 10000) > result.json\n" + REPORT,
      "result.json: ignored:"),
+    ("10000-metrics-on-one-line", 'echo "@hpsearch step=1 loss=$1 $(printf \'m%d=1 \' '
+     '$(seq 10000))"\n', None),
+    ("metric-named-time", 'echo "@hpsearch step=0 time=soon loss=9"\n' + REPORT,
+     "('time': expected a number, got 'soon')"),
+    ("metrics-truncated-mid-run", 'echo \'{"step": 5, "loss": 9}\' >> metrics.jsonl; sleep 1.3\n'
+     ': > metrics.jsonl; sleep 1.3; echo "{\\"step\\": 6, \\"loss\\": $1}" >> metrics.jsonl\n',
+     None),
 ]
 
 
@@ -314,3 +321,12 @@ def test_a_full_runs_dir_is_a_clear_error_and_nothing_lands_elsewhere(cli):
     assert code == 1 and "Traceback" not in err, err
     assert err.startswith("hpsearch: error: ") and err.count("\n") == 1, err
     assert set(os.listdir(cli.cwd)) - before <= {"rcs", "errs", "err", "hpsearch-runs"}
+
+
+def test_an_empty_runs_dir_variable_means_the_default_not_the_current_folder(cli):
+    """Before: HPSEARCH_RUNS_DIR= (as from `HPSEARCH_RUNS_DIR=$UNSET`) put the experiment's
+    store and trials straight into the current folder."""
+    (cli.cwd / "q.yaml").write_text(GOOD)
+    cli("submit", "q.yaml", env={"HPSEARCH_RUNS_DIR": ""})
+    assert not (cli.cwd / "demo").exists()
+    assert (cli.cwd / "hpsearch-runs" / "demo" / "store.sqlite").exists()
