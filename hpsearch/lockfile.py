@@ -23,12 +23,14 @@ thread, futimens on its own open descriptor, so it never touches another driver'
 
 Is the holder alive (`DriverLock.owner()`)?
 - written on this host (same host name and boot id): while a process with that pid and
-  start time exists; a driver killed even by SIGKILL is seen dead at once;
+  start time exists; a driver killed even by SIGKILL is seen dead at once (a lock without a
+  start time: while its heartbeat is young, as from another host);
 - written by an earlier run of the Slurm job this process runs in (same SLURM_JOB_ID, lower
   SLURM_RESTART_COUNT: a requeued driver job): dead, as Slurm ended that run before requeuing;
 - written on another host, or on a namesake or this host before a reboot (another boot id):
   while the heartbeat is younger than STALE_AFTER (clocks must agree to well within that);
-- unreadable content (empty, not JSON, pid 0, 1 or negative): while younger than STALE_AFTER.
+- unreadable content (empty, not JSON, pid 0, 1, negative or beyond PID_MAX): while younger
+  than STALE_AFTER; what no driver writes there (a folder, FIFO, link): never.
 A lock not alive is stale and `acquire` takes it over: holding `driver.lock.takeover`
 (created the same way; only one process takes over at a time) it re-reads the lock, checks it
 is still the same stale file, and renames its own new lock over it. A lock that is alive is a
@@ -60,6 +62,7 @@ from hpsearch.storage import storage_override
 LOCK_FILE = "driver.lock"
 FORMAT = 1
 STALE_AFTER = 300.0  # seconds without a heartbeat before a lock from another host is stale
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: a larger pid is no process (and overflows a pid_t)
 HEARTBEAT = 30.0  # seconds between heartbeats; HPSEARCH_LOCK_HEARTBEAT overrides (tests)
 _FOLDER = "<a folder>"  # Holder.text of a folder at a lock's path
 _NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS)
@@ -98,7 +101,7 @@ class LockRecord:
                          data.get("slurm_restart", 0))
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
-        valid = (type(record.pid) is int and record.pid > 1 and
+        valid = (type(record.pid) is int and 1 < record.pid <= PID_MAX and
                  (record.pid_start is None or type(record.pid_start) is int) and
                  type(record.slurm_restart) is int)
         return record if valid else None
@@ -172,7 +175,7 @@ def read(path: Path) -> Holder | None:
     record = LockRecord.parse(text)
     age = max(0.0, time.time() - st.st_mtime)
     local = record is not None and (record.host, record.boot_id) == this_host()
-    if local:
+    if local and record.pid_start is not None:
         alive = start_time(record.pid) == record.pid_start
     elif record is not None and record.slurm_job and _earlier_run_of_my_job(record):
         alive = False

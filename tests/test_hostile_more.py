@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from tests.helpers import read_store
+from tests.test_shared_storage import _dead_pid, _write_lock
 from tests.test_hostile_output import _one_trial_spec
 from tests.test_spec_hostile import GOOD
 
@@ -271,6 +272,27 @@ def test_a_folder_where_a_lock_belongs_is_named_and_status_still_works(cli, wher
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == (f"hpsearch: error: {cli.runs / name / where} is a folder, not a lock "
                            "file hpsearch wrote; remove it and run the command again\n")
+
+
+def test_a_local_lock_without_start_time_goes_stale_with_its_heartbeat(cli):
+    """Before: a lock of this host naming a dead pid and no start time counted as alive for
+    ever (resume: 'already being driven'; cancel: 'has just ended; run cancel again')."""
+    name = _finished_experiment(cli)
+    _write_lock(cli.runs / name, age=3600, pid=_dead_pid()[0], pid_start=None)
+    cli("resume", name, timeout=30, check=0)
+    _write_lock(cli.runs / name, age=3600, pid=_dead_pid()[0], pid_start=None)
+    assert "no driver was running" in cli("cancel", name, timeout=30, check=0).stdout
+
+
+@pytest.mark.parametrize("pid", [1 << 32, 1 << 70])
+def test_a_lock_naming_an_impossible_pid_is_unreadable_not_a_crash(cli, pid):
+    """Before: cancel died in pidfd_open (OverflowError) with a traceback."""
+    name = _finished_experiment(cli)
+    _write_lock(cli.runs / name, age=5, pid=pid, pid_start=None)
+    proc = cli("cancel", name, timeout=30)
+    assert proc.returncode == 2 and "an unreadable lock" in proc.stderr, proc.stderr
+    _write_lock(cli.runs / name, age=3600, pid=pid, pid_start=None)
+    cli("cancel", name, timeout=30, check=0)
 
 
 def test_a_huge_storage_override_is_quoted_short(cli):
