@@ -107,7 +107,7 @@ def missing_module(strategy: str) -> str | None:
 def run_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) for what would stop a valid spec only when `submit` starts it
     here: a missing package, too few GPU slots, a path that cannot go into a batch script,
-    a launcher the executor cannot run; or None."""
+    a launcher the executor cannot run, a command too long to exec or submit; or None."""
     missing = missing_module(spec.search.strategy)
     if missing:
         return ("search", "strategy"), missing
@@ -120,7 +120,8 @@ def run_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
         if problem:  # it becomes --chdir= or --output= in a batch script
             return (key,), (f"{problem}: {str(where)!r} (from {key}, --runs-dir, "
                             "HPSEARCH_RUNS_DIR or the spec's folder)")
-    return launch_problem(spec)
+    from hpsearch.spec.command_size import command_size_problem
+    return launch_problem(spec) or command_size_problem(spec)
 
 
 def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
