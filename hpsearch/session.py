@@ -191,7 +191,7 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
-    with storage_errors(spec.name):
+    with storage_errors(spec):
         lock.acquire()  # refuses while a driver runs; released before the job can start
         try:
             if create:
@@ -220,7 +220,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     in_job = driver_job.in_driver_job()
     if in_job:
         driver_job.arm()
-    with storage_errors(spec.name):
+    with storage_errors(spec):
         lock.acquire()
         try:
             search = make_search(spec)
@@ -249,20 +249,26 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
 
 
 @contextlib.contextmanager
-def storage_errors(name: str):
+def storage_errors(spec: Spec):
     """A full disk or a permission error on the runs dir: one clear message, no traceback.
-    Each store change is one transaction, so the store stays as the last commit left it."""
+    Each store change is one transaction, so the store stays as the last commit left it;
+    a store that was being created is not there at all (it is built under a temporary
+    name), and the message then says to submit again, not to resume."""
     try:
         yield
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        raise StorageError(f"cannot write {where}{exc.strerror or exc}; the store is intact. "
-                           f"Free space or fix permissions, then `hpsearch resume {name}` (or submit "
-                           "again if it was never created)") from None
-    except sqlite3.OperationalError as exc:  # "database or disk is full", "readonly database"
-        raise StorageError(f"the store of {name} cannot be written: {exc}; it is intact "
-                           "(the change was rolled back). Free space or fix permissions, then "
-                           f"`hpsearch resume {name}`") from None
+    except (OSError, sqlite3.OperationalError) as exc:
+        exists = (spec.experiment_dir / STORE_FILE).exists()
+        then = (f"`hpsearch resume {spec.name}`" if exists
+                else f"submit again (`hpsearch submit {spec.source or 'SPEC'}`)")
+        if isinstance(exc, OSError):
+            where = f"{exc.filename}: " if exc.filename else ""
+            problem = f"cannot write {where}{exc.strerror or exc}"
+        else:  # "database or disk is full", "readonly database"
+            problem = f"the store of {spec.name} cannot be written: {exc}"
+        state = ("the store is intact (the change was rolled back)" if exists
+                 else "no experiment was created")
+        raise StorageError(f"{problem}; {state}. Free space or fix permissions, then "
+                           f"{then}") from None
 
 
 def detach(run: Callable[[Callable[[], None]], int], log_path: Path) -> int:
@@ -362,13 +368,20 @@ def _cancel_unstored_jobs(runs_dir: Path, name: str, store: Reader, rows: list) 
                         and not any(t.job_id for t in store.trials())):
         return 0
     from hpsearch.executors.base import Adoptable
-    from hpsearch.executors.slurm import SlurmExecutor
+    from hpsearch.executors.slurm_health import SlurmHealth
+    from hpsearch.executors.slurm_submit import Submitter
+    from hpsearch.slurm.commands import Slurm
     from hpsearch.slurm.failures import retrying
-    executor = SlurmExecutor(with_instance(spec, store))
-    found = [job_id for row in unstored if (job_id := retrying(lambda: executor.find_by_name(
-        Adoptable(row.id, row.attempt, Path(row.trial_dir)))))]
+    slurm = Slurm()
+    submitter = Submitter(with_instance(spec, store), slurm, SlurmHealth(1.0))
+    found = []
+    for row in unstored:
+        known = Adoptable(row.id, row.attempt, Path(row.trial_dir))
+        job_id = retrying(lambda: submitter.find_by_name(known))
+        if job_id:
+            found.append(job_id)
     if found:
-        retrying(lambda: executor.slurm.scancel(found))
+        retrying(lambda: slurm.scancel(found))
     return len(found)
 
 

@@ -131,6 +131,26 @@ def test_a_full_disk_stops_the_driver_clearly_and_resume_finishes(cli):
         subprocess.run(["umount", "-l", str(runs)], check=False)
 
 
+def test_a_disk_full_before_the_store_exists_says_submit_again_and_that_works(cli):
+    """The disk fills before the store could be created: the message says no experiment was
+    created and to submit again (resume would find none), and submitting again works."""
+    runs = cli.cwd / "tiny"
+    _mount_tmpfs(runs, "size=2m")
+    try:
+        (runs / "filler").write_bytes(b"\0" * (2048 * 1024 - 8 * 1024))
+        spec, _ = _spec_with_runlog(cli, "early", runs, "")
+        env = {"HPSEARCH_RUNS_DIR": str(runs)}
+        proc = cli("submit", spec, env=env, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "no experiment was created" in proc.stderr and "submit again" in proc.stderr
+        assert "hpsearch resume" not in proc.stderr
+        (runs / "filler").unlink()
+        cli("submit", spec, env=env, check=0, timeout=120)
+        assert read_store(runs, "early")[0].status == "completed"
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], check=False)
+
+
 def test_a_read_only_runs_dir_is_a_clear_error_and_writes_nothing(cli):
     runs = cli.cwd / "ro"
     _mount_tmpfs(runs, "ro,size=1m")

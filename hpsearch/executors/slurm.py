@@ -15,8 +15,6 @@ submitit itself does for its own script.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +22,12 @@ from pathlib import Path
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
 from hpsearch.executors.slurm_health import SlurmHealth
+from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launching import prepare_trial_dir
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import parse, sbatch
 from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT, Backoff, retrying
+from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
 from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import Spec
 
@@ -76,18 +75,15 @@ class SlurmExecutor(Executor):
         self.next_query = 0.0
         self.jobs: dict[int, _Job] = {}  # trial id -> its job in flight
         self.waiting: list[Launch] = []  # single-node launches to submit as one array
-        self.arrays_dir = spec.experiment_dir / "slurm"
-        self.max_array: int | None = None
         self.unsubmitted: list[Ended] = []  # cancelled while waiting to go in an array
         self.planner = Planner(spec, slurm)
         self.held: list[Launch] = []  # multi-node launches waiting for a leaf to free up
         self.notes: list[Note] = []
         self.pending: list = []  # events found while adopting, for the next poll()
         self.health = SlurmHealth(self.interval)
-        self.unsure: set[str] = set()  # job names whose sbatch failed in a way that may
-                                       # have submitted them all the same
-        self.to_cancel: list[str] = []  # job ids whose scancel failed: sent again
-        self.array_cap: int | None = None  # fewer tasks per array after a limit refused one
+        self.submitter = Submitter(spec, slurm, self.health)
+        self.to_cancel: list[tuple[str, bool]] = []  # (job id or name, by name): scancel
+                                                    # failed, sent again by poll()
         self.query_after = 0.0  # monotonic time of the next query after a failed one
 
     def free_slots(self) -> int:
@@ -119,9 +115,9 @@ class SlurmExecutor(Executor):
                                        f"{self.spec.placement.max_wait:g} s for "
                                        f"{self.spec.resources.nodes} free nodes under one leaf"))
             return self._hold(launch)
-        name = self._job_name(launch.trial_id, launch.attempt)
+        name = self.submitter.job_name(launch.trial_id, launch.attempt)
         try:
-            job_id = self._sbatch(name, sbatch.batch_script(self.spec, launch,
+            job_id = self.submitter.sbatch(name, sbatch.batch_script(self.spec, launch,
                                                             placement.options))
             if job_id is None:
                 return self._hold(launch)
@@ -133,7 +129,7 @@ class SlurmExecutor(Executor):
                                    f"{' '.join(placement.options)} ({exc}); submitted "
                                    "without placement"))
             try:
-                job_id = self._sbatch(name, sbatch.batch_script(self.spec, launch))
+                job_id = self.submitter.sbatch(name, sbatch.batch_script(self.spec, launch))
             except SlurmError as again:
                 return self._cannot_submit([launch], again)
             if job_id is None:
@@ -152,27 +148,6 @@ class SlurmExecutor(Executor):
         if launch not in self.held:
             self.held.append(launch)
         self._soon()
-
-    def _sbatch(self, name: str, script: str) -> str | None:
-        """Submit the job named `name`: its id, or None when Slurm cannot take it now (down,
-        or a limit on the user's jobs): the caller holds it and tries again later. After a
-        failure that may have submitted it all the same (a lost answer), it is looked up by
-        name before it is submitted again. A permanent refusal raises SlurmError."""
-        if name in self.unsure:
-            found = self._lookup(name)
-            if found != "":
-                return found  # its id, or None: still unsure
-        try:
-            job_id = self.slurm.sbatch(script)
-        except SlurmError as exc:
-            if exc.kind == PERMANENT:
-                raise
-            if exc.kind == TRANSIENT:
-                self.unsure.add(name)
-            self.health.submit_failed(exc, exc.kind)
-            return None
-        self.health.submit_ok()
-        return job_id
 
     def _cannot_submit(self, launches: list[Launch], exc: SlurmError) -> None:
         """Slurm refused these jobs for good (invalid partition, account...): each attempt
@@ -198,21 +173,18 @@ class SlurmExecutor(Executor):
         started = []
         while self.waiting and self.health.may_submit():
             try:
-                if self.max_array is None:
-                    self.max_array = self.slurm.max_array_size()
+                chunk = self.submitter.next_chunk(self.waiting)
             except SlurmError as exc:
                 self.health.submit_failed(exc, TRANSIENT)
                 break
-            chunk = self.waiting[:min(self.max_array, self.array_cap or self.max_array)]
             try:
-                chunk, job_ids = self._submit_chunk(chunk)
+                chunk, job_ids, strays = self.submitter.submit_chunk(chunk, self.waiting)
             except SlurmError as exc:  # refused for good
                 self.waiting = self.waiting[len(chunk):]
                 self._cannot_submit(chunk, exc)
                 continue
+            self._scancel(strays)
             if not job_ids:  # held: try again after the back-off
-                if self.health.submit_kind == LIMIT and len(chunk) > 1:
-                    self.array_cap = max(1, len(chunk) // 2)  # the limit counts each task
                 break
             self.waiting = [la for la in self.waiting if la not in chunk]
             for launch, job_id in zip(chunk, job_ids):
@@ -220,56 +192,6 @@ class SlurmExecutor(Executor):
                 started.append(Started(launch.trial_id, launch.attempt, host="",
                                        job_id=job_id))
         return started
-
-    def _submit_chunk(self, chunk: list[Launch]) -> tuple[list[Launch], list[str]]:
-        """sbatch one plain job (one launch) or one array; (the launches submitted, their
-        job ids), ids [] when held. An array whose sbatch may have gone through is looked up
-        by name first: found, it holds the launches its manifest lists (those cancelled
-        meanwhile have their tasks cancelled)."""
-        if len(chunk) == 1:
-            name = self._job_name(chunk[0].trial_id, chunk[0].attempt)
-            job_id = self._sbatch(name, sbatch.batch_script(self.spec, chunk[0]))
-            return chunk, [job_id] if job_id is not None else []
-        first = chunk[0]
-        name = self._array_name(first.trial_id, first.attempt)
-        manifest = self.arrays_dir / f"{name}.json"
-        if name in self.unsure:
-            found = self._lookup(name)
-            if found is None:
-                return chunk, []
-            if found:
-                array_id = found.split("_")[0]
-                by_key = {(la.trial_id, la.attempt): la for la in self.waiting}
-                tasks = [(tuple(key), f"{array_id}_{i}")
-                         for i, key in enumerate(json.loads(manifest.read_text()))]
-                self._scancel([job_id for key, job_id in tasks if key not in by_key])
-                kept = [(by_key[key], job_id) for key, job_id in tasks if key in by_key]
-                return [la for la, _ in kept], [job_id for _, job_id in kept]
-        self.arrays_dir.mkdir(parents=True, exist_ok=True)
-        tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps([[la.trial_id, la.attempt] for la in chunk]))
-        os.replace(tmp, manifest)
-        throttle = self.spec.executor.array_throttle or self.parallel
-        array_id = self._sbatch(name, sbatch.array_script(self.spec, chunk, throttle,
-                                                          str(self.arrays_dir)))
-        if array_id is None:
-            return chunk, []
-        return chunk, [f"{array_id.split('_')[0]}_{i}" for i in range(len(chunk))]
-
-    def _lookup(self, name: str) -> str | None:
-        """For a name in `unsure`: its job id, "" if Slurm holds no such job (it was never
-        submitted), None if Slurm cannot tell now (it stays unsure)."""
-        try:
-            found = self.slurm.job_id_by_name(name, self.spec.created)
-        except SlurmError as exc:
-            if exc.kind == PERMANENT:
-                raise
-            self.health.submit_failed(exc, exc.kind)
-            return None
-        self.unsure.discard(name)
-        if found is not None:
-            self.health.submit_ok()
-        return found or ""
 
     def adopt(self, known: Adoptable) -> Started | Ended | None:
         """As Executor.adopt. While Slurm does not answer, it asks again with back-off (for
@@ -281,7 +203,7 @@ class SlurmExecutor(Executor):
                             f"asking again in {delay:.0f} s")))
 
     def _adopt(self, known: Adoptable) -> Started | Ended | None:
-        job_id = known.job_id or self.find_by_name(known)
+        job_id = known.job_id or self.submitter.find_by_name(known)
         if job_id is None:
             return None
         job = _Job(known.trial_id, known.attempt, job_id, time.monotonic(),
@@ -338,14 +260,9 @@ class SlurmExecutor(Executor):
             if launch.trial_id == trial_id:
                 queue.remove(launch)
                 # ...unless an sbatch whose answer was lost did submit it
-                names = [self._job_name(trial_id, launch.attempt),
-                         self._array_name(trial_id, launch.attempt)]
-                if queue:  # the array's first task, if it was not this one
-                    names.append(self._array_name(queue[0].trial_id,
-                                                   queue[0].attempt))
-                for name in names:
-                    if name in self.unsure:
-                        self._scancel([name], by_name=True)
+                first = queue[0] if queue else None
+                for name in self.submitter.unsure_names(launch, first):
+                    self._scancel([name], by_name=True)
                 self.planner.started(trial_id, launch.attempt)
                 self.unsubmitted.append(Ended(trial_id, launch.attempt, None, "cancelled",
                                               "cancelled before it was submitted"))
@@ -378,8 +295,8 @@ class SlurmExecutor(Executor):
         except SlurmError as exc:  # never the trials' fault: ask again later
             self.query_after = time.monotonic() + self.health.query_failed(exc)
             return self.health.take_notes()
-        if self.health.query_ok():  # after an outage nothing was seen for a while
-            for job in self.jobs.values():
+        if time.monotonic() >= self.query_after and self.health.query_ok():
+            for job in self.jobs.values():  # after an outage nothing was seen for a while
                 job.last_seen = time.monotonic()
         # Back off while nothing happens; come back quickly after a change.
         self.wait = self.interval if events else min(self.wait * 1.5, MAX_BACKOFF)
@@ -390,27 +307,6 @@ class SlurmExecutor(Executor):
     def _soon(self) -> None:
         self.wait = self.interval
         self.next_query = min(self.next_query, time.monotonic() + min(1.0, self.interval))
-
-    def _job_name(self, trial_id: int, attempt: int) -> str:
-        return sbatch.job_name(self.spec.name, trial_id, attempt, self.spec.instance)
-
-    def _array_name(self, first_trial: int, attempt: int) -> str:
-        return sbatch.array_name(self.spec.name, first_trial, attempt, self.spec.instance)
-
-    def find_by_name(self, known: Adoptable) -> str | None:
-        """The job of an attempt whose id was never stored, by its name (or its array's
-        manifest), among this user's jobs since the experiment was created; else None."""
-        name = self._job_name(known.trial_id, known.attempt)
-        found = self.slurm.job_id_by_name(name, self.spec.created)
-        if found is not None:
-            return found
-        for manifest in sorted(self.arrays_dir.glob("*.json")):  # was it in an array?
-            tasks = [tuple(t) for t in json.loads(manifest.read_text())]
-            if (known.trial_id, known.attempt) in tasks:
-                array_id = self.slurm.job_id_by_name(manifest.stem, self.spec.created)
-                if array_id is not None:
-                    return f"{array_id.split('_')[0]}_{tasks.index((known.trial_id, known.attempt))}"
-        return None
 
     def _query(self, jobs: list[_Job]) -> list[Update | Requeued | Ended]:
         by_id = {job.job_id: job for job in jobs}
