@@ -138,9 +138,10 @@ class _Validator:
 
     def plain(self, value: Any, path: KeyPath) -> Any:
         """`value` (a parameter's fixed value or choice, of any YAML shape) if no text in it
-        holds a control character: each is shown by status and best, and put in a command."""
+        holds a control character other than newline and tab: each is shown by status and
+        best, and put in a command (shell-quoted, so a newline or tab arrives intact)."""
         if isinstance(value, str):
-            self.check(path, checks.control_character(value))
+            self.check(path, checks.control_character(value, allowed="\n\t"))
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 self.plain(item, path + (i,))
