@@ -33,10 +33,14 @@ def _replace(old: str, new: str) -> str:
 # (id, spec text, line, key, fragments of the one message line)
 BAD_SPECS = [
     ("python-tag", _replace("name: demo", 'name: !!python/object/apply:os.system ["touch '
-                            'PWNED"]'), 1, "name", ["expected a non-empty string"]),
+                            'PWNED"]'), 1, "name", ["unknown YAML tag", "python/object/apply"]),
     ("custom-tag-value", _replace("name: demo", "name: !foo bar"), 1, "name",
      ["unknown YAML tag '!foo'"]),
     ("custom-tag-key", GOOD + "!foo a: 1\n", 9, None, ["unknown YAML tag '!foo'"]),
+    ("custom-tag-mapping", GOOD + "env: !foo {A: 1}\n", 9, "env", ["unknown YAML tag '!foo'"]),
+    ("set-tag", GOOD + "env: !!set {A: null}\n", 9, "env", ["unknown YAML tag", "set"]),
+    ("custom-tag-list", _replace(SPACE, "    x: {choices: !bar [1, 2]}\n"), 7,
+     "search.space.x.choices", ["unknown YAML tag '!bar'"]),
     ("binary-tag", _replace("name: demo", "name: !!binary aGVsbG8="), 1, "name",
      ["got bytes"]),
     ("null-key", GOOD + "null: 1\n", 9, None, ["expected a name as key", "null"]),

@@ -17,6 +17,7 @@ from hpsearch.spec.loading import compose
 
 KeyPath = tuple  # e.g. ("search", "space", "lr", "low")
 
+_MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _INT_TAG, _FLOAT_TAG, _STR_TAG, _MERGE_TAG = (f"tag:yaml.org,2002:{t}"
                                               for t in ("int", "float", "str", "merge"))
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
@@ -57,6 +58,10 @@ def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]
 
 def _convert(node: yaml.Node, path: KeyPath, lines: dict, constructor: Any, file: str) -> Any:
     lines[path] = node.start_mark.line + 1
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) \
+            and node.tag not in (_MAP_TAG, _SEQ_TAG):  # !foo {a: 1}, !!set, !!omap, !!pairs
+        raise BadInput(f"bad value: unknown YAML tag {node.tag!r}; a spec holds plain values "
+                       "(remove the tag)", file, node.start_mark.line + 1, dotted(path) or None)
     if isinstance(node, yaml.MappingNode):
         out = _merged(node, path, lines, constructor, file)
         own: set = set()
