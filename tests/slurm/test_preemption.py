@@ -136,12 +136,15 @@ def _finish(proc: subprocess.Popen, timeout: float) -> str:
 
 
 _PENDING_SINCE: dict[str, float] = {}
-SETTLE_S = 5.0
+# The test cluster's cred_expire is 30 s: Slurm itself starts a requeued job then. A release
+# after 5 s (when the default was 120 s) let a fresh-clone CI run start the new run 16 s after
+# the old one was killed, and its DDP worker aborted (SIGABRT in torch) on the same nodes.
+SETTLE_S = 25.0
 
 
 def _release_requeued(slurm_cluster, job_id: str) -> None:
-    """A requeued job waits ~2 min (BeginTime) before Slurm starts it again: let it start
-    sooner, so the test does not wait for nothing, but only after SETTLE_S s of pending.
+    """A requeued job waits cred_expire (BeginTime) before Slurm starts it again: let it start
+    a little sooner, but only after SETTLE_S s of pending.
     Started at once, the new run can meet the old run's steps still being killed on the
     same nodes (one job id): a CI run saw the new batch cancelled at once and the job
     FAILED, and sacct recorded the two runs out of order."""
