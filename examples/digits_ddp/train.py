@@ -340,7 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     ranks = start_ranks(args.device)
     try:
-        return run(args, ranks)
+        code = run(args, ranks)
+        if ranks.world > 1:
+            # No rank tears its process group down while another still talks to it: gloo
+            # then aborts the process at exit ("terminate called without an active
+            # exception", SIGABRT), seen after a run had finished and saved everything.
+            dist.barrier()
+        return code
     except Refused as exc:
         print(f"train.py: error: {exc}", file=sys.stderr, flush=True)
         return 2
