@@ -85,6 +85,17 @@ def _start_daemon(slurm_cluster, daemon: str, ready: list[str]) -> None:
         time.sleep(0.5)
 
 
+@contextlib.contextmanager
+def _daemon_down(slurm_cluster, daemon: str, ready: list[str]):
+    """The daemon stopped for the body of the `with`, started again after it (also when
+    the body fails), once `ready` answers."""
+    _stop_daemon(slurm_cluster, daemon)
+    try:
+        yield
+    finally:
+        _start_daemon(slurm_cluster, daemon, ready)
+
+
 def _wait_for(what: str, test, timeout: float = 120, proc=None):
     deadline = time.monotonic() + timeout
     while True:
@@ -149,16 +160,13 @@ def _each_trial_once(cli, slurm_cluster, name: str, trials: int) -> list:
 def test_slurmdbd_down_for_60_s_stops_nothing(cli, slurm_cluster):
     with _search(cli, slurm_cluster, "dbd", trials=4, sleep=2) as (name, proc):
         _wait_for("two jobs", _jobs_started(cli, name, 2), proc=proc)
-        _stop_daemon(slurm_cluster, "slurmdbd")
-        try:
+        with _daemon_down(slurm_cluster, "slurmdbd", ["sacct", "-n", "-X", "-j", "1"]):
             shown = _wait_for("status to say Slurm is unreachable", lambda: (
                 out := cli("status", name).stdout) and "Slurm unreachable since" in out and out,
                 timeout=60, proc=proc)
             assert "Problem talking to the database" in shown or "Connection refused" in shown
             time.sleep(max(0.0, 60 - 10))  # 60 s down in all, give or take the wait above
             assert proc.poll() is None, "the driver exited while slurmdbd was down"
-        finally:
-            _start_daemon(slurm_cluster, "slurmdbd", ["sacct", "-n", "-X", "-j", "1"])
         _finish(proc)
     _each_trial_once(cli, slurm_cluster, name, 4)
     kinds = event_kinds(cli.runs, name)
@@ -170,14 +178,11 @@ def test_slurmdbd_down_for_60_s_stops_nothing(cli, slurm_cluster):
 def test_slurmctld_restarted_mid_search_loses_and_repeats_nothing(cli, slurm_cluster):
     with _search(cli, slurm_cluster, "ctld", trials=4, sleep=6) as (name, proc):
         _wait_for("two trials past srun", _sruns_done(cli, name, 2), proc=proc)
-        _stop_daemon(slurm_cluster, "slurmctld")
-        try:
+        with _daemon_down(slurm_cluster, "slurmctld", ["scontrol", "ping"]):
             _wait_for("status to say Slurm is unreachable", lambda: "Slurm unreachable since"
                       in cli("status", name).stdout, timeout=60, proc=proc)
             time.sleep(5)
             assert proc.poll() is None, "the driver exited while slurmctld was down"
-        finally:
-            _start_daemon(slurm_cluster, "slurmctld", ["scontrol", "ping"])
         _finish(proc)
     _each_trial_once(cli, slurm_cluster, name, 4)
     assert {"slurm_unreachable", "slurm_reachable"} <= set(event_kinds(cli.runs, name))
@@ -251,12 +256,9 @@ def test_a_driver_resumed_while_slurmctld_is_down_waits_for_it(cli, slurm_cluste
         _wait_for("two trials past srun", _sruns_done(cli, name, 2), proc=proc)
         proc.kill()
         proc.wait(30)
-    _stop_daemon(slurm_cluster, "slurmctld")
-    try:
+    with _daemon_down(slurm_cluster, "slurmctld", ["scontrol", "ping"]):
         resumed = cli.popen("resume", name, env=slurm_cluster.env)
         time.sleep(8)
         assert resumed.poll() is None, resumed.communicate()
-    finally:
-        _start_daemon(slurm_cluster, "slurmctld", ["scontrol", "ping"])
     _finish(resumed)
     _each_trial_once(cli, slurm_cluster, name, 2)
