@@ -1,17 +1,19 @@
-"""Checks of single spec values that reach a batch script, a command line or a terminal, and
-of what a spec needs to run on this machine. Each returns a problem (text) or None; the
-validator turns a problem into a BadInput at the value's file, line and key path.
+"""Checks of single spec values that reach a batch script, a command line or a terminal, of
+what a spec needs to run on this machine, and of pilots against the trials they must hold.
+Each returns a problem (text) or None; the validator turns a problem into a BadInput at the
+value's file, line and key path.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import unicodedata
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hpsearch.spec.model import Spec
+    from hpsearch.spec.model import Pilots, Resources, Spec
 
 # Partition, account and qos names: what Slurm accepts, without whitespace, quotes or shell
 # metacharacters (a comma separates several partitions).
@@ -139,4 +141,49 @@ def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
         if not message or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", key):
             return ("launcher",), str(exc)
         return tuple(key.split(".")), message
+    return None
+
+
+def time_limit_seconds(text: str) -> float | None:
+    """The seconds of a Slurm time limit as sbatch --time takes it ("90" minutes,
+    "01:30:00", "2-00:00:00"), or None for "UNLIMITED", zero, or what is not one."""
+    from hpsearch.slurm.parse import parse_time_limit
+    try:
+        seconds = parse_time_limit(text)
+    except OverflowError:  # more digits than a float holds
+        return None
+    return seconds if seconds and seconds < math.inf else None
+
+
+def pilot_heartbeat(pilots: Pilots, heartbeat_given: bool) -> tuple[str, str] | None:
+    """(key, problem) if a pilot's heartbeat is not shorter than its grace and idle timeout
+    (one late beat must not read as a driver gone, or a pilot idle), or None. The key is
+    heartbeat where it was given, else the value that is too short for its default."""
+    for key in ("grace", "idle_timeout"):
+        limit = getattr(pilots, key)
+        if pilots.heartbeat < limit:
+            continue
+        if heartbeat_given:
+            return "heartbeat", (f"expected a heartbeat shorter than {key} ({limit:g} s); "
+                                 f"got {pilots.heartbeat:g} s")
+        return key, (f"expected {key} longer than the heartbeat ({pilots.heartbeat:g} s, its "
+                     f"default); got {limit:g} s")
+    return None
+
+
+def pilots_fit(resources: Resources, pilots: Pilots | None) -> tuple[tuple[str, ...], str] | None:
+    """(key path, problem) if no trial could ever run in a pilot: it needs more nodes than a
+    pilot holds, or a longer time limit than a whole pilot has; or None."""
+    if pilots is None:
+        return None
+    where = ("executor", "pilots")
+    if resources.nodes > pilots.nodes:
+        return where + ("nodes",), (f"a pilot of {pilots.nodes} node(s) cannot hold a trial of "
+                                    f"{resources.nodes} nodes (resources.nodes); expected "
+                                    f"nodes >= {resources.nodes}")
+    needed = time_limit_seconds(resources.time) if resources.time else None
+    if needed and needed > time_limit_seconds(pilots.time):
+        return where + ("time",), (f"a pilot of time {pilots.time} could never start a trial of "
+                                   f"time {resources.time} (resources.time); expected a time "
+                                   f"limit of at least {resources.time}")
     return None

@@ -140,13 +140,13 @@ class Pilots:
     """PanDA-like pilot jobs (docs/pilots.md): Slurm allocations that take trials one after
     another, so a trial pays no queue wait or job launch of its own."""
 
-    nodes: int = 1               # nodes per pilot job
-    time: str = "01:00:00"       # each pilot's Slurm time limit
+    nodes: int = 1               # nodes per pilot job (>= resources.nodes)
+    time: str = "01:00:00"       # each pilot's Slurm time limit, as written (sbatch --time)
     max: int = 2                 # the most pilots at once (pending and running)
     slots_per_node: int = 1      # trials side by side on each node (each one trial's CPUs/GPUs)
-    idle_timeout: float = 60.0   # a pilot with nothing to run for this long exits
-    grace: float = 300.0         # how long pilots wait for an absent driver before they exit
-    heartbeat: float = 2.0       # seconds between heartbeats, each way
+    idle_timeout: float = 60.0   # seconds: a pilot with nothing to run for this long exits
+    grace: float = 300.0         # seconds pilots wait for an absent driver before they exit
+    heartbeat: float = 2.0       # seconds between heartbeats, each way (< grace, idle_timeout)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,9 @@ class Executor:
     array_throttle: int | None = None  # %N on arrays (default: search.parallel)
     poll_interval: float = 5.0  # seconds between batched state queries (backs off when idle)
     lost_after: float = 300.0  # a job Slurm no longer knows, whose trial dir is quiet this long
-    pilots: Pilots | None = None  # trials run inside pilot jobs (late binding) when set
+    # Trials run inside pilot jobs (late binding) when set. Written only with type slurm, but
+    # `submit --executor local` keeps it: check type first (the local executor ignores it).
+    pilots: Pilots | None = None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
 CHECKPOINT_KEYS = ("keep_last", "keep_best", "keep_trials", "signal", "signal_before")
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "XCPU")
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
-                 "lost_after")
+                 "lost_after", "pilots")
+PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
 PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
@@ -197,6 +198,12 @@ class _Validator:
             placement=self.optional(top, "placement", (), self.placement, m.Placement()),
             env=env, raw=raw,
         )
+        found = checks.pilots_fit(spec.resources, spec.executor.pilots)
+        if found:
+            key, problem = found
+            unwritten = "" if key in self.lines else \
+                f"; {key[-1]} is not given, and its default is {getattr(m.Pilots, key[-1])}"
+            raise self.fail(key, problem + unwritten)
         if executor is not None:  # submit --executor
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))
@@ -478,8 +485,41 @@ class _Validator:
         throttle = self.optional(d, "array_throttle", path, lambda v, p: self.integer(v, p, 1))
         poll = self.optional(d, "poll_interval", path, self.duration, 5.0)
         lost_after = self.optional(d, "lost_after", path, self.duration, 300.0)
+        pilots = self.optional(d, "pilots", path, self.pilots)
+        if pilots is not None and kind != "slurm":  # `submit --executor local` comes later
+            written = f"it is {kind}" if "type" in d else f"without it, it is {kind}"
+            raise self.fail(path + ("pilots",), "pilots run on Slurm: set executor.type: slurm "
+                                                f"({written})")
         return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
-                          array_throttle=throttle, poll_interval=poll, lost_after=lost_after)
+                          array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
+                          pilots=pilots)
+
+    def pilots(self, value: Any, path: KeyPath) -> m.Pilots | None:
+        """`true` or a mapping: pilot jobs, a default for each key not given; `false`: none."""
+        if isinstance(value, bool):
+            return m.Pilots() if value else None
+        self.typed(value, path, lambda v: isinstance(v, dict), "true, false or a mapping with "
+                                                              f"keys {', '.join(PILOT_KEYS)}")
+        d = self.mapping(value, path, PILOT_KEYS)
+        count = lambda v, p: self.integer(v, p, 1)
+        pilots = m.Pilots(
+            time=self.optional(d, "time", path, self.slurm_time_limit, m.Pilots.time),
+            **{k: self.optional(d, k, path, count, getattr(m.Pilots, k))
+               for k in ("nodes", "max", "slots_per_node")},
+            **{k: self.optional(d, k, path, self.duration, getattr(m.Pilots, k))
+               for k in ("idle_timeout", "grace", "heartbeat")})
+        found = checks.pilot_heartbeat(pilots, d.get("heartbeat") is not None)
+        if found:
+            raise self.fail(path + (found[0],), found[1])
+        return pilots
+
+    def slurm_time_limit(self, value: Any, path: KeyPath) -> str:
+        """A finite Slurm time limit as sbatch --time takes it, as written."""
+        text = str(value).strip() if _is_int(value) or isinstance(value, str) else ""
+        if not checks.time_limit_seconds(text):
+            raise self.fail(path, "expected a Slurm time limit such as 90 (minutes), 01:30:00 "
+                                  f"or 2-00:00:00; got {_kind(value)} {checks.shown(value)}")
+        return text
 
     def launcher(self, value: Any, path: KeyPath) -> m.Launcher:
         if isinstance(value, str):
