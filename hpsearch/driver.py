@@ -75,7 +75,10 @@ class Driver:
         try:
             self.recover()
             self.loop()
-            return self._leave() if self.left else self.finish()
+            if self.left:
+                return self._leave()
+            self.executor.release()
+            return self.finish()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -22,6 +22,13 @@ from hpsearch.template import render
 EXIT_TRAP = "trap 'printf \"%s\\n\" \"$?\" > \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n"
 
 
+def shell_body(signal_name: str | None, command: str) -> str:
+    """What `/bin/sh -c` runs for an attempt outside a batch script (the local executor, a
+    pilot): the exit-code trap, then the command. With a checkpoint signal the shell itself
+    ignores it (a no-op trap; exec resets it in the trial), so only the trial acts on it."""
+    return (f"trap : {signal_name}\n" if signal_name else "") + EXIT_TRAP + command
+
+
 def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]) -> Launch:
     tdir = runs.trial_dir(spec.experiment_dir, trial_id)
     ckpt = tdir / "checkpoints"

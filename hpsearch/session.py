@@ -26,7 +26,9 @@ from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE, Reader, Store
 
 
-def make_executor(spec: Spec) -> Executor:
+def make_executor(spec: Spec, store: Store | None = None) -> Executor:
+    """The spec's executor. Pilots keep their jobs in the store: without one (the check
+    before anything is created) the plain Slurm executor stands in."""
     ex = spec.executor
     if ex.type == "local":
         from hpsearch.executors.local import LocalExecutor, detect_gpus
@@ -42,6 +44,9 @@ def make_executor(spec: Spec) -> Executor:
                            key="executor.gpus")
         return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace,
                              spec.checkpoints.signal, spec.checkpoints.signal_before)
+    if ex.pilots is not None and store is not None:
+        from hpsearch.executors.pilots import PilotExecutor
+        return PilotExecutor(spec, store)
     from hpsearch.executors.slurm import SlurmExecutor
     return SlurmExecutor(spec)
 
@@ -232,7 +237,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
                 store = Store(exp_dir / STORE_FILE)
             on_ready()
             spec = with_instance(spec, store)
-            driver = Driver(spec, store, make_executor(spec), search, on_event,
+            driver = Driver(spec, store, make_executor(spec, store), search, on_event,
                             leave_on=driver_job.leave_on(exp_dir) if in_job else None)
             if not in_job:
                 driver_job.clear_cancel(exp_dir)  # an explicit resume overrides a cancel

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import re
 import shutil
 import signal
@@ -104,11 +105,15 @@ def report(step: int, **metrics: float) -> None:
 
 def result(**metrics: float) -> None:
     """Record the final metrics (objective values) atomically in result.json."""
-    final = _clean(metrics)
-    path = trial_dir() / "result.json"
-    tmp = path.with_name(f".result.json.{os.getpid()}.tmp")
+    write_json_atomic(trial_dir() / "result.json", _clean(metrics))
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write JSON so that a reader sees the old file or the whole new one, never a part
+    (a temporary file beside it, flushed to disk, renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as fh:
-        json.dump(final, fh, allow_nan=True)
+        json.dump(data, fh, allow_nan=True, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -139,5 +139,9 @@ class Executor(ABC):
         """After a driver restart: watch an attempt that is still running (Started), report
         one that ended meanwhile (Ended), or None if it never started."""
 
+    def release(self) -> None:
+        """Nothing more will be launched (the search ended or was stopped): let go of what
+        is held for future attempts (pilot jobs). Running attempts are left alone."""
+
     def close(self) -> None:
         """Release resources; running attempts are left alone."""

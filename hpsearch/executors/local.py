@@ -28,7 +28,7 @@ from pathlib import Path
 
 from hpsearch.executors import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
-from hpsearch.launching import EXIT_TRAP, prepare_trial_dir
+from hpsearch.launching import prepare_trial_dir, shell_body
 
 
 
@@ -72,9 +72,7 @@ class LocalExecutor(Executor):
         self.parallel = parallel
         self.signal = getattr(signal, f"SIG{signal_name}") if signal_name else None
         self.signal_before = signal_before
-        # The wrapper shell catches the signal (a no-op) so only the trial acts on it; the
-        # command it runs starts with the default action, as a handler is reset by exec.
-        self.prelude = f"trap : {signal_name}\n" if signal_name else ""
+        self.signal_name = signal_name
         self.free_gpus = list(gpus) if gpus else None
         self.gpus_per_trial = max(1, gpus_per_trial)
         self.timeout, self.grace = timeout, grace
@@ -114,8 +112,8 @@ class LocalExecutor(Executor):
             prepare_trial_dir(launch)
             with open(launch.trial_dir / "stdout.log", "ab") as out, \
                     open(launch.trial_dir / "stderr.log", "ab") as err:
-                popen = subprocess.Popen(["/bin/sh", "-c", self.prelude + EXIT_TRAP +
-                                          launch.command],
+                popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
+                                                                      launch.command)],
                                          cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=err, start_new_session=True)
             self.spawned.put((launch, gpus, popen, procs.start_time(popen.pid), None))

@@ -37,6 +37,11 @@ def job_name(experiment: str, trial_id: int, attempt: int, instance: str = "") -
     return f"{_prefix(experiment, instance)}.{trial_id}.{attempt}"
 
 
+def pilot_name(experiment: str, pilot_id: int, instance: str = "") -> str:
+    """The job name of the experiment instance's pilot `pilot_id` (hpsearch.executors.pilots)."""
+    return f"{_prefix(experiment, instance)}.pilot.{pilot_id}"
+
+
 def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
     """Every resource field mapped to its sbatch option, then the user's extra options, then
     the attempt's own (the retry rules': --exclude, --mem, --time), which win."""

@@ -29,7 +29,7 @@ import shlex
 from typing import Any
 
 from hpsearch.executors.base import Launch
-from hpsearch.launching import EXIT_TRAP, build_launch
+from hpsearch.launching import build_launch, shell_body
 from hpsearch.spec.checks import shown
 from hpsearch.spec.model import Param, Spec
 from hpsearch.template import shell_value
@@ -54,8 +54,7 @@ def command_size_problem(spec: Spec) -> Problem | None:
             "use fewer parameters or shorter values (as JSON in $HPSEARCH_PARAMS, which "
             "every trial gets, they are too long as well)")
     if spec.executor.type == "local":
-        prelude = f"trap : {spec.checkpoints.signal}\n" if spec.checkpoints.signal else ""
-        shell = prelude + EXIT_TRAP + launch.command  # as LocalExecutor._spawn runs it
+        shell = shell_body(spec.checkpoints.signal, launch.command)  # as the local executor runs it
         problem = _local_problem(shell, where, hint)
     else:
         shell, problem = None, _slurm_problem(spec, launch, where, hint)

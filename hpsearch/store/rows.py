@@ -90,3 +90,27 @@ class CheckpointRow:
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> "CheckpointRow":
         return cls(**{f.name: row.get(f.name) for f in fields(cls)})
+
+
+# Pilot states: written `submitting` before sbatch; `pending` with its job id; `running` once
+# its heartbeat came; `ended` with why.
+PILOT_SUBMITTING, PILOT_PENDING, PILOT_RUNNING, PILOT_ENDED = (
+    "submitting", "pending", "running", "ended")
+
+
+@dataclass
+class PilotRow:
+    id: int
+    job_name: str
+    job_id: str | None
+    state: str
+    nodes: str | None
+    leaves: str | None
+    submitted: float
+    started: float | None
+    ended: float | None
+    reason: str | None
+
+    @classmethod
+    def from_db(cls, row: dict[str, Any]) -> "PilotRow":
+        return cls(**{f.name: row.get(f.name) for f in fields(cls)})

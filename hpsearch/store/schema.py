@@ -72,7 +72,16 @@ def _v5(db: sqlite_utils.Database) -> None:
                              pk=("trial", "source"))
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
+def _v6(db: sqlite_utils.Database) -> None:
+    """Pilot jobs (hpsearch.executors.pilots): each pilot is written `submitting` before its
+    sbatch, and its job id right after (write-ahead), so a resumed driver re-attaches to it."""
+    db["pilots"].create({
+        "id": int, "job_name": str, "job_id": str, "state": str, "nodes": str, "leaves": str,
+        "submitted": float, "started": float, "ended": float, "reason": str,
+    }, pk="id", not_null={"job_name", "state", "submitted"})
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

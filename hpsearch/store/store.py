@@ -165,6 +165,12 @@ class Reader:
         found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
         return list(reversed(list(found)))
 
+    def pilots(self, live_only: bool = False) -> list[r.PilotRow]:
+        """The experiment's pilot jobs, oldest first (live_only: those not ended)."""
+        where = "state != ?" if live_only else None
+        return [r.PilotRow.from_db(row) for row in self.db["pilots"].rows_where(
+            where, [r.PILOT_ENDED] if live_only else [], order_by="id")]
+
     def slurm_trouble(self) -> str | None:
         """The message of the Slurm trouble the driver last reported and has not seen end
         ("Slurm unreachable since ...", "sbatch refused by a limit since ..."), or None."""
@@ -395,6 +401,23 @@ class Store(Reader):
             self.db.conn.executemany(
                 "insert or replace into trial_reads (trial, source, state) values (?,?,?)",
                 [(trial_id, source, _dumps(state)) for source, state in reads.items()])
+
+    # -- pilots ----------------------------------------------------------------------------
+    def add_pilot(self, pilot_id: int, job_name: str) -> None:
+        """Write-ahead: the pilot exists before its sbatch runs."""
+        self._write("insert into pilots (id, job_name, state, submitted) values (?, ?, ?, ?)",
+                    (pilot_id, job_name, r.PILOT_SUBMITTING, time.time()))
+
+    def update_pilot(self, pilot_id: int, **fields: Any) -> None:
+        """Set some of a pilot's columns (job_id, state, nodes, leaves, started, ended,
+        reason)."""
+        allowed = {"job_id", "state", "nodes", "leaves", "started", "ended", "reason"}
+        if not fields or set(fields) - allowed:
+            raise ValueError(f"update_pilot: columns {sorted(fields)}; expected some of "
+                             f"{sorted(allowed)}")
+        names = sorted(fields)
+        self._write(f"update pilots set {', '.join(f'{n} = ?' for n in names)} where id = ?",
+                    [fields[n] for n in names] + [pilot_id])
 
     def add_event(self, kind: str, message: str, trial_id: int | None = None) -> None:
         self._write("insert into events (time, trial, kind, message) values (?,?,?,?)",

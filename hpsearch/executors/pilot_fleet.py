@@ -1,0 +1,239 @@
+"""The driver's pilots: submitting them (write-ahead), watching them, knowing when one ended.
+
+A pilot is stored `submitting` before its sbatch, with its job id right after; its name
+(`hps.<experiment>.<tag>.pilot.<n>`) finds it again if the driver died in between. It is
+`running` once its heartbeat comes, and `ended` when it wrote its exit, when sacct says its
+job ended, or when its heartbeat has been silent for `lost_after` (it is then cancelled).
+How many pilots to have is hpsearch.pilot.supply's business, not this file's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from hpsearch.executors.base import Note
+from hpsearch.pilot import protocol as p
+from hpsearch.placement.planner import Planner
+from hpsearch.retry import memory_mb
+from hpsearch.slurm import sbatch as scripts
+from hpsearch.slurm.commands import SlurmError
+from hpsearch.slurm.parse import parse_time_limit
+from hpsearch.spec.model import Spec
+from hpsearch.store import rows as r
+
+# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.retry).
+TRIAL_END_BY_PILOT_STATE = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
+                            "TIMEOUT": "preempted", "BOOT_FAIL": "boot_fail"}
+
+
+@dataclass
+class PilotJob:
+    id: int
+    name: str
+    paths: p.PilotPaths
+    job_id: str | None = None
+    state: str = r.PILOT_SUBMITTING
+    nodes: str | None = None
+    watch: p.Watch = field(init=False)
+    stop_sent: bool = False
+    ended_as: str | None = None  # Slurm's final state, once known
+
+    def __post_init__(self) -> None:
+        self.watch = p.Watch(self.paths.heartbeat)
+
+    @property
+    def heartbeat(self) -> dict:
+        return self.watch.data or {}
+
+    def accepting(self) -> bool:
+        """May trials still be bound to it (now, or once it runs)?"""
+        return (self.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING, r.PILOT_RUNNING)
+                and not self.stop_sent and self.heartbeat.get("state", "running") == "running")
+
+    def remaining(self) -> float:
+        """Seconds the pilot has left, as its last heartbeat said, less the time since."""
+        if not self.watch.data:
+            return float("inf")
+        return float(self.heartbeat.get("remaining", 0.0)) - self.watch.silent_for()
+
+
+class Fleet:
+    def __init__(self, spec: Spec, store, slurm, submitter, health) -> None:
+        self.spec, self.store, self.slurm = spec, store, slurm
+        self.submitter, self.health = submitter, health
+        self.cfg = spec.executor.pilots
+        self.root = p.pilots_dir(spec.experiment_dir)
+        self.planner = Planner(dataclasses.replace(
+            spec, resources=dataclasses.replace(spec.resources, nodes=self.cfg.nodes),
+            executor=dataclasses.replace(spec.executor, array=False)), slurm)
+        self.pilots: dict[int, PilotJob] = {}
+        self.notes: list[Note] = []
+        self.next_id = 1 + max((row.id for row in store.pilots()), default=0)
+        self.next_query = 0.0
+        self.lost_after = max(spec.executor.lost_after, 10 * self.cfg.heartbeat)
+        for row in store.pilots(live_only=True):
+            self._reattach(row)
+
+    # -- submitting -------------------------------------------------------------------------
+    def submit(self) -> PilotJob | None:
+        """Submit one more pilot; None when Slurm cannot take it now or the placement
+        waits for a leaf (asked again later)."""
+        pilot_id = self.next_id
+        placement = self.planner.choose(-pilot_id, 0, self.spec.resources.sbatch_extra)
+        if placement.wait:
+            return None
+        self.next_id += 1
+        name = scripts.pilot_name(self.spec.name, pilot_id, self.spec.instance)
+        pilot = PilotJob(pilot_id, name, p.PilotPaths(self.root / str(pilot_id)))
+        pilot.paths.make()
+        p.write_json(pilot.paths.config, self._config(pilot_id))
+        self.store.add_pilot(pilot_id, name)  # write-ahead, before the sbatch
+        self.pilots[pilot_id] = pilot
+        self._sbatch(pilot, placement.options)
+        return pilot
+
+    def _sbatch(self, pilot: PilotJob, options: tuple[str, ...] = ()) -> None:
+        from hpsearch.pilot.program import main
+        from hpsearch.slurm.pilot_jobs import Held, pilot_parameters, submit_pilot
+        extra = dict(o.removeprefix("--").split("=", 1) for o in options)
+        try:
+            job_id = submit_pilot(self.root / "submitit", pilot_parameters(
+                pilot.name, self.cfg.nodes, self.cfg.time, *self._per_node(),
+                self._signal_delay(), {**self._queue_options(), **extra}),
+                lambda text: self.submitter.sbatch(pilot.name, text), main, pilot.paths.root)
+        except Held:
+            return  # still `submitting`: poll() tries again after the back-off
+        except SlurmError as exc:
+            self._ended(pilot, None, f"sbatch refused the pilot: {exc}")
+            self.notes.append(Note(None, "pilot", f"pilot {pilot.id}: sbatch refused it: {exc}"))
+            return
+        pilot.job_id, pilot.state = job_id, r.PILOT_PENDING
+        self.store.update_pilot(pilot.id, job_id=job_id, state=r.PILOT_PENDING)
+        self.notes.append(Note(None, "pilot", f"pilot {pilot.id} submitted as job {job_id}"
+                               + (f" ({' '.join(options)})" if options else "")))
+
+    def _per_node(self) -> tuple[int, int, str | None]:
+        res, slots = self.spec.resources, self.cfg.slots_per_node
+        mem = f"{int(memory_mb(res.mem) * slots)}M" if res.mem else None
+        return res.tasks_per_node * res.cpus_per_task * slots, res.gpus_per_node * slots, mem
+
+    def _queue_options(self) -> dict[str, str]:
+        res = self.spec.resources
+        return {key: value for key, value in (("partition", res.partition),
+                                              ("account", res.account), ("qos", res.qos))
+                if value is not None}
+
+    def _signal_delay(self) -> int:
+        """When Slurm warns the pilot (USR2) before its end: after the pilot's own timer
+        should have wound it down (its clock is the first word; this is the backstop)."""
+        ck = self.spec.checkpoints
+        return int((ck.signal_before if ck.signal else 0) + self.spec.executor.grace + 10)
+
+    def _config(self, pilot_id: int) -> dict:
+        res, ck = self.spec.resources, self.spec.checkpoints
+        trial_time = parse_time_limit(res.time) if res.time else None
+        return {"pilot": pilot_id, "experiment": self.spec.name,
+                "time_limit": parse_time_limit(self.cfg.time), "nodes": self.cfg.nodes,
+                "slots_per_node": self.cfg.slots_per_node, "trial_nodes": res.nodes,
+                "trial_tasks_per_node": res.tasks_per_node,
+                "trial_cpus": res.tasks_per_node * res.cpus_per_task,
+                "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
+                "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
+                "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
+                "signal_before": ck.signal_before, "kill_grace": self.spec.executor.grace}
+
+    def retry_held(self) -> None:
+        for pilot in list(self.pilots.values()):
+            if pilot.state == r.PILOT_SUBMITTING and self.health.may_submit():
+                self._sbatch(pilot)
+
+    # -- resuming ---------------------------------------------------------------------------
+    def _reattach(self, row: r.PilotRow) -> None:
+        pilot = PilotJob(row.id, row.job_name, p.PilotPaths(self.root / str(row.id)),
+                         row.job_id, row.state, row.nodes)
+        self.pilots[row.id] = pilot
+        if pilot.job_id is None:  # the driver died around its sbatch: did Slurm take it?
+            found = self.slurm.job_id_by_name(pilot.name, self.spec.created)
+            if found is None:
+                self._ended(pilot, None, "its sbatch never ran (the driver stopped first)")
+                return
+            pilot.job_id, pilot.state = found, r.PILOT_PENDING
+            self.store.update_pilot(pilot.id, job_id=found, state=r.PILOT_PENDING)
+        self.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}) "
+                                              "re-attached"))
+
+    # -- watching ---------------------------------------------------------------------------
+    def watch(self) -> list[PilotJob]:
+        """Read heartbeats; ask Slurm about the pilots' jobs every poll_interval. Returns
+        the pilots that ended since the last call (their trials are the caller's)."""
+        ended = []
+        for pilot in list(self.pilots.values()):
+            beat = pilot.watch.read()
+            if beat and pilot.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING):
+                pilot.state, pilot.nodes = r.PILOT_RUNNING, beat.get("nodes")
+                self.store.update_pilot(pilot.id, state=r.PILOT_RUNNING, nodes=pilot.nodes,
+                                        leaves=self.planner.leaves(pilot.nodes),
+                                        started=time.time())
+                self.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}) "
+                                                      f"runs on {pilot.nodes}"))
+            gone = p.read_json(pilot.paths.exit)
+            if gone is not None:
+                ended.append(self._ended(pilot, None, f"it left: {gone.get('reason')}"))
+            elif pilot.state == r.PILOT_RUNNING and pilot.watch.silent_for() > self.lost_after:
+                self._scancel(pilot)
+                ended.append(self._ended(pilot, None, f"its heartbeat was silent for "
+                                                      f"{self.lost_after:g} s; cancelled"))
+        if time.monotonic() >= self.next_query:
+            ended += self._query()
+        return ended
+
+    def _query(self) -> list[PilotJob]:
+        self.next_query = time.monotonic() + self.spec.executor.poll_interval
+        jobs = {pilot.job_id: pilot for pilot in self.pilots.values() if pilot.job_id}
+        if not jobs:
+            return []
+        try:
+            records = self.slurm.sacct(list(jobs))
+        except SlurmError as exc:
+            self.next_query = time.monotonic() + self.health.query_failed(exc)
+            return []
+        ended = []
+        for rec in records or []:
+            pilot = jobs.get(rec.job_id)
+            if pilot is not None and rec.finished and pilot.id in self.pilots:
+                ended.append(self._ended(pilot, rec.state, f"Slurm job {rec.job_id} "
+                                                           f"{rec.raw_state}"))
+        return ended
+
+    def _ended(self, pilot: PilotJob, slurm_state: str | None, why: str) -> PilotJob:
+        pilot.state, pilot.ended_as = r.PILOT_ENDED, slurm_state
+        self.pilots.pop(pilot.id, None)
+        self.planner.started(-pilot.id, 0)
+        self.store.update_pilot(pilot.id, state=r.PILOT_ENDED, ended=time.time(), reason=why)
+        self.notes.append(Note(None, "pilot", f"pilot {pilot.id} ended: {why}"))
+        return pilot
+
+    # -- stopping ---------------------------------------------------------------------------
+    def stop(self, pilot: PilotJob) -> None:
+        """Ask a pilot to take no more work and leave; a pending one is cancelled."""
+        if pilot.stop_sent:
+            return
+        pilot.stop_sent = True
+        pilot.paths.stop.touch()
+        if pilot.state != r.PILOT_RUNNING:
+            self._scancel(pilot)
+
+    def _scancel(self, pilot: PilotJob) -> None:
+        try:
+            if pilot.job_id:
+                self.slurm.scancel([pilot.job_id])
+            else:
+                self.slurm.scancel_by_name(pilot.name)
+        except SlurmError as exc:
+            self.health.query_failed(exc)
+
+    def take_notes(self) -> list[Note]:
+        notes, self.notes = self.notes + self.health.take_notes(), []
+        return notes

@@ -1,0 +1,222 @@
+"""Pilot executor (driver side): trials run inside pilot jobs, bound late to a free slot.
+
+submit() keeps the attempt ready; it is bound to a pilot only when a running pilot has a
+free slot (and the time for it): its assignment is written into that pilot's inbox
+(hpsearch.pilot.protocol). The pilot claims it by rename, runs it, and writes when it started
+and how it ended; poll() turns those files into Started and Ended. The driver asks the
+search for a new trial only when free_slots() says so: the slots of pilots that take work,
+and of pilots it may still submit (hpsearch.pilot.supply), less the attempts in flight.
+
+A pilot that ends (it left, sacct says its job ended, or its heartbeat stopped) takes back
+its unclaimed assignments (withdrawn: they run in another pilot as the same attempt) and ends
+its running attempts as Slurm ended it (node_fail, preempted) or as lost; the retry rules do
+the rest. After a driver restart, adopt() finds each attempt's assignment in the pilot dirs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Started)
+from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
+from hpsearch.executors.slurm_health import SlurmHealth
+from hpsearch.executors.slurm_submit import Submitter
+from hpsearch.launching import prepare_trial_dir
+from hpsearch.pilot import protocol as p
+from hpsearch.pilot.supply import Supply
+from hpsearch.slurm.parse import parse_time_limit
+from hpsearch.spec.model import Spec
+
+TICK = 0.05  # seconds between looks at the pilots' files while waiting
+PILOT_MARGIN = 15.0  # seconds of a pilot's time an attempt never counts on
+
+
+@dataclass
+class _Bound:
+    launch: Launch
+    pilot: PilotJob
+    name: str
+    started: bool = False
+
+
+class PilotExecutor(Executor):
+    def __init__(self, spec: Spec, store, slurm=None) -> None:
+        if slurm is None:
+            from hpsearch.slurm.commands import Slurm
+            slurm = Slurm()
+        self.spec, self.cfg = spec, spec.executor.pilots
+        self.parallel = spec.search.parallel
+        health = SlurmHealth(spec.executor.poll_interval)
+        self.fleet = Fleet(spec, store, slurm, Submitter(spec, slurm, health), health)
+        per_pilot = self.cfg.nodes // spec.resources.nodes * self.cfg.slots_per_node
+        self.supply = Supply(self.cfg.max, per_pilot)
+        self.per_pilot = per_pilot
+        self.ready: list[Launch] = []
+        self.bound: dict[int, _Bound] = {}
+        self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
+        self.beat = p.Beat(p.pilots_dir(spec.experiment_dir) / p.DRIVER_HEARTBEAT,
+                           self.cfg.heartbeat)
+        self.beat.path.parent.mkdir(parents=True, exist_ok=True)
+        self.beat.write(state="running")
+        self.trial_time = parse_time_limit(spec.resources.time) if spec.resources.time else None
+        self.pilot_time = parse_time_limit(self.cfg.time)
+
+    # -- Executor ---------------------------------------------------------------------------
+    def free_slots(self) -> int:
+        live = list(self.fleet.pilots.values())
+        capacity = self.supply.capacity(sum(1 for pilot in live if pilot.accepting()),
+                                        len(live))
+        return max(0, min(self.parallel, capacity) - len(self.ready) - len(self.bound))
+
+    def submit(self, launch: Launch) -> None:
+        prepare_trial_dir(launch)
+        needed = (self.trial_time or 0.0) * launch.time_factor
+        if needed > self.pilot_time - PILOT_MARGIN:  # a retry rule's longer time limit
+            self.events.append(Ended(launch.trial_id, launch.attempt, None, "launch_error",
+                                     f"its time limit ({needed:g} s) does not fit in a pilot "
+                                     f"(executor.pilots.time {self.cfg.time})"))
+            return
+        self.ready.append(launch)
+        self._bind()
+
+    def cancel(self, trial_id: int) -> None:
+        for launch in self.ready:
+            if launch.trial_id == trial_id:
+                self.ready.remove(launch)
+                self.events.append(Ended(trial_id, launch.attempt, None, "cancelled",
+                                         "cancelled before a pilot took it"))
+                return
+        bound = self.bound.get(trial_id)
+        if bound is None:
+            return
+        if not bound.started and p.move(bound.pilot.paths, bound.name, "inbox", "withdrawn"):
+            del self.bound[trial_id]
+            self.events.append(Ended(trial_id, bound.launch.attempt, None, "cancelled",
+                                     "cancelled before its pilot started it"))
+            return
+        p.write_json(bound.pilot.paths.file("cancel", bound.name), {"time": time.time()})
+
+    def adopt(self, known: Adoptable) -> Started | Ended | None:
+        name = p.name_of(known.trial_id, known.attempt)
+        for pilot_dir in sorted(p.pilots_dir(self.spec.experiment_dir).glob("[0-9]*")):
+            paths = p.PilotPaths(pilot_dir)
+            state = p.where(paths, name)
+            if state is None or state == "withdrawn":
+                continue
+            if state == "ended":
+                return self._ended_from_file(known.trial_id, known.attempt, paths, name,
+                                             job_id=None)
+            if state == "inbox" and p.move(paths, name, "inbox", "withdrawn"):
+                return None  # never claimed: the driver binds it again
+            pilot = self.fleet.pilots.get(int(pilot_dir.name))
+            launch = Launch(known.trial_id, known.attempt, "", {}, known.trial_dir,
+                            known.trial_dir)
+            if pilot is None:  # its pilot is gone, and the attempt never told its end
+                return Ended(known.trial_id, known.attempt, None, "lost",
+                             f"pilot {pilot_dir.name} ended while no driver was running")
+            started = p.read_json(paths.file("started", name)) or {}
+            self.bound[known.trial_id] = _Bound(launch, pilot, name, started=True)
+            return Started(known.trial_id, known.attempt, started.get("nodes", ""),
+                           job_id=pilot.job_id)
+        return None
+
+    def poll(self, timeout: float) -> list:
+        deadline = time.monotonic() + timeout
+        while True:
+            events, self.events = self.events, []
+            if self.beat.due():
+                self.beat.write(state="running")
+            for pilot in self.fleet.watch():
+                events += self._pilot_ended(pilot)
+            self.fleet.retry_held()
+            self._supply()
+            self._bind()
+            events += self._read_pilots()
+            events = self.fleet.take_notes() + events
+            if events or time.monotonic() >= deadline:
+                return events
+            time.sleep(min(TICK, max(0.0, deadline - time.monotonic())))
+
+    def release(self) -> None:
+        """Nothing more will be bound: every pilot may leave once its trials are done."""
+        for pilot in list(self.fleet.pilots.values()):
+            self.fleet.stop(pilot)
+
+    # -- binding ----------------------------------------------------------------------------
+    def _supply(self) -> None:
+        live = [pilot for pilot in self.fleet.pilots.values() if pilot.accepting()]
+        free = sum(self._free_in(pilot) for pilot in live)
+        for _ in range(self.supply.to_submit(len(self.ready), free, len(self.fleet.pilots))):
+            if not self.fleet.health.may_submit() or self.fleet.submit() is None:
+                return
+
+    def _free_in(self, pilot: PilotJob) -> int:
+        return self.per_pilot - sum(1 for b in self.bound.values() if b.pilot is pilot)
+
+    def _bind(self) -> None:
+        """Hand ready attempts, oldest first, to running pilots with a free slot and time."""
+        while self.ready:
+            launch = self.ready[0]
+            needed = (self.trial_time or 0.0) * launch.time_factor
+            fits = [pilot for pilot in self.fleet.pilots.values()
+                    if pilot.state == "running" and pilot.accepting()
+                    and self._free_in(pilot) > 0
+                    and pilot.remaining() > needed + PILOT_MARGIN]
+            if not fits:
+                return
+            pilot = max(fits, key=self._free_in)
+            name = p.name_of(launch.trial_id, launch.attempt)
+            p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(launch))
+            self.ready.pop(0)
+            self.bound[launch.trial_id] = _Bound(launch, pilot, name)
+
+    # -- news -------------------------------------------------------------------------------
+    def _read_pilots(self) -> list:
+        events: list = []
+        by_pilot: dict[int, tuple[set, set]] = {}
+        for tid, bound in list(self.bound.items()):
+            pilot = bound.pilot
+            if pilot.id not in by_pilot:
+                by_pilot[pilot.id] = (set(p.names(pilot.paths.dir("started"))),
+                                      set(p.names(pilot.paths.dir("ended"))))
+            started, ended = by_pilot[pilot.id]
+            if not bound.started and (bound.name in started or bound.name in ended):
+                bound.started = True
+                info = p.read_json(pilot.paths.file("started", bound.name)) or {}
+                events.append(Started(tid, bound.launch.attempt, info.get("nodes", ""),
+                                      job_id=pilot.job_id))
+            if bound.name in ended:
+                del self.bound[tid]
+                events.append(self._ended_from_file(tid, bound.launch.attempt, pilot.paths,
+                                                    bound.name, pilot.job_id))
+        return events
+
+    def _ended_from_file(self, trial_id: int, attempt: int, paths: p.PilotPaths, name: str,
+                         job_id: str | None) -> Ended:
+        data = p.read_json(paths.file("ended", name)) or {}
+        return Ended(trial_id, attempt, data.get("exit_code"), data.get("reason", "lost"),
+                     data.get("detail", ""), data.get("nodes"), None, job_id)
+
+    def _pilot_ended(self, pilot: PilotJob) -> list:
+        """Its unclaimed assignments go back to `ready`; its attempts that ran and told no
+        end ended with it."""
+        events = self._read_pilots()  # what it finished before it went
+        for tid, bound in list(self.bound.items()):
+            if bound.pilot is not pilot:
+                continue
+            del self.bound[tid]
+            if not bound.started and p.move(pilot.paths, bound.name, "inbox", "withdrawn"):
+                self.ready.insert(0, bound.launch)
+                continue
+            if not bound.started:
+                events.append(Started(tid, bound.launch.attempt, "", job_id=pilot.job_id))
+            reason = TRIAL_END_BY_PILOT_STATE.get(pilot.ended_as or "", "lost")
+            events.append(Ended(tid, bound.launch.attempt, None, reason,
+                                f"its pilot {pilot.id} (job {pilot.job_id}) ended "
+                                f"{pilot.ended_as or ''} while it ran".replace("  ", " "),
+                                pilot.nodes, None, pilot.job_id))
+        return events
+
+
+__all__ = ["PilotExecutor", "Note"]

@@ -1,0 +1,253 @@
+"""The pilot: a Python process in a Slurm allocation that runs trials back to back.
+
+It runs on the allocation's first node (submitit starts it there, without srun) and never
+opens the store. Its life, as PanDA's pilot: take assignments from its inbox while it has
+free slots and time for them (late binding: the driver picked the trial when a slot was free),
+run each, tell the driver through files (hpsearch.pilot.protocol), heartbeat. It leaves
+
+- when the driver asks (`stop`), once its trials are done;
+- when it has been idle for `idle_timeout`;
+- near its time limit: it first sends its trials the checkpoint signal (or SIGTERM), so they
+  save and exit, and the driver runs them again in another pilot from their checkpoints;
+- when the driver has been silent for `grace`: meanwhile it takes no new work and lets its
+  running trials finish, keeping their ends in ended/ for the next driver.
+
+A trial runs as the per-job path runs it (the same command, built by the driver with the
+launch package, and the same shell body as the local executor's); the pilot adds where:
+its first node runs the command (through `srun --overlap` when that is not the pilot's own
+node), and SLURM_JOB_NODELIST and friends name only the trial's nodes, so the launchers
+(srun --nodelist, torchrun, mpirun) start its ranks there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpsearch.executors import procs
+from hpsearch.executors.base import Ended, Launch, Started
+from hpsearch.executors.local import LocalExecutor
+from hpsearch.launch.base import shell_join
+from hpsearch.launching import shell_body
+from hpsearch.pilot import protocol as p
+from hpsearch.pilot.slots import Grant, Slots
+from hpsearch.slurm.hostlist import compress, expand
+
+TICK = 0.05  # seconds between looks at the inbox: the idle gap between trials on a slot
+MARGIN = 5.0  # seconds kept free before the pilot's end
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What Slurm gave the pilot."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    batch_host: str
+    gpu_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> Allocation:
+        nodes = tuple(expand(env.get("SLURM_JOB_NODELIST", ""))) or (socket.gethostname(),)
+        gpus = env.get("CUDA_VISIBLE_DEVICES") or env.get("SLURM_JOB_GPUS") or ""
+        return cls(env.get("SLURM_JOB_ID", ""), nodes, env.get("SLURMD_NODENAME", nodes[0]),
+                   tuple(g for g in gpus.split(",") if g.strip()))
+
+
+class Pilot:
+    def __init__(self, paths: p.PilotPaths, config: dict, alloc: Allocation) -> None:
+        self.paths, self.cfg, self.alloc = paths, config, alloc
+        self.began = time.monotonic()
+        self.end = self.began + float(config["time_limit"]) - MARGIN
+        self.signal_name = config.get("signal")
+        self.slots = Slots(list(alloc.nodes), int(config["slots_per_node"]),
+                           int(config["trial_gpus"]), list(alloc.gpu_ids))
+        self.runner = LocalExecutor(self.slots.total, None, 1, config.get("trial_time"),
+                                    float(config["kill_grace"]), self.signal_name,
+                                    float(config["signal_before"]))
+        self.grants: dict[int, tuple[str, Grant]] = {}  # trial id -> (assignment name, grant)
+        self.beat = p.Beat(paths.heartbeat, float(config["heartbeat"]))
+        self.driver = p.Watch(paths.root.parent / p.DRIVER_HEARTBEAT)
+        self.draining: str | None = None  # why it takes no more work
+        self.wound_down = False
+        self.absent = False  # the driver's heartbeat stopped: take no new work
+        self.killed = False  # trials still running at the end were stopped
+        self.idle_since = time.monotonic()
+        self.stopped_for_end: set[int] = set()
+        self.asked: str | None = None  # a signal asked it to leave
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> str:
+        """Run until it leaves; returns why."""
+        self.paths.make()
+        for sig in (signal.SIGUSR2, signal.SIGTERM):  # near the end; scancel or preemption
+            signal.signal(sig, lambda s, f: setattr(self, "asked", signal.Signals(s).name))
+        self._heartbeat("running")
+        reason = None
+        while reason is None:
+            reason = self._step()
+        self._heartbeat("exited", reason)
+        p.write_json(self.paths.exit, {"reason": reason, "time": time.time(),
+                                       "job_id": self.alloc.job_id})
+        self.runner.close()
+        return reason
+
+    def _step(self) -> str | None:
+        now = time.monotonic()
+        self._watch_driver()
+        if self.paths.stop.exists():
+            self._drain("the driver asked it to stop")
+        if self.asked:
+            self._wind_down(f"Slurm sent {self.asked}")
+        if now >= self._wind_down_at():
+            self._wind_down("its time limit is near")
+        if now >= self.end - float(self.cfg["kill_grace"]) and not self.killed:
+            self.killed = True  # SIGTERM, then SIGKILL at the end
+            for tid in list(self.runner.running_):
+                self.stopped_for_end.add(tid)
+                self.runner.cancel(tid)
+        if not self.draining:
+            self._claim()
+        self._cancel_asked()
+        for event in self.runner.poll(TICK):
+            self._report(event)
+        if self.beat.due():
+            self._heartbeat("draining" if self.draining else "running")
+        if self.grants:
+            self.idle_since = time.monotonic()
+            return None
+        if self.draining:
+            return self.draining
+        if time.monotonic() - self.idle_since > float(self.cfg["idle_timeout"]):
+            return f"idle for {float(self.cfg['idle_timeout']):g} s"
+        return None
+
+    def _wind_down_at(self) -> float:
+        before = float(self.cfg["signal_before"]) if self.signal_name else 0.0
+        return self.end - before - float(self.cfg["kill_grace"])
+
+    # -- the driver -------------------------------------------------------------------------
+    def _watch_driver(self) -> None:
+        self.driver.read()
+        silent = self.driver.silent_for()
+        absent_after = max(3 * float(self.cfg["heartbeat"]), 10.0)
+        if silent > float(self.cfg["grace"]):
+            self._drain(f"no driver for {float(self.cfg['grace']):g} s")
+        elif silent > absent_after:
+            self.absent = True
+        else:
+            self.absent = False
+
+    def _drain(self, why: str) -> None:
+        self.draining = self.draining or why
+
+    # -- assignments ------------------------------------------------------------------------
+    def _claim(self) -> None:
+        if self.absent:
+            return  # the driver is away: take no new work until it is back
+        for name in p.names(self.paths.dir("inbox")):
+            data = p.read_json(self.paths.file("inbox", name))
+            if data is None:
+                continue  # not a whole assignment: the driver writes atomically, so not ours
+            needed = self._seconds_needed(data)
+            if needed > self.end - time.monotonic():
+                continue  # it does not fit the time left; the driver sees it unclaimed
+            grant = self.slots.take(int(self.cfg["trial_nodes"]))
+            if grant is None:
+                return
+            if not p.move(self.paths, name, "inbox", "claimed"):
+                self.slots.give_back(grant)  # the driver withdrew it first
+                continue
+            self._start(name, p.launch_from_dict(data), grant)
+
+    def _seconds_needed(self, data: dict) -> float:
+        base = self.cfg.get("trial_time")
+        return float(base) * float(data.get("time_factor") or 1.0) if base else 0.0
+
+    def _start(self, name: str, launch: Launch, grant: Grant) -> None:
+        nodes = compress(list(grant.nodes))
+        n = len(grant.nodes)
+        env = {**launch.env, "SLURM_JOB_NODELIST": nodes, "SLURM_NODELIST": nodes,
+               "SLURM_NNODES": str(n), "SLURM_JOB_NUM_NODES": str(n),
+               "SLURM_TASKS_PER_NODE": f"{self.cfg['trial_tasks_per_node']}(x{n})",
+               # the trial's own srun steps share the pilot's nodes with other trials' steps:
+               # the pilot's slots, not Slurm's step accounting, keep them apart
+               "SLURM_OVERLAP": "1",
+               "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id}
+        if grant.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(grant.gpus)
+        command = launch.command
+        if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
+            command = shell_join(["srun", "--overlap", "--nodes=1", "--ntasks=1",
+                                  f"--nodelist={grant.nodes[0]}",
+                                  f"--cpus-per-task={self.cfg['trial_cpus']}",
+                                  "--kill-on-bad-exit=1", "/bin/sh", "-c",
+                                  shell_body(self.signal_name, command)])
+        self.grants[launch.trial_id] = (name, grant)
+        self.runner.submit(dataclasses.replace(launch, command=command, env=env))
+
+    def _cancel_asked(self) -> None:
+        for name in p.names(self.paths.dir("cancel")):
+            tid, _ = p.parse_name(name)
+            if tid in self.grants and self.grants[tid][0] == name:
+                self.runner.cancel(tid)
+
+    def _report(self, event: Started | Ended) -> None:
+        name, grant = self.grants[event.trial_id]
+        nodes = compress(list(grant.nodes))
+        if isinstance(event, Started):
+            p.write_json(self.paths.file("started", name), {
+                "nodes": nodes, "gpus": ",".join(grant.gpus), "pid": event.pid,
+                "pid_start": event.pid_start, "host": self.alloc.batch_host,
+                "time": time.time()})
+            return
+        del self.grants[event.trial_id]
+        self.slots.give_back(grant)
+        reason, detail = event.reason, event.detail
+        if event.trial_id in self.stopped_for_end and not (
+                reason == "exited" and event.exit_code in (0, 75)):
+            reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
+                f"{self.alloc.job_id}) stopped it before its own end"
+        self.stopped_for_end.discard(event.trial_id)
+        p.write_json(self.paths.file("ended", name), {
+            "exit_code": event.exit_code, "reason": reason, "detail": detail,
+            "nodes": nodes, "time": time.time()})
+
+    # -- the end ----------------------------------------------------------------------------
+    def _wind_down(self, why: str) -> None:
+        """Take no more work, and ask every running trial to save and exit: the checkpoint
+        signal if the spec has one (the trial exits 75 and runs again elsewhere), else
+        SIGTERM."""
+        self._drain(why)
+        if self.wound_down:
+            return
+        self.wound_down = True
+        for tid, run in list(self.runner.running_.items()):
+            self.stopped_for_end.add(tid)
+            if self.signal_name:
+                procs.signal_group(run.pid, getattr(signal, f"SIG{self.signal_name}"))
+            else:
+                self.runner.cancel(tid)
+
+    def _heartbeat(self, state: str, reason: str | None = None) -> None:
+        self.beat.write(state=state, reason=reason or self.draining,
+                        job_id=self.alloc.job_id, nodes=compress(list(self.alloc.nodes)),
+                        batch_host=self.alloc.batch_host, slots=self.slots.total,
+                        free=0 if self.draining else self.slots.free_for(
+                            int(self.cfg["trial_nodes"])),
+                        remaining=max(0.0, self.end - time.monotonic()),
+                        running=sorted(name for name, _ in self.grants.values()))
+
+
+def main(pilot_dir: str) -> str:
+    """The pilot job's entry point (submitit calls it in the allocation)."""
+    paths = p.PilotPaths(Path(pilot_dir))
+    config = p.read_json(paths.config)
+    if config is None:
+        raise SystemExit(f"pilot: no readable {paths.config}")
+    return Pilot(paths, config, Allocation.from_env()).run()

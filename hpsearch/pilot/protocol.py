@@ -1,0 +1,191 @@
+"""How the driver and its pilots talk: files in the experiment's `pilots/` dir, nothing else.
+
+No network between them: the runs dir is on shared storage, seen by the login node (or the
+driver job) and by every pilot. Each step is one atomic file operation, and each is
+idempotent, so either side may be killed at any instant and start again:
+
+    pilots/driver.json           the driver's heartbeat (a sequence number that keeps changing)
+    pilots/<n>/pilot.json        the pilot's configuration, written before its sbatch
+    pilots/<n>/heartbeat.json    the pilot's heartbeat: its state, nodes, free slots, time left
+    pilots/<n>/inbox/T.A.json    the driver assigns attempt A of trial T to pilot n (atomic write)
+    pilots/<n>/claimed/T.A.json  the pilot took it: rename from inbox/ (exactly one rename wins)
+    pilots/<n>/withdrawn/T.A.json  the driver took it back before the pilot did (rename)
+    pilots/<n>/started/T.A.json  the attempt runs: its nodes, GPUs, pid
+    pilots/<n>/ended/T.A.json    the attempt ended: its exit code, why, on which nodes
+    pilots/<n>/cancel/T.A.json   the driver asks the pilot to stop the attempt
+    pilots/<n>/stop              the driver asks the pilot to take no more work and leave
+    pilots/<n>/exit.json         the pilot's last word: why it left
+
+A claim and a withdrawal are both renames out of inbox/: POSIX rename is atomic (on NFS too,
+within one directory tree of one export), so an assignment is run by the pilot or taken back
+by the driver, never both. docs/pilots.md draws the state machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpsearch.executors.base import Launch
+from hpsearch.trial import write_json_atomic
+
+PILOTS_DIR = "pilots"
+DRIVER_HEARTBEAT = "driver.json"
+STATES = ("inbox", "claimed", "withdrawn", "started", "ended", "cancel")
+
+
+def pilots_dir(experiment_dir: Path) -> Path:
+    return experiment_dir / PILOTS_DIR
+
+
+@dataclass(frozen=True)
+class PilotPaths:
+    """The files of pilot `root.name` (docs above)."""
+
+    root: Path
+
+    def dir(self, state: str) -> Path:
+        """The dir of one assignment state (STATES)."""
+        if state not in STATES:
+            raise ValueError(f"unknown assignment state {state!r}")
+        return self.root / state
+
+    def file(self, state: str, name: str) -> Path:
+        return self.dir(state) / name
+
+    @property
+    def config(self) -> Path:
+        return self.root / "pilot.json"
+
+    @property
+    def heartbeat(self) -> Path:
+        return self.root / "heartbeat.json"
+
+    @property
+    def stop(self) -> Path:
+        return self.root / "stop"
+
+    @property
+    def exit(self) -> Path:
+        return self.root / "exit.json"
+
+    def make(self) -> None:
+        for state in STATES:
+            (self.root / state).mkdir(parents=True, exist_ok=True)
+
+
+def name_of(trial_id: int, attempt: int) -> str:
+    return f"{trial_id}.{attempt}.json"
+
+
+def parse_name(name: str) -> tuple[int, int] | None:
+    """(trial, attempt) of `T.A.json`; None for anything else (a temporary file)."""
+    parts = name.split(".")
+    if len(parts) != 3 or parts[2] != "json" or not parts[0].isdigit() \
+            or not parts[1].isdigit():
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomically: a reader sees the old file, or the whole new one, never a part."""
+    write_json_atomic(path, data)
+
+
+def read_json(path: Path) -> dict | None:
+    """The file's data; None when it is missing or not (yet) whole JSON."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def names(directory: Path) -> list[str]:
+    """The assignment files in one state dir, oldest trial first."""
+    try:
+        found = [n for n in os.listdir(directory) if parse_name(n) is not None]
+    except FileNotFoundError:
+        return []
+    return sorted(found, key=parse_name)
+
+
+def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:
+    """Rename `src/name` to `dst/name`; False when it is no longer in src (the other side
+    moved it first)."""
+    try:
+        os.rename(paths.file(src, name), paths.file(dst, name))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def where(paths: PilotPaths, name: str) -> str | None:
+    """How far an assignment got in this pilot: its furthest state, or None if it never
+    came here."""
+    for state in ("ended", "started", "claimed", "withdrawn", "inbox"):
+        if paths.file(state, name).exists():
+            return state
+    return None
+
+
+# -- assignments ------------------------------------------------------------------------------
+
+def launch_to_dict(launch: Launch) -> dict:
+    """An assignment: everything the pilot needs to run the attempt. Its time limit is the
+    pilot's `trial_time` times `time_factor` (the retry rules may raise it)."""
+    return {"trial_id": launch.trial_id, "attempt": launch.attempt, "command": launch.command,
+            "env": dict(launch.env), "trial_dir": str(launch.trial_dir),
+            "workdir": str(launch.workdir), "params": launch.params,
+            "time_factor": launch.time_factor, "assigned": time.time()}
+
+
+def launch_from_dict(data: dict) -> Launch:
+    return Launch(int(data["trial_id"]), int(data["attempt"]), data["command"],
+                  dict(data["env"]), Path(data["trial_dir"]), Path(data["workdir"]),
+                  dict(data.get("params") or {}),
+                  time_factor=float(data.get("time_factor") or 1.0))
+
+
+# -- heartbeats -------------------------------------------------------------------------------
+
+class Beat:
+    """Writes one side's heartbeat: a sequence number that grows, with what it tells."""
+
+    def __init__(self, path: Path, interval: float) -> None:
+        self.path, self.interval = path, interval
+        self.seq = 0
+        self.next_at = 0.0
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def write(self, **data) -> None:
+        self.seq += 1
+        write_json(self.path, {**data, "seq": self.seq, "time": time.time(), "pid": os.getpid(),
+                               "host": os.uname().nodename})
+        self.next_at = time.monotonic() + self.interval
+
+
+class Watch:
+    """Reads the other side's heartbeat. Silence is measured on this side's own clock, from
+    when the sequence number last changed, so clocks that disagree between hosts do not
+    matter."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seq: int | None = None
+        self.changed = time.monotonic()
+        self.data: dict | None = None
+
+    def read(self) -> dict | None:
+        data = read_json(self.path)
+        if data is not None and data.get("seq") != self.seq:
+            self.seq, self.data, self.changed = data.get("seq"), data, time.monotonic()
+        return self.data
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self.changed

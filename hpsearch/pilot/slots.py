@@ -1,0 +1,62 @@
+"""A pilot's slots: which of its nodes (and GPUs) each running trial holds.
+
+Every node of a pilot has `per_node` slots; one slot is one trial's share of a node (its
+tasks' CPUs and its GPUs). A trial of n nodes takes the same slot index on n nodes, so its
+GPUs have the same ids on each of them (one CUDA_VISIBLE_DEVICES for all its ranks). Slot
+index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Pure bookkeeping: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one trial holds: its nodes (the first runs its command), slot index, GPU ids."""
+
+    nodes: tuple[str, ...]
+    slot: int
+    gpus: tuple[str, ...] = ()
+
+
+class Slots:
+    def __init__(self, nodes: list[str], per_node: int, gpus_per_slot: int = 0,
+                 gpu_ids: list[str] | None = None) -> None:
+        """gpu_ids: the GPU ids each node shows (the same on every node); needed when
+        gpus_per_slot > 0, and it must hold per_node * gpus_per_slot of them."""
+        if gpus_per_slot and len(gpu_ids or ()) < per_node * gpus_per_slot:
+            raise ValueError(f"{per_node} slot(s) of {gpus_per_slot} GPU(s) need "
+                             f"{per_node * gpus_per_slot} GPUs per node; the node shows "
+                             f"{len(gpu_ids or ())} ({','.join(gpu_ids or ()) or 'none'})")
+        self.nodes, self.per_node = list(nodes), per_node
+        self.gpus_per_slot, self.gpu_ids = gpus_per_slot, list(gpu_ids or ())
+        self.busy: set[tuple[str, int]] = set()  # (node, slot index) held
+
+    def take(self, nodes_needed: int) -> Grant | None:
+        """Slots for one trial of `nodes_needed` nodes, or None if they are not free now.
+        Slot 0 on every node before slot 1 on any: trials spread over the nodes."""
+        for slot in range(self.per_node):
+            free = [node for node in self.nodes if (node, slot) not in self.busy]
+            if len(free) >= nodes_needed:
+                chosen = tuple(free[:nodes_needed])
+                self.busy.update((node, slot) for node in chosen)
+                g = self.gpus_per_slot
+                return Grant(chosen, slot, tuple(self.gpu_ids[slot * g:(slot + 1) * g]))
+        return None
+
+    def give_back(self, grant: Grant) -> None:
+        self.busy.difference_update((node, grant.slot) for node in grant.nodes)
+
+    def hold(self, grant: Grant) -> None:
+        """Mark a grant held (a pilot that found its trial still running after a restart)."""
+        self.busy.update((node, grant.slot) for node in grant.nodes)
+
+    def free_for(self, nodes_needed: int) -> int:
+        """How many more trials of `nodes_needed` nodes could start now."""
+        return sum(sum(1 for node in self.nodes if (node, slot) not in self.busy)
+                   // nodes_needed for slot in range(self.per_node))
+
+    @property
+    def total(self) -> int:
+        return len(self.nodes) * self.per_node
