@@ -1,12 +1,16 @@
-"""The placement simulator: its selection rules on a tiny cluster, its cost model, and that a
-seed fixes its result."""
+"""The placement simulator: its selection rules on a tiny cluster, its cost model, the pilot
+policy's promises (never spans, never more than max_pilots, never a trial past its pilot's
+end, idle pilots exit), and that a seed fixes its result."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from hpsearch.placement.simulate import (
-    Cluster, SimConfig, effective_bandwidth, ring_allreduce_time, simulate,
+    POLICIES, Cluster, SimConfig, effective_bandwidth, ring_allreduce_time, simulate,
+    trial_record,
 )
 
 TINY = SimConfig(nodes=16, leaves=4, oversubscription=4.0)   # 4 leaves of 4 nodes
@@ -25,10 +29,12 @@ def _cluster_with_free(free_per_leaf: list[int]) -> Cluster:
 
 def test_same_seed_same_result_and_other_seed_differs():
     config = SimConfig(trials=60, seed=5)
-    for policy in ("first-fit", "tree", "hpsearch"):
+    for policy in POLICIES:
         assert simulate(policy, config) == simulate(policy, config)
     other = SimConfig(trials=60, seed=6)
-    assert simulate("hpsearch", config).trials != simulate("hpsearch", other).trials
+    for policy in ("hpsearch", "pilot"):
+        assert simulate(policy, config).trials != simulate(policy, other).trials
+    assert simulate("pilot", config).pilots != simulate("pilot", other).pilots
 
 
 def test_best_fit_chooses_the_leaf_with_fewest_free_nodes_that_fits():
@@ -99,3 +105,121 @@ def test_bad_config_and_policy_are_refused():
         SimConfig(nodes=10, leaves=4)
     with pytest.raises(ValueError, match="policy must be one of"):
         simulate("random", TINY)
+
+
+def test_run_time_is_stretched_by_the_all_reduce_lost_to_a_slower_link():
+    config = SimConfig(compute_time=0.2)
+    # 4 nodes under one leaf: full NIC bandwidth, run time = duration.
+    local = trial_record(config, 0, [0, 1, 2, 3], {0: 4}, 10.0, 40.0, 1000.0, 100e9)
+    assert local.run_time == 1000.0 and local.wait == 30.0 and local.turnaround == 1030.0
+    # The same trial across two leaves at 25 Gb/s: a step's all-reduce takes 3/2 * 0.8 Gb / 25 Gb/s
+    # + 6 alpha = 0.04803 s instead of 0.01203 s, on top of 0.2 s of compute.
+    spread = trial_record(config, 0, [0, 1, 32, 33], {0: 2, 1: 2}, 10.0, 40.0, 1000.0, 25e9)
+    assert spread.run_time == pytest.approx(1000.0 * (0.2 + 0.04803) / (0.2 + 0.01203))
+    assert spread.turnaround == pytest.approx(30.0 + spread.run_time) and spread.end == 1040.0
+    single = trial_record(config, 0, [5], {0: 1}, 0.0, 0.0, 500.0, 100e9)
+    assert single.run_time == 500.0 and single.step_time == 0.0
+
+
+def test_every_policy_reports_turnaround_and_only_trials_on_a_shared_uplink_run_longer():
+    config = SimConfig(trials=120, seed=4)
+    for policy in POLICIES:
+        result = simulate(policy, config)
+        for r in result.trials:
+            assert r.turnaround == pytest.approx(r.wait + r.run_time)
+            stretched = r.run_time > (r.end - r.start) * (1 + 1e-9)
+            assert stretched == (r.bandwidth < config.link_bandwidth)
+            assert r.spans or r.bandwidth == config.link_bandwidth
+        turnarounds = sorted(r.turnaround for r in result.trials)
+        assert result.mean_turnaround == pytest.approx(sum(turnarounds) / len(turnarounds))
+        assert result.p95_turnaround == turnarounds[math.ceil(0.95 * len(turnarounds)) - 1]
+        if policy != "pilot":
+            assert result.busy_fraction == 1.0 and result.pilots == ()
+
+
+def _pilot_run(**overrides) -> tuple[SimConfig, object]:
+    config = SimConfig(**{"trials": 200, "seed": 2, **overrides})
+    return config, simulate("pilot", config)
+
+
+def test_pilots_never_span_leaves_and_their_trials_stay_inside_them():
+    config, result = _pilot_run()
+    pilots = {p.index: p for p in result.pilots}
+    assert len(result.trials) == 200 and result.pilots
+    per_leaf = config.nodes_per_leaf
+    for p in result.pilots:
+        assert len(p.nodes) == config.pilot_nodes
+        assert len({n // per_leaf for n in p.nodes}) == 1 and len(p.leaves) == 1
+    for r in result.trials:
+        pilot = pilots[r.pilot]
+        assert r.leaves == pilot.leaves and not r.spans
+        assert r.bandwidth == config.link_bandwidth
+        assert r.run_time == pytest.approx(r.end - r.start)
+    assert result.spanning_fraction == 0.0
+    # Late binding never puts more nodes in a pilot than it holds, at any instant.
+    for p in result.pilots:
+        changes = sorted([(r.start, r.nodes) for r in result.trials if r.pilot == p.index]
+                         + [(r.end, -r.nodes) for r in result.trials if r.pilot == p.index])
+        in_use = 0
+        for _, step in changes:
+            in_use += step
+            assert in_use <= config.pilot_nodes
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    edges = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    alive = most = 0
+    for _, step in edges:
+        alive += step
+        most = max(most, alive)
+    return most
+
+
+@pytest.mark.parametrize("max_pilots", [2, 5])
+def test_pilots_never_exceed_max_pilots(max_pilots):
+    config, result = _pilot_run(max_pilots=max_pilots)
+    most = _most_at_once([(p.start, p.end) for p in result.pilots])
+    assert most == max_pilots          # the cap is reached (the search wants more), never passed
+    assert len(result.trials) == 200
+
+
+def test_supply_follows_the_ready_trials():
+    config, result = _pilot_run(max_pilots=50)
+    first_trials = [r for r in result.trials if r.index < config.parallel]
+    wanted = math.ceil(sum(r.nodes for r in first_trials) / config.pilot_nodes)
+    at_start = [p for p in result.pilots if p.submit == config.warmup]
+    assert len(at_start) == wanted < 50
+
+
+def test_no_trial_starts_that_would_run_past_its_pilots_end():
+    config, result = _pilot_run(pilot_time=5 * 3600.0, trials=300)
+    pilots = {p.index: p for p in result.pilots}
+    for r in result.trials:
+        pilot = pilots[r.pilot]
+        assert pilot.start <= r.start and r.end <= pilot.limit and r.end <= pilot.end
+    at_limit = [p for p in result.pilots if p.end == p.limit]
+    assert at_limit, "the time limit should end some pilots in this run"
+
+
+def test_idle_pilots_exit_after_idle_timeout_and_held_hours_add_up():
+    config, result = _pilot_run(idle_timeout=120.0)
+    assert any(p.end < p.limit for p in result.pilots), "some pilots should run out of work"
+    for p in result.pilots:
+        ends = [r.end for r in result.trials if r.pilot == p.index]
+        if p.end < p.limit:
+            assert p.end == pytest.approx(max(ends, default=p.start) + 120.0)
+        assert p.trials == len(ends)
+    held = sum(len(p.nodes) * (p.end - p.start) for p in result.pilots)
+    ran = sum(r.nodes * (r.end - r.start) for r in result.trials)
+    assert result.node_hours == pytest.approx(held / 3600)
+    assert result.busy_fraction == pytest.approx(ran / held) and 0 < result.busy_fraction < 1
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"pilot_nodes": 64}, "must fit one leaf"),
+    ({"pilot_nodes": 8}, "must hold the largest trial"),
+    ({"pilot_time": 3600.0}, "run longer than pilot_time"),
+])
+def test_pilots_that_cannot_run_the_search_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        simulate("pilot", SimConfig(trials=100, **overrides))
