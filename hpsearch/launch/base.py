@@ -155,6 +155,12 @@ def rank_script(export_lines: Sequence[str], command: str) -> str:
     return "\n".join([*export_lines, command])
 
 
+# srun steps name their nodes: in a job it is the whole allocation (what srun takes anyway);
+# in a pilot the pilot narrows SLURM_JOB_NODELIST to the trial's nodes, which srun itself
+# ignores (it places a step anywhere in the allocation), so it is passed on explicitly.
+NODELIST = Ref("--nodelist=$SLURM_JOB_NODELIST")
+FIRST_NODE = Ref("--nodelist=$hpsearch_first_node")  # a one-node step on the trial's first node
+
 # The first node's NodeAddr: what slurmd listens on, so it reaches the node even where node
 # names do not resolve (the emulated test cluster: every node is 127.0.0.1).
 _SLURM_MASTER = (

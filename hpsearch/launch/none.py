@@ -7,6 +7,7 @@ that starts its own processes over the nodes still finds MASTER_ADDR and MASTER_
 from __future__ import annotations
 
 from hpsearch.launch.base import (
+    FIRST_NODE,
     ContainerRuntime,
     Launcher,
     LaunchError,
@@ -36,6 +37,6 @@ class NoLauncher(Launcher):
         if runtime.needs_srun_step:
             # pyxis starts containers only in srun steps: one step of one task.
             cpus = layout.tasks_per_node * layout.cpus_per_task
-            srun = ["srun", "--nodes=1", "--ntasks=1", f"--cpus-per-task={cpus}",
+            srun = ["srun", "--nodes=1", FIRST_NODE, "--ntasks=1", f"--cpus-per-task={cpus}",
                     *runtime.srun_options(layout)]
         return script([*lines, command_line(srun, runtime, ["sh", "-c", command], layout)])

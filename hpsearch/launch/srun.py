@@ -7,6 +7,7 @@ inside the container. `args` go to srun (e.g. `--mpi=pmix` for an MPI program).
 from __future__ import annotations
 
 from hpsearch.launch.base import (
+    NODELIST,
     ContainerRuntime,
     Launcher,
     LaunchError,
@@ -31,7 +32,7 @@ class SrunLauncher(Launcher):
             "RANK": '"$SLURM_PROCID"', "WORLD_SIZE": layout.world_size,
             "LOCAL_RANK": '"$SLURM_LOCALID"', "LOCAL_WORLD_SIZE": layout.tasks_per_node,
             "NODE_RANK": '"$SLURM_NODEID"'})], command)
-        argv = ["srun", f"--nodes={layout.nodes}", f"--ntasks={layout.world_size}",
+        argv = ["srun", f"--nodes={layout.nodes}", NODELIST, f"--ntasks={layout.world_size}",
                 f"--ntasks-per-node={layout.tasks_per_node}",
                 # Since Slurm 22.05 srun no longer takes --cpus-per-task from the allocation.
                 f"--cpus-per-task={layout.cpus_per_task}", "--kill-on-bad-exit=1",

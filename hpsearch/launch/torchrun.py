@@ -13,6 +13,7 @@ LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; NODE_RANK comes from its GROUP_RA
 from __future__ import annotations
 
 from hpsearch.launch.base import (
+    NODELIST,
     LOCAL_ADDR,
     ContainerRuntime,
     Launcher,
@@ -42,7 +43,7 @@ class TorchrunLauncher(Launcher):
             argv = ["torchrun", "--node-rank=0", f"--master-addr={LOCAL_ADDR}",
                     f"--master-port={layout.master_port}", *torchrun_args]
             return script([*preamble(layout, runtime), command_line([], runtime, argv, layout)])
-        srun = ["srun", f"--nodes={layout.nodes}", f"--ntasks={layout.nodes}",
+        srun = ["srun", f"--nodes={layout.nodes}", NODELIST, f"--ntasks={layout.nodes}",
                 "--ntasks-per-node=1",
                 f"--cpus-per-task={layout.tasks_per_node * layout.cpus_per_task}",
                 "--kill-on-bad-exit=1", *runtime.srun_options(layout)]

@@ -8,6 +8,6 @@ hpsearch_first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
 export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
-srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
+srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
     sh -c 'export RANK="$SLURM_PROCID" WORLD_SIZE=4 LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE=2 NODE_RANK="$SLURM_NODEID"
 python train.py --lr 0.01 --name '"'"'a b'"'"''

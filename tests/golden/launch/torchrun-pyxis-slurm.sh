@@ -8,6 +8,6 @@ hpsearch_first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
 export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
-srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 --container-image=/shared/images/digits.sqsh --container-mounts=/scratch/data:/data:ro,/shared/projects/digits:/shared/projects/digits,/shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 --container-workdir=/shared/projects/digits --container-env=NCCL_DEBUG \
+srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 --container-image=/shared/images/digits.sqsh --container-mounts=/scratch/data:/data:ro,/shared/projects/digits:/shared/projects/digits,/shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 --container-workdir=/shared/projects/digits --container-env=NCCL_DEBUG \
     sh -c 'exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=static --no-python sh -c 'export NODE_RANK="$GROUP_RANK"
 python train.py --lr 0.01 --name '"'"'a b'"'"''
