@@ -80,12 +80,13 @@ def test_pilot_time_is_any_slurm_time_limit(tmp_path, written, kept):
     assert pilots.time == kept
 
 
-def test_a_pilot_exactly_as_large_as_a_trial_is_accepted(tmp_path):
+def test_a_pilot_just_large_enough_for_a_trial_is_accepted(tmp_path):
+    """As many nodes as a trial, and its time limit plus the 30 s a pilot keeps."""
     pilots = _pilots(tmp_path, """
         resources: {nodes: 4, time: "02:00:00"}
-        executor: {type: slurm, pilots: {nodes: 4, time: 120}}
+        executor: {type: slurm, pilots: {nodes: 4, time: "02:00:30"}}
         """)
-    assert (pilots.nodes, pilots.time) == (4, "120")
+    assert (pilots.nodes, pilots.time) == (4, "02:00:30")
 
 
 def test_validate_accepts_a_pilot_spec(cli):
@@ -308,10 +309,11 @@ BAD = [
         executor:
           type: slurm
           pilots:
-            time: "01:59:59"   # <-
-        """, "executor.pilots.time", "a pilot of time 01:59:59 could never start a trial of "
+            time: "02:00:29"   # <-
+        """, "executor.pilots.time", "a pilot of time 02:00:29 could never start a trial of "
                                      "time 02:00:00 (resources.time); expected a time limit "
-                                     "of at least 02:00:00"),
+                                     "of at least 02:00:00 plus 30 s (a pilot keeps them to "
+                                     "start and stop)"),
     ("default-time-below-resources", """
         resources: {time: 1-00:00:00}
         executor:
@@ -320,7 +322,8 @@ BAD = [
             nodes: 1
         """, "executor.pilots.time", "a pilot of time 01:00:00 could never start a trial of "
                                      "time 1-00:00:00 (resources.time); expected a time limit "
-                                     "of at least 1-00:00:00; time is not given, and its "
+                                     "of at least 1-00:00:00 plus 30 s (a pilot keeps them to "
+                                     "start and stop); time is not given, and its "
                                      "default is 01:00:00"),
 ]
 CASES = {case[0]: case[1:] for case in BAD}

@@ -26,7 +26,7 @@ from hpsearch.launching import prepare_trial_dir
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import PILOT_RESERVE, Spec
 
 TICK = 0.05  # seconds between looks at the pilots' files while waiting
 PILOT_MARGIN = 15.0  # seconds of a pilot's time an attempt never counts on
@@ -72,7 +72,7 @@ class PilotExecutor(Executor):
     def submit(self, launch: Launch) -> None:
         prepare_trial_dir(launch)
         needed = (self.trial_time or 0.0) * launch.time_factor
-        if needed > self.pilot_time - PILOT_MARGIN:  # a retry rule's longer time limit
+        if needed > self.pilot_time - PILOT_RESERVE:  # a retry rule's longer time limit
             self.events.append(Ended(launch.trial_id, launch.attempt, None, "launch_error",
                                      f"its time limit ({needed:g} s) does not fit in a pilot "
                                      f"(executor.pilots.time {self.cfg.time})"))

@@ -12,6 +12,8 @@ import re
 import unicodedata
 from typing import TYPE_CHECKING
 
+from hpsearch.spec.model import PILOT_RESERVE
+
 if TYPE_CHECKING:
     from hpsearch.spec.model import Pilots, Resources, Spec
 
@@ -182,8 +184,9 @@ def pilots_fit(resources: Resources, pilots: Pilots | None) -> tuple[tuple[str, 
                                     f"{resources.nodes} nodes (resources.nodes); expected "
                                     f"nodes >= {resources.nodes}")
     needed = time_limit_seconds(resources.time) if resources.time else None
-    if needed and needed > time_limit_seconds(pilots.time):
+    if needed and needed + PILOT_RESERVE > time_limit_seconds(pilots.time):
         return where + ("time",), (f"a pilot of time {pilots.time} could never start a trial of "
                                    f"time {resources.time} (resources.time); expected a time "
-                                   f"limit of at least {resources.time}")
+                                   f"limit of at least {resources.time} plus "
+                                   f"{PILOT_RESERVE:g} s (a pilot keeps them to start and stop)")
     return None

@@ -135,6 +135,11 @@ class Checkpoints:
     signal_before: float = 120.0    # seconds before the limit
 
 
+# Seconds of a pilot's time limit that no trial counts on: the pilot's own start, and its
+# wind-down before its end (hpsearch.pilot.program).
+PILOT_RESERVE = 30.0
+
+
 @dataclass(frozen=True)
 class Pilots:
     """PanDA-like pilot jobs (docs/pilots.md): Slurm allocations that take trials one after
