@@ -14,6 +14,12 @@ if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -q charliecloud-runtime || { apt-get update -q && apt-get install -y -q charliecloud-runtime; }
   fi
+  # mpirun (Open MPI), for `launcher: mpirun` trials on the cluster and in a pilot's node
+  # subset (tests/slurm/test_mpirun.py)
+  if ! command -v mpirun >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q openmpi-bin || { apt-get update -q && apt-get install -y -q openmpi-bin; }
+  fi
   # tmux and chromium: the live view in a real terminal (tests/tui/) and the report's
   # screenshot (tests/test_report.py)
   if ! command -v tmux >/dev/null || ! command -v chromium >/dev/null; then

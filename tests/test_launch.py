@@ -4,9 +4,10 @@ Golden files (tests/golden/launch/<launcher>-<runtime>-<slurm|local>.sh) pin the
 every combination that makes sense, for a 2-node x 2-task trial under Slurm and a 2-task
 trial on the local executor. Set UPDATE_GOLDEN=1 to rewrite them after a deliberate change,
 then read the diff. Test ids end in `golden_only` where the programs cannot run here:
-Apptainer/Singularity and pyxis/enroot are not installable on these machines, and mpirun,
+Apptainer/Singularity and pyxis/enroot are not installable on these machines, and
 horovodrun and podman are not installed (podman needs image pulls, which have no network).
-charliecloud runs for real in tests/test_charliecloud.py.
+charliecloud runs for real in tests/test_charliecloud.py, mpirun (Open MPI) in
+tests/slurm/test_mpirun.py.
 
 What does run: the `none` and `torchrun` launchers locally (torchrun: 2 CPU ranks, gloo
 all_reduce), and the `srun` and `torchrun` batch bodies under a stand-in `srun` and `scontrol`
@@ -66,7 +67,7 @@ LAUNCHERS = ("none", "srun", "torchrun", "mpirun", "horovodrun")
 NOT_HERE = {"apptainer": "not installable", "singularity": "not installable",
             "pyxis": "not installable (an srun plugin with enroot)",
             "podman": "not installed; would need an image pull (no network)",
-            "mpirun": "not installed", "horovodrun": "not installed"}
+            "horovodrun": "not installed"}
 SLURM = RankLayout(nodes=2, tasks_per_node=2, gpus_per_node=1, cpus_per_task=4,
                    master_port=34567, under_slurm=True, binds=(WORKDIR, TRIAL_DIR),
                    workdir=WORKDIR)
@@ -119,7 +120,7 @@ def _golden(launcher: str, runtime: str, under_slurm: bool) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(*c) for c in CASES])
 def test_command_line_matches_golden_file(case):
     """One golden file per combination. Ids ending in golden_only name programs that cannot
-    run here (Apptainer, pyxis: not installable; mpirun, horovodrun, podman: not installed)."""
+    run here (Apptainer, pyxis: not installable; horovodrun, podman: not installed)."""
     text = _golden(*case)
     path = GOLDEN / f"{_case_id(*case).removesuffix('-golden_only')}.sh"
     if os.environ.get("UPDATE_GOLDEN"):

@@ -5,6 +5,26 @@ list comes from the allocation at run time (node1:2,node2:2); locally it is loca
 Ranks read RANK from Open MPI (OMPI_COMM_WORLD_*), else from PMI (MPICH, Intel MPI). `-x`
 passes MASTER_ADDR, MASTER_PORT and the HPSEARCH_* variables to remote ranks; add
 `-x NAME` to `args` for others. pyxis cannot be used: use launcher srun with `--mpi=pmix`.
+
+Checked for real with Open MPI 4.1 (Debian 12) on the emulated cluster
+(tests/slurm/test_mpirun.py), where these options were needed:
+- `--allow-run-as-root`: mpirun refuses to start as root without it, and Slurm runs a job
+  as its submitter, root in containers and CI. For other users the option changes nothing.
+- `--bind-to none`: by default Open MPI binds each rank of a 1- or 2-rank job to one core
+  (to a socket for more), which confines a rank's cpus_per_task threads to one core. The
+  Slurm step already confines the node's ranks to the CPUs it was given.
+- `--mca plm_slurm_args "--nodelist=$SLURM_JOB_NODELIST --cpus-per-task=T*C"`: under Slurm,
+  Open MPI starts one orted per node with `srun --ntasks-per-node=1 --ntasks=N orted`. It
+  takes the node list from SLURM_JOB_NODELIST, but srun places the step on the whole
+  allocation and ignores that variable: a pilot that narrows SLURM_JOB_NODELIST (and
+  SLURM_NNODES, SLURM_TASKS_PER_NODE) to a subset of its nodes for one trial would get its
+  ranks on the allocation's first nodes instead, while Open MPI believes they run on the
+  subset. `--nodelist` makes the daemons' step land on the named nodes (Open MPI appends
+  its own --nodelist after it when it needs fewer daemons, and srun keeps the last).
+  `--cpus-per-task` gives each node's daemon step the CPUs of that node's ranks: srun does
+  not inherit cpus-per-task from the allocation (Slurm 22.05), and a one-CPU step would
+  confine every rank on the node to one CPU where Slurm uses cgroups.
+The subset must be in the allocation's order (docs/launchers.md says why).
 """
 
 from __future__ import annotations
@@ -25,6 +45,8 @@ from hpsearch.launch.base import (
 )
 
 PASSED = ("MASTER_ADDR", "MASTER_PORT", *TRIAL_ENV)
+# Why each is there: the module docstring.
+OPEN_MPI_OPTIONS = ("--allow-run-as-root", "--bind-to", "none")
 
 
 def host_list(layout: RankLayout, runtime: ContainerRuntime,
@@ -44,11 +66,22 @@ def node_rank_line(layout: RankLayout) -> str:
     return exports({"NODE_RANK": f'"$((RANK / {layout.tasks_per_node}))"'})
 
 
+def daemon_step_lines(layout: RankLayout) -> tuple[list[str], list[str]]:
+    """(script lines, mpirun options) that put Open MPI's orted step on the nodes of
+    $SLURM_JOB_NODELIST with the CPUs of their ranks; nothing outside Slurm."""
+    if not layout.under_slurm:
+        return [], []
+    cpus = layout.tasks_per_node * layout.cpus_per_task
+    line = f'hpsearch_srun_args="--nodelist=$SLURM_JOB_NODELIST --cpus-per-task={cpus}"'
+    return [line], ["--mca", "plm_slurm_args", Ref("$hpsearch_srun_args")]
+
+
 class MpirunLauncher(Launcher):
     name = "mpirun"
 
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
         lines, hosts = host_list(layout, runtime, "mpirun")
+        step_lines, step_options = daemon_step_lines(layout)
         ranks = rank_script([
             exports({"RANK": '"${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"',
                      "WORLD_SIZE": layout.world_size,
@@ -56,5 +89,7 @@ class MpirunLauncher(Launcher):
                      "LOCAL_WORLD_SIZE": layout.tasks_per_node}),
             node_rank_line(layout)], command)
         passed = [arg for name in PASSED for arg in ("-x", name)]
-        mpirun = ["mpirun", "-np", str(layout.world_size), "--host", hosts, *passed, *self.args]
-        return script([*lines, command_line(mpirun, runtime, ["sh", "-c", ranks], layout)])
+        mpirun = ["mpirun", "-np", str(layout.world_size), "--host", hosts,
+                  *OPEN_MPI_OPTIONS, *step_options, *passed, *self.args]
+        return script([*lines, *step_lines,
+                       command_line(mpirun, runtime, ["sh", "-c", ranks], layout)])
