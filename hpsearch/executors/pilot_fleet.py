@@ -84,6 +84,7 @@ class Fleet:
         placement = self.planner.choose(-pilot_id, 0, self.spec.resources.sbatch_extra)
         if placement.wait:
             return None
+        options = self._leaves_for_pilot(placement.options)
         self.next_id += 1
         name = scripts.pilot_name(self.spec.name, pilot_id, self.spec.instance)
         pilot = PilotJob(pilot_id, name, p.PilotPaths(self.root / str(pilot_id)))
@@ -91,8 +92,25 @@ class Fleet:
         p.write_json(pilot.paths.config, self._config(pilot_id))
         self.store.add_pilot(pilot_id, name)  # write-ahead, before the sbatch
         self.pilots[pilot_id] = pilot
-        self._sbatch(pilot, placement.options)
+        self._sbatch(pilot, options)
         return pilot
+
+    def _leaves_for_pilot(self, options: tuple[str, ...]) -> tuple[str, ...]:
+        """Slurm's tree plugin counts leaves with --switches=N: a pilot larger than a leaf
+        asks for the fewest leaves that can hold it, not 1 (which would only make it wait
+        max_wait for nothing). The pilots learn the topology, to keep each trial in a leaf."""
+        topology = self.planner.topology
+        if topology is None:
+            return options
+        if not (self.root / p.TOPOLOGY).exists():
+            p.write_json(self.root / p.TOPOLOGY, {leaf: list(nodes) for leaf, nodes
+                                                  in topology.leaves.items()})
+        largest = max((len(nodes) for nodes in topology.leaves.values()), default=0)
+        if not largest or self.cfg.nodes <= largest:
+            return options
+        count = -(-self.cfg.nodes // largest)
+        return tuple(f"--switches={count}@{o.split('@', 1)[1]}"
+                     if o.startswith("--switches=") and "@" in o else o for o in options)
 
     def _sbatch(self, pilot: PilotJob, options: tuple[str, ...] = ()) -> None:
         from hpsearch.pilot.program import main

@@ -65,8 +65,10 @@ class Pilot:
         self.began = time.monotonic()
         self.end = self.began + float(config["time_limit"]) - MARGIN
         self.signal_name = config.get("signal")
+        leaves = p.read_json(paths.root.parent / p.TOPOLOGY) or {}
         self.slots = Slots(list(alloc.nodes), int(config["slots_per_node"]),
-                           int(config["trial_gpus"]), list(alloc.gpu_ids))
+                           int(config["trial_gpus"]), list(alloc.gpu_ids),
+                           {node: leaf for leaf, nodes in leaves.items() for node in nodes})
         self.runner = LocalExecutor(self.slots.total, None, 1, config.get("trial_time"),
                                     float(config["kill_grace"]), self.signal_name,
                                     float(config["signal_before"]))
@@ -135,7 +137,8 @@ class Pilot:
     def _watch_driver(self) -> None:
         self.driver.read()
         silent = self.driver.silent_for()
-        absent_after = max(3 * float(self.cfg["heartbeat"]), 10.0)
+        # Three missed beats: the driver may only be busy (absence only pauses claiming)
+        absent_after = 3 * float(self.cfg["heartbeat"]) + 1.0
         if silent > float(self.cfg["grace"]):
             self._drain(f"no driver for {float(self.cfg['grace']):g} s")
         elif silent > absent_after:

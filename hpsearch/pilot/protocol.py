@@ -5,6 +5,7 @@ driver job) and by every pilot. Each step is one atomic file operation, and each
 idempotent, so either side may be killed at any instant and start again:
 
     pilots/driver.json           the driver's heartbeat (a sequence number that keeps changing)
+    pilots/topology.json         leaf switch -> its nodes, where the driver knows the topology
     pilots/<n>/pilot.json        the pilot's configuration, written before its sbatch
     pilots/<n>/heartbeat.json    the pilot's heartbeat: its state, nodes, free slots, time left
     pilots/<n>/inbox/T.A.json    the driver assigns attempt A of trial T to pilot n (atomic write)
@@ -34,6 +35,7 @@ from hpsearch.trial import write_json_atomic
 
 PILOTS_DIR = "pilots"
 DRIVER_HEARTBEAT = "driver.json"
+TOPOLOGY = "topology.json"
 STATES = ("inbox", "claimed", "withdrawn", "started", "ended", "cancel")
 
 

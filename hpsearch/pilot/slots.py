@@ -3,7 +3,9 @@
 Every node of a pilot has `per_node` slots; one slot is one trial's share of a node (its
 tasks' CPUs and its GPUs). A trial of n nodes takes the same slot index on n nodes, so its
 GPUs have the same ids on each of them (one CUDA_VISIBLE_DEVICES for all its ranks). Slot
-index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Pure bookkeeping: no I/O.
+index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Where the leaf switch of each
+node is known, a multi-node trial gets nodes under one leaf (the fullest leaf that holds it,
+so emptier leaves stay whole for later trials), else the fewest leaves. Pure bookkeeping.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ class Grant:
 
 class Slots:
     def __init__(self, nodes: list[str], per_node: int, gpus_per_slot: int = 0,
-                 gpu_ids: list[str] | None = None) -> None:
+                 gpu_ids: list[str] | None = None,
+                 leaf_of: dict[str, str] | None = None) -> None:
         """gpu_ids: the GPU ids each node shows (the same on every node); needed when
-        gpus_per_slot > 0, and it must hold per_node * gpus_per_slot of them."""
+        gpus_per_slot > 0, and it must hold per_node * gpus_per_slot of them. leaf_of:
+        node -> its leaf switch, where known."""
         if gpus_per_slot and len(gpu_ids or ()) < per_node * gpus_per_slot:
             raise ValueError(f"{per_node} slot(s) of {gpus_per_slot} GPU(s) need "
                              f"{per_node * gpus_per_slot} GPUs per node; the node shows "
@@ -32,6 +36,7 @@ class Slots:
         self.nodes, self.per_node = list(nodes), per_node
         self.gpus_per_slot, self.gpu_ids = gpus_per_slot, list(gpu_ids or ())
         self.busy: set[tuple[str, int]] = set()  # (node, slot index) held
+        self.leaf_of = leaf_of or {}
 
     def take(self, nodes_needed: int) -> Grant | None:
         """Slots for one trial of `nodes_needed` nodes, or None if they are not free now.
@@ -39,11 +44,28 @@ class Slots:
         for slot in range(self.per_node):
             free = [node for node in self.nodes if (node, slot) not in self.busy]
             if len(free) >= nodes_needed:
-                chosen = tuple(free[:nodes_needed])
+                chosen = self._by_leaf(free, nodes_needed)
                 self.busy.update((node, slot) for node in chosen)
                 g = self.gpus_per_slot
                 return Grant(chosen, slot, tuple(self.gpu_ids[slot * g:(slot + 1) * g]))
         return None
+
+    def _by_leaf(self, free: list[str], n: int) -> tuple[str, ...]:
+        """n of the free nodes: under one leaf if one holds them (best fit), else from the
+        leaves with the most free nodes first; in the allocation's order (the first node
+        runs the command and is the ranks' MASTER_ADDR)."""
+        groups: dict[str, list[str]] = {}
+        for node in free:
+            groups.setdefault(self.leaf_of.get(node, ""), []).append(node)
+        fitting = [nodes for nodes in groups.values() if len(nodes) >= n]
+        if fitting:
+            chosen = min(fitting, key=len)[:n]
+        else:
+            chosen = []
+            for nodes in sorted(groups.values(), key=len, reverse=True):
+                chosen += nodes[:n - len(chosen)]
+        order = {node: i for i, node in enumerate(self.nodes)}
+        return tuple(sorted(chosen, key=order.__getitem__))
 
     def give_back(self, grant: Grant) -> None:
         self.busy.difference_update((node, grant.slot) for node in grant.nodes)

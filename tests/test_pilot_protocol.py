@@ -1,0 +1,241 @@
+"""The pilot's building blocks without Slurm: the file protocol, the slots, the supply policy,
+and the pilot program itself as a real process on this machine (one node: this host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hpsearch.executors.base import Launch
+from hpsearch.pilot import protocol as p
+from hpsearch.pilot.slots import Slots
+from hpsearch.pilot.supply import Supply
+
+LEAVES = {"n1": "a", "n2": "a", "n3": "b", "n4": "b", "n5": "c", "n6": "c"}
+
+
+# -- slots ------------------------------------------------------------------------------------
+
+def test_a_multi_node_trial_gets_nodes_under_one_leaf_the_fullest_that_holds_it():
+    slots = Slots(list(LEAVES), 1, leaf_of=LEAVES)
+    assert slots.take(1).nodes == ("n1",)          # leaf a now has one free node
+    assert slots.take(2).nodes == ("n3", "n4")     # not n2+n3: one leaf
+    assert slots.take(1).nodes == ("n2",)          # best fit: the leaf with one free node
+    assert slots.take(2).nodes == ("n5", "n6")
+    assert slots.take(1) is None
+
+
+def test_without_a_leaf_for_two_nodes_it_takes_the_fewest_leaves_in_allocation_order():
+    slots = Slots(list(LEAVES), 1, leaf_of=LEAVES)
+    for node in ("n1", "n3"):
+        slots.hold(type(slots.take(1))((node,), 0))
+    slots.busy = {("n1", 0), ("n3", 0), ("n5", 0)}
+    grant = slots.take(3)
+    assert grant.nodes == ("n2", "n4", "n6")  # the allocation's order: n2 runs the command
+
+
+def test_gpu_slots_give_each_trial_its_own_gpus_with_the_same_ids_on_every_node():
+    slots = Slots(["n1", "n2"], 2, gpus_per_slot=2, gpu_ids=["0", "1", "2", "3"])
+    first, second = slots.take(2), slots.take(2)
+    assert (first.nodes, first.gpus) == (("n1", "n2"), ("0", "1"))
+    assert (second.nodes, second.gpus) == (("n1", "n2"), ("2", "3"))
+    assert slots.take(1) is None and slots.free_for(1) == 0
+    slots.give_back(first)
+    assert slots.free_for(2) == 1 and slots.take(1).gpus == ("0", "1")
+
+
+def test_slots_refuse_more_gpus_than_the_node_shows():
+    with pytest.raises(ValueError, match="2 slot\\(s\\) of 1 GPU\\(s\\) need 2 GPUs per node; "
+                                         "the node shows 1 \\(0\\)"):
+        Slots(["n1"], 2, gpus_per_slot=1, gpu_ids=["0"])
+
+
+# -- supply -----------------------------------------------------------------------------------
+
+def test_supply_submits_pilots_for_the_ready_trials_the_free_slots_cannot_take():
+    supply = Supply(max_pilots=3, trials_per_pilot=4)
+    assert supply.to_submit(ready=1, free_slots=0, live=0) == 1
+    assert supply.to_submit(ready=9, free_slots=0, live=0) == 3
+    assert supply.to_submit(ready=9, free_slots=4, live=1) == 2
+    assert supply.to_submit(ready=9, free_slots=0, live=3) == 0   # the cap
+    assert supply.to_submit(ready=2, free_slots=3, live=1) == 0
+    assert supply.capacity(accepting=1, live=2) == 4 * (1 + 1)  # one winds down
+
+
+# -- the protocol -----------------------------------------------------------------------------
+
+def _launch(tmp_path: Path, trial: int, attempt: int = 1, command: str = "true") -> Launch:
+    tdir = tmp_path / "trials" / f"{trial:05d}"
+    return Launch(trial, attempt, command, {"HPSEARCH_TRIAL_DIR": str(tdir)}, tdir, tmp_path,
+                  {"x": trial}, time_factor=1.5)
+
+
+def test_an_assignment_round_trips_and_temporary_files_are_not_assignments(tmp_path):
+    paths = p.PilotPaths(tmp_path / "pilots" / "1")
+    paths.make()
+    launch = _launch(tmp_path, 7, 2)
+    p.write_json(paths.file("inbox", p.name_of(7, 2)), p.launch_to_dict(launch))
+    (paths.dir("inbox") / ".7.2.json.ab12.tmp").write_text("{")
+    assert p.names(paths.dir("inbox")) == ["7.2.json"]
+    back = p.launch_from_dict(p.read_json(paths.file("inbox", "7.2.json")))
+    assert back == launch and back.time_factor == 1.5 and back.params == {"x": 7}
+    assert p.where(paths, "7.2.json") == "inbox" and p.where(paths, "8.1.json") is None
+
+
+def test_a_claim_and_a_withdrawal_racing_for_each_assignment_never_both_win(tmp_path):
+    """The pilot claims, the driver withdraws, at the same time, 300 times: each assignment
+    ends in exactly one of claimed/ and withdrawn/, and each side's count of its wins agrees
+    with the files."""
+    paths = p.PilotPaths(tmp_path / "1")
+    paths.make()
+    names = [p.name_of(t, 1) for t in range(300)]
+    for name in names:
+        (paths.file("inbox", name)).write_text("{}")
+    won = {"claimed": 0, "withdrawn": 0}
+
+    def side(dst: str) -> None:
+        for name in names:
+            won[dst] += p.move(paths, name, "inbox", dst)
+
+    threads = [threading.Thread(target=side, args=(dst,)) for dst in won]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    claimed, withdrawn = (set(p.names(paths.dir(d))) for d in ("claimed", "withdrawn"))
+    assert claimed.isdisjoint(withdrawn) and claimed | withdrawn == set(names)
+    assert (won["claimed"], won["withdrawn"]) == (len(claimed), len(withdrawn))
+
+
+def test_silence_is_measured_on_the_readers_clock_from_the_last_change(tmp_path):
+    path = tmp_path / "beat.json"
+    beat, watch = p.Beat(path, 0.0), p.Watch(path)
+    beat.write(state="running")
+    assert watch.read()["state"] == "running" and watch.silent_for() < 0.5
+    time.sleep(0.3)
+    watch.read()  # the same sequence number: still silent since the first read
+    assert watch.silent_for() >= 0.3
+    beat.write(state="running")
+    watch.read()
+    assert watch.silent_for() < 0.1
+
+
+# -- the pilot program on this machine --------------------------------------------------------
+
+REPORT = ("echo \"pilot=$HPSEARCH_PILOT nodes=$SLURM_JOB_NODELIST gpus=$CUDA_VISIBLE_DEVICES\"; "
+          "sleep 0.3; echo \"@hpsearch step=0 loss=$HPSEARCH_TRIAL_ID\"")
+
+
+def _pilot(tmp_path: Path, **config) -> tuple[p.PilotPaths, subprocess.Popen]:
+    """A pilot process for experiment dir tmp_path, as its job would start it, without Slurm
+    (one node: this host); a driver heartbeat that the test keeps writing."""
+    paths = p.PilotPaths(p.pilots_dir(tmp_path) / "1")
+    paths.make()
+    cfg = {"pilot": 1, "experiment": "t", "time_limit": 600, "nodes": 1, "slots_per_node": 2,
+           "trial_nodes": 1, "trial_tasks_per_node": 1, "trial_cpus": 1, "trial_gpus": 1,
+           "trial_time": None, "idle_timeout": 30, "grace": 60, "heartbeat": 0.2,
+           "signal": None, "signal_before": 0, "kill_grace": 2, **config}
+    p.write_json(paths.config, cfg)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["CUDA_VISIBLE_DEVICES"] = "5,7"  # two GPU ids: one per slot
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from hpsearch.pilot.program "
+                             "import main; print(main(sys.argv[1]))", str(paths.root)],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    return paths, proc
+
+
+def _driver_beat(tmp_path: Path) -> p.Beat:
+    p.pilots_dir(tmp_path).mkdir(parents=True, exist_ok=True)
+    beat = p.Beat(p.pilots_dir(tmp_path) / p.DRIVER_HEARTBEAT, 0.1)
+    beat.write(state="running")
+    return beat
+
+
+def _wait_for(predicate, beat: p.Beat | None, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        if beat is not None and beat.due():
+            beat.write(state="running")
+        time.sleep(0.05)
+
+
+def test_a_pilot_runs_its_assignments_two_at_a_time_each_on_its_own_gpu_then_leaves(tmp_path):
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path)
+    for trial in range(4):
+        p.write_json(paths.file("inbox", p.name_of(trial, 1)),
+                     p.launch_to_dict(_launch(tmp_path, trial, command=REPORT)))
+    _wait_for(lambda: len(p.names(paths.dir("ended"))) == 4, beat)
+    ends = {n: p.read_json(paths.file("ended", n)) for n in p.names(paths.dir("ended"))}
+    assert all(e["exit_code"] == 0 and e["reason"] == "exited" for e in ends.values())
+    starts = [p.read_json(paths.file("started", n)) for n in sorted(ends)]
+    assert all(s["nodes"] == os.uname().nodename for s in starts)
+    assert {s["gpus"] for s in starts} == {"5", "7"}
+    for trial in range(4):  # the trial saw the pilot's word on where it runs
+        out = (tmp_path / "trials" / f"{trial:05d}" / "stdout.log").read_text()
+        assert f"pilot=1 nodes={os.uname().nodename} gpus=" in out
+        assert (tmp_path / "trials" / f"{trial:05d}" / "exit_code").read_text() == "0\n"
+    paths.stop.touch()  # the driver is done with it
+    assert proc.wait(timeout=30) == 0
+    assert p.read_json(paths.exit)["reason"] == "the driver asked it to stop"
+    assert p.read_json(paths.heartbeat)["state"] == "exited"
+
+
+def test_a_pilot_without_a_driver_takes_no_new_work_and_leaves_after_the_grace(tmp_path):
+    """The driver's heartbeat stops: the running trial finishes and its end is kept; the
+    assignment that came meanwhile is not claimed; after `grace` the pilot leaves."""
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, grace=4.0, heartbeat=0.2)
+    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(
+        _launch(tmp_path, 0, command="sleep 3; echo @hpsearch step=0 loss=1")))
+    _wait_for(lambda: p.names(paths.dir("started")), beat)
+    time.sleep(2.5)  # the driver's heartbeat stops (3 beats and 1 s: absent)
+    p.write_json(paths.file("inbox", p.name_of(1, 1)),
+                 p.launch_to_dict(_launch(tmp_path, 1, command=REPORT)))
+    assert proc.wait(timeout=30) == 0
+    assert p.names(paths.dir("ended")) == ["0.1.json"]
+    assert p.read_json(paths.file("ended", "0.1.json"))["exit_code"] == 0
+    assert p.names(paths.dir("inbox")) == ["1.1.json"]  # left for the next driver
+    assert p.read_json(paths.exit)["reason"] == "no driver for 4 s"
+
+
+def test_an_idle_pilot_leaves_after_its_idle_timeout(tmp_path):
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, idle_timeout=1.0)
+    _wait_for(lambda: proc.poll() is not None, beat, timeout=20)
+    assert p.read_json(paths.exit)["reason"] == "idle for 1 s"
+
+
+def test_a_pilot_near_its_end_stops_its_trial_which_ends_as_preempted(tmp_path):
+    """Its time limit is near: no checkpoint signal in the spec, so SIGTERM; the trial ends
+    preempted (the retry rules run it again elsewhere), and nothing more is claimed."""
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, time_limit=12, kill_grace=2)
+    p.write_json(paths.file("inbox", p.name_of(0, 1)),
+                 p.launch_to_dict(_launch(tmp_path, 0, command="sleep 60")))
+    _wait_for(lambda: proc.poll() is not None, beat, timeout=40)
+    end = p.read_json(paths.file("ended", "0.1.json"))
+    assert end["reason"] == "preempted" and "stopped it before its own end" in end["detail"]
+    assert p.read_json(paths.exit)["reason"] == "its time limit is near"
+
+
+def test_a_cancel_file_stops_that_trial(tmp_path):
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path)
+    p.write_json(paths.file("inbox", p.name_of(3, 1)),
+                 p.launch_to_dict(_launch(tmp_path, 3, command="sleep 60")))
+    _wait_for(lambda: p.names(paths.dir("started")), beat)
+    p.write_json(paths.file("cancel", p.name_of(3, 1)), {})
+    _wait_for(lambda: p.names(paths.dir("ended")), beat)
+    assert p.read_json(paths.file("ended", "3.1.json"))["reason"] == "cancelled"
+    paths.stop.touch()
+    assert proc.wait(timeout=30) == 0
+    json.loads(paths.heartbeat.read_text())
