@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -17,6 +18,7 @@ from hpsearch.results import best_checkpoint
 from hpsearch.results import record
 
 from hpsearch.store import STORE_FILE
+from hpsearch.tui.pilots import pilot_lines
 
 
 def _reader(path):
@@ -75,6 +77,7 @@ def status(args) -> int:
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
         trouble = reader.slurm_trouble() if exp.status == "running" else None
+        pilots = pilot_lines(reader, runs_dir_of(args) / args.name)
     finally:
         reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
@@ -86,14 +89,30 @@ def status(args) -> int:
     if trouble and driver:
         print(trouble)
     rows = []
+    pilot_leaf = {p.job_id: p.leaves[0] for p in pilots if p.job_id and len(p.leaves) == 1}
     for t in trials:
         values = " ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values or []))
         duration = f"{t.duration:.1f}s" if t.duration is not None else ""
         note = (t.error or "").splitlines()[0] if t.error else ""
+        if not t.leaves and t.job_id in pilot_leaf:  # in a pilot under one leaf: there too
+            t = dataclasses.replace(t, leaves=pilot_leaf[t.job_id])
         rows.append([str(t.id), t.state, str(t.attempt), duration, _where(t), values,
                      format_params(t.params), note])
     _table(["id", "state", "try", "time", "where", "objective", "params", "error"], rows)
+    if pilots:
+        _pilot_table(pilots)
     return 0
+
+
+def _pilot_table(pilots) -> None:
+    """The pilot jobs: each one's job, state, nodes and leaf, the trials running in it,
+    how long it has run (waited, held its nodes) and the time left of its limit."""
+    from hpsearch.tui import text
+    live = sum(1 for p in pilots if p.live)
+    print(f"\npilots: {live} live, {len(pilots) - live} ended")
+    _table(["pilot", "job", "state", "nodes", "trials", "time", "left", "note"],
+           [[str(p.id), p.job_id or "", p.state, text.pilot_where(p), text.pilot_trials(p),
+             text.pilot_age(p), text.pilot_left(p), p.reason or ""] for p in pilots])
 
 
 def _where(t) -> str:

@@ -6,6 +6,11 @@ elsewhere, or where sacct knows nothing, from the store's start and end times, w
 node and the GPUs the local executor gave the trial. Each attempt falls in one class:
 completed, pruned, failed, preempted (preempted, node failure, lost: run again later) or
 cancelled.
+
+Pilots: the attempts that ran in a pilot all carry the pilot's Slurm job id, so sacct's
+usage of that job is the pilot's, never an attempt's. Such an attempt is counted from the
+store (its nodes x the time between its start and end); the pilots' own node-hours, busy
+and idle, are in hpsearch.report.pilot_usage.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.store import STORE_FILE
 from hpsearch.store import rows as r
 from hpsearch.tui.model import spec_facts
+from hpsearch.tui.pilots import heartbeat_of
 
 CLASSES = ("completed", "pruned", "failed", "preempted", "cancelled")
 _PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
@@ -30,7 +37,8 @@ class AttemptUsage:
     seconds: float
     nodes: int
     gpus: int
-    source: str          # "sacct" or "store"
+    source: str          # "sacct", "store", or "pilot" (the store's times, in a pilot)
+    pilot: int | None = None  # the pilot it ran in
 
     @property
     def node_hours(self) -> float:
@@ -55,6 +63,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     created: float = 0.0
     updated: float = 0.0
+    pilots: list[PilotUsage] = field(default_factory=list)
 
 
 def attempt_class(state: str | None, reason: str | None) -> str:
@@ -86,48 +95,61 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None) -> ReportData:
                 if value is not None:
                     curves.setdefault(trial, []).append((step, value))
         attempts = list(reader.db.execute(
-            "select trial, attempt, state, started, finished, job_id, nodes, reason "
+            "select trial, attempt, state, started, finished, job_id, nodes, reason, host "
             "from attempts order by trial, attempt").fetchall())
+        pilot_rows = reader.pilots() if reader.db["pilots"].exists() else []
     finally:
         reader.close()
     gpus_of = {t.id: _gpu_count(t.gpus) for t in trials}
+    in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
     notes: list[str] = []
     by_job = {}
-    jobs = [a[5] for a in attempts if a[5]]
+    jobs = [a[5] for a in attempts if a[5] and a[5] not in in_pilot] + list(in_pilot)
     if jobs and use_sacct:
         by_job, note = _sacct_usage(jobs, slurm)
         if note:
             notes.append(note)
     now = time.time()
     usage = []
-    for trial, attempt, state, started, finished, job_id, nodes, reason in attempts:
+    spans: dict[int, list[Span]] = {}
+    for trial, attempt, state, started, finished, job_id, nodes, reason, host in attempts:
         kind = attempt_class(state, reason)
-        record = by_job.get(job_id) if job_id else None
+        pilot = in_pilot.get(job_id) if job_id else None
+        record = by_job.get(job_id) if job_id and pilot is None else None
         if record is not None and record.elapsed is not None:
             usage.append(AttemptUsage(trial, attempt, kind, record.elapsed,
                                       record.nodes or 1, record.gpus, "sacct"))
         elif started is not None:
             end = finished if finished is not None else now
-            node_count = _node_count(nodes)
+            hosts = _hosts(nodes or (host if pilot is not None else None))
             usage.append(AttemptUsage(trial, attempt, kind, max(0.0, end - started),
-                                      node_count, gpus_of.get(trial, 0), "store"))
+                                      max(1, len(hosts)), gpus_of.get(trial, 0),
+                                      "store" if pilot is None else "pilot", pilot))
+            if pilot is not None:  # nodes unknown: one of its own
+                spans.setdefault(pilot, []).append((hosts or (f"?{trial}.{attempt}",),
+                                                    started, end))
     if jobs and not use_sacct:
         notes.append("sacct not asked (--no-sacct): times from the store, 1 node per attempt "
                      "unless its nodes are recorded")
     return ReportData(name=exp.name, strategy=exp.strategy, executor=executor,
                       status=exp.status, metrics=metrics, directions=tuple(exp.directions),
                       trials=trials, curves=curves, usage=usage, notes=notes,
-                      created=exp.created, updated=exp.updated)
+                      created=exp.created, updated=exp.updated,
+                      pilots=[pilot_usage(row, max(1, len(_hosts(row.nodes))),
+                                          by_job.get(row.job_id) if row.job_id else None,
+                                          spans.get(row.id, []), heartbeat_of(exp_dir, row),
+                                          now) for row in pilot_rows])
 
 
-def _node_count(hostlist: str | None) -> int:
+def _hosts(hostlist: str | None) -> tuple[str, ...]:
+    """The node names of a hostlist; () when empty or unreadable."""
     if not hostlist:
-        return 1
+        return ()
     from hpsearch.slurm.hostlist import expand
     try:
-        return max(1, len(expand(hostlist)))
+        return tuple(expand(hostlist))
     except ValueError:
-        return 1
+        return ()
 
 
 def _sacct_usage(job_ids: list[str], slurm=None) -> tuple[dict, str | None]:

@@ -2,7 +2,7 @@
 
 Each function takes ReportData and returns PNG bytes, or None when there is nothing to draw
 (no completed trial, a single parameter for parallel coordinates, one objective for the
-Pareto front).
+Pareto front, no pilots).
 """
 
 from __future__ import annotations
@@ -221,10 +221,31 @@ def pareto(data: ReportData) -> bytes | None:
     return _png(fig)
 
 
+def pilot_hours(data: ReportData) -> bytes | None:
+    """Each pilot's held node-hours as one bar: busy (attempts ran) and idle."""
+    shown = [p for p in data.pilots if p.held_node_hours > 0 or p.busy_node_hours > 0]
+    if not shown:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(shown) + 1.4))
+    labels = [f"pilot {p.pilot}" + (f" (job {p.job_id})" if p.job_id else "") for p in shown]
+    busy = [p.busy_node_hours for p in shown]
+    idle = [p.idle_node_hours for p in shown]
+    ax.barh(labels, busy, color="tab:blue", label=f"busy ({sum(busy):.3g} node-h)")
+    ax.barh(labels, idle, left=busy, color="lightgrey", label=f"idle ({sum(idle):.3g} node-h)")
+    ax.invert_yaxis()  # the first pilot on top
+    ax.set_xlabel("node-hours")
+    ax.set_title(f"pilot node-hours: busy and idle ({len(shown)} pilots)")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
 FIGURES = [
     ("history", "Optimization history", history),
     ("parallel_coordinates", "Parallel coordinates", parallel_coordinates),
     ("importances", "Parameter importances", importance_chart),
     ("learning_curves", "Learning curves", learning_curves),
     ("pareto_front", "Pareto front", pareto),
+    ("pilots", "Pilot node-hours", pilot_hours),
 ]

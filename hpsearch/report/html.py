@@ -89,13 +89,56 @@ def _resource_table(data: ReportData) -> str:
                  f"</td><td>{sum(v[2] for v in totals.values())}</td>{cells}"
                  f"<td>{_hours(all_node)}</td><td>{_hours(all_gpu)}</td></tr></table>")
     where = {"sacct": "sacct (ElapsedRaw, NNodes, AllocTRES gres/gpu)",
-             "store": "the executor's start and end times in the store"}
+             "store": "the executor's start and end times in the store",
+             "pilot": "the store's start and end times and nodes of attempts that ran in a "
+                      "pilot (they share the pilot's job, whose sacct usage is the pilot's: "
+                      "see Pilots; trials side by side on one node each count that node)"}
     source = " and ".join(where[s] for s in sorted(sources)) or "nothing (no attempt ran)"
     summary = ", ".join(f"{c} {totals[c][0]:.3f} node-h / {totals[c][1]:.3f} GPU-h"
                         for c in CLASSES if totals[c][2])
     return (f"<h2>Resources</h2><p>Per attempt, from {source}. Preempted: preempted, node "
             f"failure or lost attempts, run again later. Totals: {_e(summary) or 'none'}.</p>"
             + "\n".join(lines))
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else ""
+
+
+def _pilot_table(data: ReportData) -> str:
+    """Each pilot's held node-hours, split into busy (its attempts) and idle, and the
+    total; "" without pilots."""
+    if not data.pilots:
+        return ""
+    held = sum(p.held_node_hours for p in data.pilots)
+    busy = sum(p.busy_node_hours for p in data.pilots)
+    idle = sum(p.idle_node_hours for p in data.pilots)
+    total_pct = _percent(busy, held)
+    share = f" ({total_pct} busy)" if total_pct else ""
+    sources = " and ".join(sorted({"sacct (ElapsedRaw x NNodes of the pilot's job)"
+                                   if p.source == "sacct" else "the store's start and end of "
+                                   "the pilot" for p in data.pilots}))
+    lines = ["<table><tr><th>pilot</th><th>job</th><th class='l'>state</th><th>nodes</th>"
+             "<th>held</th><th>held node-h</th><th>busy node-h</th><th>idle node-h</th>"
+             "<th>busy</th><th>attempts</th><th class='l'>ended</th></tr>"]
+    for p in data.pilots:
+        lines.append(f"<tr><td>{p.pilot}</td><td>{_e(p.job_id or '')}</td>"
+                     f"<td class='l'>{_e(p.state)}</td><td>{p.nodes}</td>"
+                     f"<td>{p.seconds:.0f} s</td><td>{_hours(p.held_node_hours)}</td>"
+                     f"<td>{_hours(p.busy_node_hours)}</td><td>{_hours(p.idle_node_hours)}</td>"
+                     f"<td>{_percent(p.busy_node_hours, p.held_node_hours)}</td>"
+                     f"<td>{p.attempts}</td>"
+                     f"<td class='l'>{_e(p.reason or '')}</td></tr>")
+    lines.append(f"<tr class='total'><td>total</td><td></td><td class='l'>{len(data.pilots)} "
+                 f"pilots</td><td></td><td></td><td>{_hours(held)}</td><td>{_hours(busy)}</td>"
+                 f"<td>{_hours(idle)}</td><td>{total_pct}</td>"
+                 f"<td>{sum(p.attempts for p in data.pilots)}</td><td></td></tr></table>")
+    return (f"<h2 id='pilots'>Pilots</h2><p>{len(data.pilots)} pilot job(s) held "
+            f"{held:.3f} node-h: busy {busy:.3f} node-h{share}, idle {idle:.3f} node-h. Held: "
+            f"from {sources}. Busy: per node of a pilot, the time at least one attempt ran on "
+            "it (the store's start and end of each attempt; trials side by side on one node "
+            "count it once). Idle = held - busy: starting, waiting for work, winding down "
+            "before its end.</p>" + "\n".join(lines))
 
 
 def write(data: ReportData, out_dir: Path) -> Path:
@@ -135,6 +178,7 @@ status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}
 {''.join(sections)}
 {failures}
 {_resource_table(data)}
+{_pilot_table(data)}
 </body></html>
 """
     path = out_dir / "report.html"

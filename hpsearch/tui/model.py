@@ -4,7 +4,8 @@ Every query is bounded so that a store of 10,000 trials stays fast: state counts
 state index, the trial table asks for at most `rows` trials (in flight first, then the most
 recently finished), metrics are looked up by their primary key (trial, step, name) for the
 shown trials only, and the best value / Pareto front is recomputed only when the number of
-completed trials changes. Nothing here writes: the store is opened read-only (Reader).
+completed trials changes; the pilot panel lists only pilots not ended (about
+executor.pilots.max of them). Nothing here writes: the store is opened read-only (Reader).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from hpsearch import runs
 from hpsearch.store import STORE_FILE
 from hpsearch.store import rows as r
+from hpsearch.tui.pilots import PilotLine, ended_count, pilot_lines
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class Snapshot:
     cluster: tuple[LeafLine, ...] | None = None  # Slurm only; None: not known (yet)
     cluster_note: str | None = None
     slurm_trouble: str | None = None  # "Slurm unreachable since ...", while it lasts
+    pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.tui.pilots)
+    pilots_ended: int = 0
     taken: float = field(default_factory=time.time)
 
     @property
@@ -153,15 +157,22 @@ class SnapshotSource:
                           (trial_id, name)).fetchone()[0]
         return last[0], last[1], best
 
-    def _line(self, t: r.TrialRow) -> TrialLine:
+    def _line(self, t: r.TrialRow, pilot_leaf: dict[str, tuple[str, ...]] | None = None
+              ) -> TrialLine:
+        """pilot_leaf: job id -> the leaf of a pilot under one leaf switch (a trial running
+        in it is under that leaf too; the store learns its trial's leaf when it ends)."""
         step, latest, best = self._metric_facts(t.id, t.attempt)
         state = t.state
         if state == r.RUNNING and t.sched_state and t.sched_state not in ("RUNNING",
                                                                           "COMPLETING"):
             state = t.sched_state.lower()
+        leaves = tuple(x for x in (t.leaves or "").split(",") if x)
+        if not leaves and t.job_id and pilot_leaf:
+            leaves = pilot_leaf.get(t.job_id, ())
         return TrialLine(id=t.id, state=state, params=t.params, job_id=t.job_id,
-                         pending_reason=t.pending_reason, nodes=t.nodes or None,
-                         leaves=tuple(x for x in (t.leaves or "").split(",") if x),
+                         pending_reason=t.pending_reason,
+                         nodes=t.nodes or (t.host if t.job_id else None) or None,
+                         leaves=leaves,
                          attempt=t.attempt, step=step, latest=latest, best=best,
                          duration=t.duration, error=(t.error or "").splitlines()[0]
                          if t.error else None)
@@ -198,7 +209,9 @@ class SnapshotSource:
             self.executor = "slurm"  # `submit --executor slurm` overrode the stored spec
         exp = self.reader.experiment()
         counts = self.reader.state_counts()
-        shown = [self._line(t) for t in self._shown_trials(rows or self.rows)]
+        pilots = pilot_lines(self.reader, self.exp_dir, live_only=True, now=now)
+        pilot_leaf = {p.job_id: p.leaves for p in pilots if p.job_id and len(p.leaves) == 1}
+        shown = [self._line(t, pilot_leaf) for t in self._shown_trials(rows or self.rows)]
         best_id, best_values, front = self._best_now(counts.get(r.COMPLETED, 0))
         best = None
         if best_id is not None:
@@ -229,7 +242,9 @@ class SnapshotSource:
                         total=exp.trials_requested, counts=counts, elapsed=elapsed, eta=eta,
                         trials=tuple(shown), best=best, best_values=best_values,
                         front_size=front, cluster=leaves, cluster_note=note, taken=now,
-                        slurm_trouble=self.reader.slurm_trouble() if running else None)
+                        slurm_trouble=self.reader.slurm_trouble() if running else None,
+                        pilots=pilots,
+                        pilots_ended=ended_count(self.reader))
 
 
 class ClusterWatch:

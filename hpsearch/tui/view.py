@@ -2,9 +2,10 @@
 
 Laid out to fit width x height exactly (80 x 24 shows everything): a header, a progress
 bar with counts per state, the best trial (or the Pareto front's size), a table of trials
-in flight and recently finished, the cluster panel (Slurm), and a footer. When the terminal
-is smaller, the least useful parts go first: footer, cluster panel, then trial rows; narrow
-terminals lose the least useful columns (nodes, job, attempt, params...).
+in flight and recently finished, the pilot panel (pilots), the cluster panel (Slurm), and a
+footer. When the terminal is smaller, the least useful parts go first: footer, cluster
+panel, pilot panel, then trial rows; narrow terminals lose the least useful columns (nodes,
+job, attempt, params...).
 """
 
 from __future__ import annotations
@@ -16,27 +17,18 @@ from rich.table import Table
 from rich.text import Text
 
 from hpsearch.tui.model import Snapshot, TrialLine
+from hpsearch.tui.text import (format_duration, pilot_age, pilot_left, pilot_trials,
+                               pilot_where)
 
 STATE_STYLE = {
     "completed": "green", "failed": "bold red", "running": "cyan", "submitting": "cyan",
     "queued": "yellow", "pending": "yellow", "pruned": "dim", "cancelled": "magenta",
     "lost": "red", "configuring": "yellow", "completing": "cyan",
 }
+PILOT_STYLE = {"running": "cyan", "draining": "yellow", "pending": "yellow",
+               "submitting": "yellow", "exited": "dim"}
 COUNT_ORDER = ("completed", "failed", "pruned", "running", "submitting", "queued",
                "cancelled")
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def _num(value: float | None) -> str:
@@ -200,6 +192,29 @@ def _cluster_lines(snap: Snapshot) -> list[Text]:
     return lines
 
 
+def _pilot_lines(snap: Snapshot) -> list[Text]:
+    """The pilot panel: a title with how many pilots are live and ended, then one line per
+    live pilot: id, job, state, nodes and leaf, time up (or waiting), time left, trials."""
+    if not snap.pilots and not snap.pilots_ended:
+        return []
+    live = sum(1 for p in snap.pilots if p.live)
+    lines = [Text(f"pilots ({live} live, {len(snap.pilots) - live + snap.pilots_ended} "
+                  "ended)", style="bold", no_wrap=True)]
+    for pilot in snap.pilots:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"#{pilot.id:<3}", style="bold")
+        text.append(f" job {pilot.job_id or '-':<8} ")
+        text.append(f"{pilot.state:<10}", style=PILOT_STYLE.get(pilot.state, ""))
+        text.append(f" {pilot_where(pilot):<20} {pilot_age(pilot):<11}")
+        left = pilot_left(pilot)
+        text.append(f" {left:<12}", style="yellow" if pilot.remaining is not None
+                    and pilot.remaining < 60 else "")
+        text.append(" trials " + pilot_trials(pilot) if pilot.trials else " no trial",
+                    style="" if pilot.trials else "dim")
+        lines.append(text)
+    return lines
+
+
 def render(snap: Snapshot, width: int = 80, height: int = 24,
            footer: str | None = None) -> Group:
     """Everything, fitted to width x height (never more lines than height)."""
@@ -207,26 +222,32 @@ def render(snap: Snapshot, width: int = 80, height: int = 24,
            "counts": _counts(snap), "best": _best(snap)}
     drop_order = ["best", "times", "counts", "bar"]
     cluster = _cluster_lines(snap) if snap.executor == "slurm" else []
+    pilots = _pilot_lines(snap)
     bottom = [Text(footer, style="dim", no_wrap=True, overflow="ellipsis")] if footer else []
     table_head = 2  # header line and the rule under it
     # Drop parts, least useful first, until at least a few trial rows fit.
     want_rows = min(len(snap.trials), 3)
-    while len(top) + len(cluster) + len(bottom) + table_head + want_rows > height:
+    while len(top) + len(pilots) + len(cluster) + len(bottom) + table_head + want_rows \
+            > height:
         if bottom:
             bottom = []
         elif len(cluster) > 2:
             cluster = cluster[:-1]
         elif cluster:
             cluster = []
+        elif len(pilots) > 2:
+            pilots = pilots[:-1]
+        elif pilots:
+            pilots = []
         elif want_rows > 0:
             want_rows -= 1
         elif drop_order:
             del top[drop_order.pop(0)]
         else:
             break
-    rows = max(0, height - len(top) - len(cluster) - len(bottom) - table_head)
+    rows = max(0, height - len(top) - len(pilots) - len(cluster) - len(bottom) - table_head)
     parts: list = list(top.values())
     if rows > 0 or want_rows > 0:
         parts.append(trial_table(snap, width, rows))
-    parts += cluster + bottom
+    parts += pilots + cluster + bottom
     return Group(*parts)

@@ -68,6 +68,44 @@ def build_store(exp_dir: Path, trials: int, name: str = "big", executor: str = "
     return exp_dir
 
 
+def build_pilot_store(exp_dir: Path, now: float | None = None) -> Path:
+    """A Slurm search with three pilots, written through the Store API:
+    pilot 1 (job 5001) runs on node[1-2] under leaf1 since now-120 with trials 0 and 1 on
+    node1 and trial 2 on node2, and its heartbeat file says 200 s left as of now-10;
+    pilot 2 (job 5002) is pending since it was submitted; pilot 3 (job 5000) held node[3-4]
+    under leaf2 from now-600 to now-300 and ran trial 3 (completed) on node3."""
+    import json
+    now = time.time() if now is None else now
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    store = Store.create(exp_dir / STORE_FILE, name=exp_dir.name,
+                         spec_yaml=SPEC.format(name=exp_dir.name, trials=6, executor="slurm"),
+                         spec_file=str(exp_dir / "spec.yaml"), base_dir=str(exp_dir),
+                         strategy="random", directions=["minimize"], trials_requested=6)
+    store.add_pilot(3, "hps.pil.t.pilot.3")
+    store.update_pilot(3, job_id="5000", state="running", nodes="node[3-4]", leaves="leaf2",
+                       started=now - 600)
+    store.insert_trial(3, {"x": 3.0}, str(exp_dir / "trials" / "00003"), {})
+    store.mark_running(3, 1, "node3", None, None, None, "5000")
+    store.finish_attempt(3, 1, "completed", 0, None, [4.0])
+    store.update_placement(3, 1, None, None, "node3", "leaf2")
+    store.update_pilot(3, state="ended", ended=now - 300, reason="Slurm job 5000 TIMEOUT")
+    store.add_pilot(1, "hps.pil.t.pilot.1")
+    store.update_pilot(1, job_id="5001", state="running", nodes="node[1-2]", leaves="leaf1",
+                       started=now - 120)
+    store.add_pilot(2, "hps.pil.t.pilot.2")
+    store.update_pilot(2, job_id="5002", state="pending")
+    for trial, node in ((0, "node1"), (1, "node1"), (2, "node2")):
+        store.insert_trial(trial, {"x": float(trial)}, str(exp_dir / "trials" / f"{trial:05d}"),
+                           {})
+        store.mark_running(trial, 1, node, None, None, None, "5001")
+    store.close()
+    beat = exp_dir / "pilots" / "1" / "heartbeat.json"
+    beat.parent.mkdir(parents=True)
+    beat.write_text(json.dumps({"state": "running", "remaining": 200.0, "time": now - 10,
+                                "seq": 7, "nodes": "node[1-2]", "job_id": "5001"}))
+    return exp_dir
+
+
 def _need(tool: str) -> str:
     path = shutil.which(tool)
     if path:

@@ -116,3 +116,31 @@ def test_the_header_says_slurm_is_unreachable_until_it_answers_again(tmp_path: P
     assert source.snapshot(rows=24).slurm_trouble is None
     source.close()
     store.close()
+
+
+def test_pilot_panel_shows_each_live_pilot_its_nodes_trials_and_time_left(tmp_path: Path):
+    """The pilot panel: each pilot not ended with its job, state, nodes and leaf, time up
+    (or waiting), time left from its heartbeat file, and the trials running in it; a trial
+    running in a pilot under one leaf shows that leaf. Smaller terminals drop the panel
+    line by line before the trial rows, and nothing overflows."""
+    from tests.tui.conftest import build_pilot_store
+    source = SnapshotSource(build_pilot_store(tmp_path / "pil"))
+    snap = source.snapshot(rows=30)
+    assert [p.id for p in snap.pilots] == [1, 2] and snap.pilots_ended == 1
+    assert snap.pilots[0].trials == (0, 1, 2)
+    lines = _screen(snap, 100, 30)
+    text = "\n".join(lines)
+    assert "pilots (2 live, 1 ended)" in text, text
+    row = next(line for line in lines if line.startswith("#1 "))
+    assert "job 5001" in row and "running" in row and "node[1-2] [leaf1]" in row, row
+    assert "up 2m0" in row and "3m0" in row and "left" in row and "trials #0 #1 #2" in row, row
+    assert any(line.startswith("#2 ") and "pending" in line and "waits" in line
+               for line in lines), text
+    assert not any(line.startswith("#3 ") for line in lines)  # ended: counted, not listed
+    trial0 = next(line for line in lines if line.lstrip().startswith("0 "))
+    assert "node1 leaf1" in trial0, trial0
+    for width, height in [(80, 24), (60, 15), (40, 12), (30, 6)]:
+        shown = _screen(snap, width, height)
+        assert len(shown) <= height and all(len(x) <= width for x in shown), shown
+    assert "pilots (" in "\n".join(_screen(snap, 80, 24))
+    source.close()
