@@ -1,20 +1,33 @@
-"""Slurm throughput: N one-second trials on the emulated 8-node cluster, one job per trial
-against job arrays, side by side.
+"""Slurm throughput: N one-second trials on the emulated 8-node cluster, as one job per
+trial, as job arrays and inside pilots, side by side.
 
 Prints for each: the makespan over the ideal N * t / P (P trials in flight, default 32 = the
-cluster's 8 nodes x 4 CPUs), and how many sbatch and sacct calls the executor made.
+cluster's 8 nodes x 4 CPUs), how many sbatch, sacct and squeue calls hpsearch's Slurm
+package made, and the driver's own work per trial (median ms of its launch + finalize: store
+commits, sampler, executor submit). Pilots are sized to hold P trials: `--pilot-nodes` nodes
+of 4 slots each (one slot per CPU), as many pilots as P needs (default 2 pilots of 4 nodes).
+For pilots it also prints the idle gap between consecutive trials on a slot
+(benchmarks/_pilot_gaps.py says what is measured) and where the makespan went.
+
+`--busy` runs every row again while other users' jobs (benchmarks/_slurm_busy.py: a seeded
+stream of whole-node sleeps of 1-4 nodes) keep the cluster contended.
 
     scripts/slurm-cluster.sh start && export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf
     python benchmarks/slurm_throughput.py                # 100 trials of 1 s, P = 32
     python benchmarks/slurm_throughput.py --trials 40 --parallel 16
+    python benchmarks/slurm_throughput.py --modes pilots --repeat 3
+    python benchmarks/slurm_throughput.py --busy         # quiet rows, then busy rows
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,17 +35,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
+from _pilot_gaps import gaps, median_p95, read_runs  # noqa: E402
+from _slurm_busy import OtherUsers  # noqa: E402
+
 from hpsearch import runs  # noqa: E402
 from hpsearch.driver import Driver  # noqa: E402
+from hpsearch.executors.pilots import PilotExecutor  # noqa: E402
 from hpsearch.executors.slurm import SlurmExecutor  # noqa: E402
+from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402
 from hpsearch.spec import load_spec  # noqa: E402
 from hpsearch.store import STORE_FILE, Store  # noqa: E402
 
+MODES = {"jobs": "job per trial", "arrays": "job arrays", "pilots": "pilots"}
+SLOTS_PER_NODE = 4  # the emulated nodes have 4 CPUs; a trial takes one
+GOAL_MAKESPAN = 1.5  # pilots: makespan / ideal
+GOAL_GAP = 0.3  # pilots: median idle gap on a slot, seconds
+
+# The command stamps its own start and end into its trial dir (t0, t1): the idle gap on a
+# pilot slot is measured between them. `date` costs a few ms, the same in every row.
 SPEC = """\
 name: {name}
-command: "sleep {sleep}; echo @hpsearch step=0 loss={{x}}"
+command: >-
+  date +%s.%N > "$HPSEARCH_TRIAL_DIR/t0"; sleep {sleep};
+  date +%s.%N > "$HPSEARCH_TRIAL_DIR/t1"; echo "@hpsearch step=0 loss={{x}}"
 search:
   strategy: random
   trials: {trials}
@@ -42,16 +69,28 @@ search:
     x: {{low: 0.0, high: 1.0}}
 objective: {{metric: loss}}
 resources: {{nodes: 1, cpus_per_task: 1, time: "00:05:00"}}
-executor: {{type: slurm, array: {array}, poll_interval: {poll}}}
+executor: {executor}
 """
 
 
-def run(args: argparse.Namespace, runs_dir: Path, array: bool) -> dict:
-    name = f"throughput-{'array' if array else 'jobs'}-{os.getpid()}"
+def executor_yaml(mode: str, args: argparse.Namespace) -> str:
+    if mode != "pilots":
+        return f"{{type: slurm, array: {str(mode == 'arrays').lower()}, " \
+               f"poll_interval: {args.poll}}}"
+    return (f"{{type: slurm, poll_interval: {args.poll}, pilots: {{nodes: {args.pilot_nodes}, "
+            f"time: \"00:10:00\", max: {pilot_count(args)}, slots_per_node: {SLOTS_PER_NODE}, "
+            f"idle_timeout: 20, heartbeat: 1}}}}")
+
+
+def pilot_count(args: argparse.Namespace) -> int:
+    return math.ceil(args.parallel / (args.pilot_nodes * SLOTS_PER_NODE))
+
+
+def run(args: argparse.Namespace, runs_dir: Path, mode: str) -> dict:
+    name = f"throughput-{mode}-{os.getpid()}-{time.monotonic_ns() % 10**6}"
     path = runs_dir / f"{name}.yaml"
     path.write_text(SPEC.format(name=name, sleep=args.sleep, trials=args.trials,
-                                parallel=args.parallel, array=str(array).lower(),
-                                poll=args.poll))
+                                parallel=args.parallel, executor=executor_yaml(mode, args)))
     spec = dataclasses.replace(load_spec(path, runs_dir), source=path.resolve())
     lock = runs.DriverLock(spec.experiment_dir)
     lock.acquire()
@@ -62,16 +101,132 @@ def run(args: argparse.Namespace, runs_dir: Path, array: bool) -> dict:
                              spec_yaml=path.read_text(), spec_file=str(path),
                              base_dir=str(path.parent), strategy="random",
                              directions=["minimize"], trials_requested=search.total)
-        began = time.perf_counter()
-        code = Driver(spec, store, SlurmExecutor(spec, slurm), search).run()
+        executor = (PilotExecutor(spec, store, slurm) if mode == "pilots"
+                    else SlurmExecutor(spec, slurm))
+        began_wall, began = time.time(), time.perf_counter()
+        driver = Driver(spec, store, executor, search)
+        code = driver.run()
         makespan = time.perf_counter() - began
-        completed = store.state_counts().get("completed", 0)
+        work: dict[int, float] = {}
+        for trial_id, seconds in driver.bookkeeping:  # its launch and its finalize
+            work[trial_id] = work.get(trial_id, 0.0) + seconds
+        result = {"makespan": makespan, "completed": store.state_counts().get("completed", 0),
+                  "exit": code, "sbatch": slurm.calls["sbatch"], "sacct": slurm.calls["sacct"],
+                  "squeue": slurm.calls["squeue"],
+                  "work_ms": 1000 * statistics.median(work.values()) if work else math.nan}
+        trial_dirs = {t.id: Path(t.trial_dir) for t in store.trials()}
+        if mode == "pilots":
+            result.update(pilot_details(spec.experiment_dir, store, trial_dirs, began_wall))
         store.close()
     finally:
         lock.release()
-    return {"makespan": makespan, "completed": completed, "exit": code,
-            "sbatch": slurm.calls["sbatch"], "sacct": slurm.calls["sacct"],
-            "squeue": slurm.calls["squeue"]}
+    return result
+
+
+def pilot_details(experiment_dir: Path, store: Store, trial_dirs: dict[int, Path],
+                  began: float) -> dict:
+    """The pilots' share of the makespan and the idle gaps on their slots; waits for the
+    pilots to leave (the driver asked them to) so the next row starts on a free cluster."""
+    pilots = store.pilots()
+    found = read_runs(pilots_dir(experiment_dir), trial_dirs)
+    wait_for_jobs([row.job_id for row in pilots if row.job_id])
+    started = [row.started - began for row in pilots if row.started]
+    return {"pilots": len(pilots), "first_pilot": min(started, default=math.nan),
+            "last_pilot": max(started, default=math.nan),
+            "first_trial": min((r.t0 for r in found if r.t0), default=math.nan) - began,
+            "last_trial": max((r.t1 for r in found if r.t1), default=math.nan) - began,
+            "gaps": gaps(found)}
+
+
+def wait_for_jobs(job_ids: list[str], timeout: float = 60.0) -> None:
+    """Until none of the jobs is in the queue; cancelled after `timeout`. Plain squeue, not
+    hpsearch's Slurm package: these calls are the benchmark's, not the executor's."""
+    deadline = time.monotonic() + timeout
+    while job_ids and time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True,
+                             text=True).stdout.split()
+        if not set(out) & set(job_ids):
+            return
+        time.sleep(0.5)
+    subprocess.run(["scancel", *job_ids], capture_output=True)
+
+
+def run_rows(args: argparse.Namespace, modes: list[str], busy: bool) -> dict[str, list[dict]]:
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
+    runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-throughput-"))
+    try:
+        for _ in range(args.repeat):
+            for mode in modes:
+                others = OtherUsers(args.busy_rate, args.seed) if busy else None
+                if others:
+                    others.start()
+                    time.sleep(args.busy_warmup)
+                began = time.monotonic()
+                try:
+                    result = run(args, runs_dir, mode)
+                finally:
+                    if others:
+                        others.stop()
+                if others:
+                    elapsed = time.monotonic() - began + args.busy_warmup
+                    result.update(others=len(others.job_ids), refused=len(others.refused),
+                                  load=others.node_seconds / (8 * elapsed), user=others.user)
+                results[mode].append(result)
+    finally:
+        if not args.keep:
+            shutil.rmtree(runs_dir, ignore_errors=True)
+    return results
+
+
+def print_table(results: dict[str, list[dict]], ideal: float, busy: bool) -> None:
+    head = f"{'':16}{'completed':>10}{'makespan s':>12}{'/ ideal':>9}{'sbatch':>8}" \
+           f"{'sacct':>7}{'squeue':>8}{'driver ms':>11}"
+    print(head + (f"{'others':>8}{'load':>7}" if busy else ""))
+    for mode, rows in results.items():
+        for i, r in enumerate(rows):
+            label = MODES[mode] + (f" #{i + 1}" if len(rows) > 1 else "")
+            line = (f"{label:16}{r['completed']:>10}{r['makespan']:>12.2f}"
+                    f"{r['makespan'] / ideal:>9.2f}{r['sbatch']:>8}{r['sacct']:>7}"
+                    f"{r['squeue']:>8}{r['work_ms']:>11.1f}")
+            if busy:
+                line += f"{r.get('others', 0):>8}{r.get('load', 0.0):>7.2f}"
+            print(line)
+        if len(rows) > 1:
+            print(f"{MODES[mode] + ' median':16}{'':>10}"
+                  f"{statistics.median(r['makespan'] for r in rows):>12.2f}"
+                  f"{statistics.median(r['makespan'] for r in rows) / ideal:>9.2f}")
+
+
+def print_pilots(rows: list[dict], ideal: float, waves: float) -> None:
+    for i, r in enumerate(rows):
+        print(f"pilots #{i + 1}: {r['pilots']} pilot(s); first running at "
+              f"{r['first_pilot']:.2f} s, last at {r['last_pilot']:.2f} s; trial commands ran "
+              f"from {r['first_trial']:.2f} s to {r['last_trial']:.2f} s "
+              f"({r['last_trial'] - r['first_trial']:.2f} s; {waves:g} s if back to back); "
+              f"the driver returned at {r['makespan']:.2f} s")
+    every = [g for r in rows for g in r["gaps"]]
+    print(f"idle gap between consecutive trials on a pilot slot, {len(every)} gaps "
+          f"(median / p95, seconds):")
+    for label, *key in (("command gap: t1 of one trial -> t0 of the next", "command"),
+                        ("file gap: ended file -> next started file", "file"),
+                        ("  ended file -> driver wrote the next assignment", "driver"),
+                        ("  assignment -> pilot wrote the started file", "claim"),
+                        ("  started file -> the command's t0 stamp", "launch"),
+                        ("    on the pilot's own node (no srun)", "launch", False),
+                        ("    on its other nodes (srun --overlap)", "launch", True)):
+        attr, srun = key[0], key[1] if len(key) > 1 else None
+        chosen = [g for g in every if srun is None or g.srun == srun]
+        stats = median_p95([getattr(g, attr) for g in chosen if getattr(g, attr) is not None])
+        print(f"  {label:52}" + (f"{stats[0]:7.3f} {stats[1]:7.3f}  ({len(chosen)})"
+                                 if stats else "   n/a"))
+    ratio = statistics.median(r["makespan"] for r in rows) / ideal
+    print(f"{'ok' if ratio <= GOAL_MAKESPAN else 'MISS'}: pilots makespan {ratio:.2f} x ideal "
+          f"(goal <= {GOAL_MAKESPAN} x)")
+    for label, key in (("command", "command"), ("file", "file")):
+        stats = median_p95([getattr(g, key) for g in every if getattr(g, key) is not None])
+        if stats:
+            print(f"{'ok' if stats[0] <= GOAL_GAP else 'MISS'}: median {label} gap "
+                  f"{stats[0]:.3f} s (goal <= {GOAL_GAP} s)")
 
 
 def main() -> None:
@@ -81,24 +236,44 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=32)
     parser.add_argument("--sleep", type=float, default=1.0)
     parser.add_argument("--poll", type=float, default=1.0, help="executor poll_interval (s)")
+    parser.add_argument("--modes", default="jobs,arrays,pilots",
+                        help="rows to run, of jobs,arrays,pilots")
+    parser.add_argument("--pilot-nodes", type=int, default=4, help="nodes per pilot")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each row")
+    parser.add_argument("--busy", action="store_true",
+                        help="then run the rows again while other users' jobs contend")
+    parser.add_argument("--busy-only", action="store_true", help="only the busy rows")
+    parser.add_argument("--busy-rate", type=float, default=0.4,
+                        help="other users' jobs per second (--busy)")
+    parser.add_argument("--busy-warmup", type=float, default=15.0,
+                        help="seconds of other users' jobs before the search starts (--busy)")
+    parser.add_argument("--seed", type=int, default=1, help="of the other users' stream")
+    parser.add_argument("--keep", action="store_true", help="keep the runs dir")
     args = parser.parse_args()
     if "SLURM_CONF" not in os.environ:
         sys.exit("set SLURM_CONF (scripts/slurm-cluster.sh start prints it)")
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= set(MODES):
+        sys.exit(f"--modes: expected some of {','.join(MODES)}, got {args.modes}")
     ideal = args.trials * args.sleep / args.parallel
+    waves = math.ceil(args.trials / args.parallel) * args.sleep
     print(f"N = {args.trials} trials of `sleep {args.sleep:g}` with P = {args.parallel} in "
           f"flight on the emulated 8-node cluster; poll_interval {args.poll:g} s; "
-          f"ideal N*t/P = {ideal:.2f} s\n")
-    runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-throughput-"))
-    try:
-        results = {"job per trial": run(args, runs_dir, array=False),
-                   "job arrays": run(args, runs_dir, array=True)}
-    finally:
-        shutil.rmtree(runs_dir, ignore_errors=True)
-    print(f"{'':14}{'completed':>10}{'makespan s':>12}{'/ ideal':>9}{'sbatch':>8}"
-          f"{'sacct':>7}{'squeue':>8}")
-    for label, r in results.items():
-        print(f"{label:14}{r['completed']:>10}{r['makespan']:>12.2f}"
-              f"{r['makespan'] / ideal:>9.2f}{r['sbatch']:>8}{r['sacct']:>7}{r['squeue']:>8}")
+          f"ideal N*t/P = {ideal:.2f} s ({waves:g} s in whole waves); pilots: "
+          f"{pilot_count(args)} x {args.pilot_nodes} nodes x {SLOTS_PER_NODE} slots; "
+          f"{os.cpu_count()} CPUs here, {time.strftime('%Y-%m-%d')}\n")
+    cases = ([] if args.busy_only else [False]) + ([True] if args.busy or args.busy_only
+                                                   else [])
+    for busy in cases:
+        if busy:
+            print(f"\nbusy cluster: other users submit {args.busy_rate:g} whole-node jobs/s "
+                  f"(1-4 nodes, sleep 2-10 s, seed {args.seed}), from {args.busy_warmup:g} s "
+                  f"before the search to its end; load = node-seconds they asked / (8 nodes x "
+                  f"that time)")
+        results = run_rows(args, modes, busy)
+        print_table(results, ideal, busy)
+        if "pilots" in results and results["pilots"]:
+            print_pilots(results["pilots"], ideal, waves)
 
 
 if __name__ == "__main__":
