@@ -200,14 +200,17 @@ def _pilot_lines(snap: Snapshot) -> list[Text]:
     live = sum(1 for p in snap.pilots if p.live)
     lines = [Text(f"pilots ({live} live, {len(snap.pilots) - live + snap.pilots_ended} "
                   "ended)", style="bold", no_wrap=True)]
-    for pilot in snap.pilots:
+    cells = [(f"#{p.id}", f"job {p.job_id or '-'}", p.state, pilot_where(p), pilot_age(p),
+              pilot_left(p)) for p in snap.pilots]
+    widths = [max(len(c[i]) for c in cells) for i in range(6)] if cells else []
+    for pilot, row in zip(snap.pilots, cells):
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"#{pilot.id:<3}", style="bold")
-        text.append(f" job {pilot.job_id or '-':<8} ")
-        text.append(f"{pilot.state:<10}", style=PILOT_STYLE.get(pilot.state, ""))
-        text.append(f" {pilot_where(pilot):<20} {pilot_age(pilot):<11}")
-        left = pilot_left(pilot)
-        text.append(f" {left:<12}", style="yellow" if pilot.remaining is not None
+        padded = [cell.ljust(width) for cell, width in zip(row, widths)]
+        text.append(padded[0], style="bold")
+        text.append(f" {padded[1]} ")
+        text.append(padded[2], style=PILOT_STYLE.get(pilot.state, ""))
+        text.append(f" {padded[3]} {padded[4]} ")
+        text.append(padded[5], style="yellow" if pilot.remaining is not None
                     and pilot.remaining < 60 else "")
         text.append(" trials " + pilot_trials(pilot) if pilot.trials else " no trial",
                     style="" if pilot.trials else "dim")
