@@ -119,7 +119,7 @@ class Fleet:
         try:
             job_id = submit_pilot(self.root / "submitit", pilot_parameters(
                 pilot.name, self.cfg.nodes, self.cfg.time, *self._per_node(),
-                self._signal_delay(), {**self._queue_options(), **extra}),
+                {**self._queue_options(), **extra}),
                 lambda text: self.submitter.sbatch(pilot.name, text), main, pilot.paths.root)
         except Held:
             return  # still `submitting`: poll() tries again after the back-off
@@ -142,12 +142,6 @@ class Fleet:
         return {key: value for key, value in (("partition", res.partition),
                                               ("account", res.account), ("qos", res.qos))
                 if value is not None}
-
-    def _signal_delay(self) -> int:
-        """When Slurm warns the pilot (USR2) before its end: after the pilot's own timer
-        should have wound it down (its clock is the first word; this is the backstop)."""
-        ck = self.spec.checkpoints
-        return int((ck.signal_before if ck.signal else 0) + self.spec.executor.grace + 10)
 
     def _config(self, pilot_id: int) -> dict:
         res, ck = self.spec.resources, self.spec.checkpoints

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Started)
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started, Update
 from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
@@ -29,6 +29,7 @@ from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.spec.model import PILOT_RESERVE, Spec
 
 TICK = 0.05  # seconds between looks at the pilots' files while waiting
+RELEASE_WAIT = 15.0  # seconds release() waits for the pilots to leave
 PILOT_MARGIN = 15.0  # seconds of a pilot's time an attempt never counts on
 
 
@@ -104,9 +105,9 @@ class PilotExecutor(Executor):
             state = p.where(paths, name)
             if state is None or state == "withdrawn":
                 continue
-            if state == "ended":
-                return self._ended_from_file(known.trial_id, known.attempt, paths, name,
-                                             job_id=None)
+            if state == "ended":  # it ended while no driver ran
+                job_id = (p.read_json(paths.heartbeat) or {}).get("job_id") or None
+                return self._ended_from_file(known.trial_id, known.attempt, paths, name, job_id)
             if state == "inbox" and p.move(paths, name, "inbox", "withdrawn"):
                 return None  # never claimed: the driver binds it again
             pilot = self.fleet.pilots.get(int(pilot_dir.name))
@@ -115,10 +116,10 @@ class PilotExecutor(Executor):
             if pilot is None:  # its pilot is gone, and the attempt never told its end
                 return Ended(known.trial_id, known.attempt, None, "lost",
                              f"pilot {pilot_dir.name} ended while no driver was running")
-            started = p.read_json(paths.file("started", name)) or {}
             self.bound[known.trial_id] = _Bound(launch, pilot, name, started=True)
-            return Started(known.trial_id, known.attempt, started.get("nodes", ""),
-                           job_id=pilot.job_id)
+            started, update = self._started(known.trial_id, known.attempt, pilot, name)
+            self.events.append(update)
+            return started
         return None
 
     def poll(self, timeout: float) -> list:
@@ -139,9 +140,14 @@ class PilotExecutor(Executor):
             time.sleep(min(TICK, max(0.0, deadline - time.monotonic())))
 
     def release(self) -> None:
-        """Nothing more will be bound: every pilot may leave once its trials are done."""
+        """Nothing more will be bound: every pilot leaves once its trials are done (a pending
+        one is cancelled). Waits a little for them to say so, to record their ends."""
         for pilot in list(self.fleet.pilots.values()):
             self.fleet.stop(pilot)
+        deadline = time.monotonic() + RELEASE_WAIT
+        while self.fleet.pilots and time.monotonic() < deadline:
+            self.fleet.watch()
+            time.sleep(TICK)
 
     # -- binding ----------------------------------------------------------------------------
     def _supply(self) -> None:
@@ -183,20 +189,28 @@ class PilotExecutor(Executor):
             started, ended = by_pilot[pilot.id]
             if not bound.started and (bound.name in started or bound.name in ended):
                 bound.started = True
-                info = p.read_json(pilot.paths.file("started", bound.name)) or {}
-                events.append(Started(tid, bound.launch.attempt, info.get("nodes", ""),
-                                      job_id=pilot.job_id))
+                events += self._started(tid, bound.launch.attempt, pilot, bound.name)
             if bound.name in ended:
                 del self.bound[tid]
                 events.append(self._ended_from_file(tid, bound.launch.attempt, pilot.paths,
                                                     bound.name, pilot.job_id))
         return events
 
+    def _started(self, trial_id: int, attempt: int, pilot: PilotJob, name: str) -> list:
+        """Started (its pilot's job id, its own nodes and GPUs), and where it runs."""
+        info = p.read_json(pilot.paths.file("started", name)) or {}
+        nodes = info.get("nodes") or None
+        return [Started(trial_id, attempt, nodes or "", gpus=info.get("gpus") or None,
+                        job_id=pilot.job_id),
+                Update(trial_id, attempt, "RUNNING", None, nodes,
+                       self.fleet.planner.leaves(nodes))]
+
     def _ended_from_file(self, trial_id: int, attempt: int, paths: p.PilotPaths, name: str,
                          job_id: str | None) -> Ended:
         data = p.read_json(paths.file("ended", name)) or {}
+        nodes = data.get("nodes")
         return Ended(trial_id, attempt, data.get("exit_code"), data.get("reason", "lost"),
-                     data.get("detail", ""), data.get("nodes"), None, job_id)
+                     data.get("detail", ""), nodes, self.fleet.planner.leaves(nodes), job_id)
 
     def _pilot_ended(self, pilot: PilotJob) -> list:
         """Its unclaimed assignments go back to `ready`; its attempts that ran and told no
@@ -218,5 +232,3 @@ class PilotExecutor(Executor):
                                 pilot.nodes, None, pilot.job_id))
         return events
 
-
-__all__ = ["PilotExecutor", "Note"]

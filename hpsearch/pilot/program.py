@@ -87,7 +87,9 @@ class Pilot:
     def run(self) -> str:
         """Run until it leaves; returns why."""
         self.paths.make()
-        for sig in (signal.SIGUSR2, signal.SIGTERM):  # near the end; scancel or preemption
+        # scancel or preemption (Slurm sends SIGTERM to every process of the job); USR2 in case
+        # a site's submit filter adds --signal (the pilot asks for none)
+        for sig in (signal.SIGUSR2, signal.SIGTERM):
             signal.signal(sig, lambda s, f: setattr(self, "asked", signal.Signals(s).name))
         self._heartbeat("running")
         reason = None
@@ -212,8 +214,11 @@ class Pilot:
         del self.grants[event.trial_id]
         self.slots.give_back(grant)
         reason, detail = event.reason, event.detail
-        if event.trial_id in self.stopped_for_end and not (
-                reason == "exited" and event.exit_code in (0, 75)):
+        clean = reason == "exited" and event.exit_code in (0, 75)
+        if self.asked and not clean:  # Slurm signals every process of the job at once
+            reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
+                f"{self.alloc.job_id}) was sent {self.asked} by Slurm (scancel or preemption)"
+        elif event.trial_id in self.stopped_for_end and not clean:
             reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
                 f"{self.alloc.job_id}) stopped it before its own end"
         self.stopped_for_end.discard(event.trial_id)

@@ -6,6 +6,10 @@ calls it. Two things differ from submitit's defaults, on purpose:
 
 - `use_srun=False`: the pilot is ONE process on the allocation's first node. Through srun it
   would be one task per node, and that step would hold CPUs the trials' own steps need.
+- no `--signal`: submitit asks Slurm for USR2 before the time limit, which Slurm sends to every
+  job step (without `B:`), so the trials' own srun steps die of it (seen: a torchrun trial
+  exited 140, killed by SIGUSR2), while `B:` would signal only the batch shell, not the pilot
+  under it. The pilot keeps its own clock (hpsearch.pilot.program) and winds down in time.
 - the sbatch itself goes through hpsearch's Slurm package (hpsearch.executors.slurm_submit):
   its failures are classified (transient, limit, permanent), and a submit whose answer was lost
   is looked up by job name before it is sent again. submitit runs `sbatch` itself and only
@@ -36,6 +40,11 @@ class _Submitit(submitit.SlurmExecutor):
         super().__init__(folder, max_num_timeout=0, python=shlex.quote(sys.executable))
         self._sbatch = sbatch
 
+    def _make_submission_file_text(self, command: str, uid: str) -> str:
+        text = super()._make_submission_file_text(command, uid)
+        return "\n".join(line for line in text.split("\n")
+                         if not line.startswith("#SBATCH --signal="))
+
     def _submit_command(self, command: str) -> submitit.Job:
         tmp_uuid = uuid.uuid4().hex
         folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
@@ -52,13 +61,12 @@ class _Submitit(submitit.SlurmExecutor):
 
 
 def pilot_parameters(name: str, nodes: int, time_limit: str, cpus_per_node: int,
-                     gpus_per_node: int, mem_per_node: str | None, signal_delay: int,
+                     gpus_per_node: int, mem_per_node: str | None,
                      extra: dict[str, str]) -> dict:
     """submitit's parameters for one pilot: one process per allocation, no requeue. `extra`:
     more sbatch options by name (partition, account, qos, switches, nodelist, exclude)."""
     params: dict = {"job_name": name, "nodes": nodes, "ntasks_per_node": 1,
-                    "cpus_per_task": cpus_per_node, "signal_delay_s": signal_delay,
-                    "use_srun": False, "stderr_to_stdout": True,
+                    "cpus_per_task": cpus_per_node, "use_srun": False, "stderr_to_stdout": True,
                     "additional_parameters": {"time": time_limit, "no-requeue": True,
                                               **extra}}
     if gpus_per_node:

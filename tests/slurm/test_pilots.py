@@ -1,0 +1,222 @@
+"""Pilots on the real emulated cluster (issue 13, item 8): trials run inside pilot jobs, bound
+late to free slots; multi-node DDP trials stay under one leaf of the pilot; a pilot cancelled
+mid-trial, or reaching its own time limit, costs the trial one attempt and nothing else.
+
+The cluster's topology: leaf1 node[1-2], leaf2 node[3-4], leaf3 node[5-6], leaf4 node[7-8];
+a 4-node pilot spans two leaves, and each 2-node trial inside it must sit under one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from hpsearch.pilot import protocol as p
+from hpsearch.slurm.hostlist import expand
+from hpsearch.store.store import STORE_FILE, Reader
+from tests.helpers import job_prefix, read_store
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "examples" / "digits_ddp" / "train.py"
+RUN = uuid.uuid4().hex[:6]
+
+DDP = """
+name: {name}
+command: >-
+  {{python}} train.py --lr {{lr}} --width 32 --batch-size 64 --optimizer adam --seed 3
+  --device cpu --epochs {epochs} --epoch-sleep {sleep}
+search:
+  strategy: grid
+  parallel: {parallel}
+  space:
+    lr: {{choices: {lrs}}}
+objective: {{metric: val_acc, direction: maximize}}
+resources: {{nodes: 2, tasks_per_node: 1, cpus_per_task: 1{time}}}
+executor:
+  type: slurm
+  poll_interval: 1s
+  pilots: {{nodes: 4, time: "{pilot_time}", max: {max}, idle_timeout: 15, heartbeat: 1}}
+launcher: torchrun
+env:
+  OMP_NUM_THREADS: 1
+"""
+
+SLEEPER = """
+name: {name}
+command: 'echo "node=$SLURMD_NODENAME"; sleep {sleep}; echo "@hpsearch step=0 loss={{x}}"'
+search:
+  strategy: grid
+  parallel: {parallel}
+  space:
+    x: {{choices: {xs}}}
+objective: {{metric: loss}}
+resources: {{nodes: 1, time: "00:02:00"}}
+executor:
+  type: slurm
+  poll_interval: 1s
+  pilots: {{nodes: 2, time: "00:10:00", max: {max}, slots_per_node: 2, idle_timeout: 10,
+            heartbeat: 1}}
+"""
+
+
+def _env(slurm_cluster) -> dict:
+    # torchrun runs inside the pilots: put the interpreter's bin dir (the venv) on their PATH.
+    return {**slurm_cluster.env,
+            "PATH": f"{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', '')}"}
+
+
+def _leaves(slurm_cluster) -> dict[str, str]:
+    """node -> its leaf switch, from Slurm's own topology."""
+    out = slurm_cluster.run("scontrol", "show", "topology").stdout
+    leaf_of = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("Level") == "0":
+            leaf_of.update((node, fields["SwitchName"]) for node in expand(fields["Nodes"]))
+    return leaf_of
+
+
+def _attempts(runs: Path, name: str) -> dict[int, list[dict]]:
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return {t.id: reader.attempts(t.id) for t in reader.trials()}
+    finally:
+        reader.close()
+
+
+def _pilot_jobs(slurm_cluster, prefix: str) -> dict[str, str]:
+    """job id -> node list of this experiment's jobs in accounting (all must be pilots)."""
+    out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
+                            "-o", "JobID,JobName,NodeList").stdout
+    jobs = [line.split("|") for line in out.splitlines() if f"|{prefix}." in line]
+    assert all(".pilot." in name for _, name, _ in jobs), jobs  # no trial paid its own job
+    return {job_id: nodes for job_id, _, nodes in jobs}
+
+
+def test_two_node_ddp_trials_in_four_node_pilots_stay_under_one_leaf(cli, slurm_cluster):
+    """4 two-node DDP trials in 4-node pilots (at most 2): every trial's two ranks run on two
+    distinct nodes of its pilot, under one leaf switch, as the pilot job's own srun steps in
+    sacct show; no trial is a Slurm job of its own."""
+    shutil.copy(TRAIN, cli.cwd / "train.py")
+    name = f"pl-ddp-{RUN}"
+    spec = cli.write_spec(DDP.format(name=name, epochs=2, sleep=0, parallel=4, max=2,
+                                     lrs="[0.01, 0.02, 0.03, 0.05]", time=', time: "00:03:00"',
+                                     pilot_time="00:06:00"), "ddp.yaml")
+    proc = cli("submit", spec, env=_env(slurm_cluster), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = read_store(cli.runs, name)
+    assert len(trials) == 4 and all(t.state == "completed" for t in trials), proc.stdout
+    leaf_of = _leaves(slurm_cluster)
+    pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name))
+    assert 1 <= len(pilots) <= 2
+    for t in trials:
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        ranks = [line for line in out.splitlines() if line.startswith("rank ")]
+        assert sorted(line.split()[1] for line in ranks) == ["0/2", "1/2"], out
+        ran_on = {line.split(" on ")[1].split()[0] for line in ranks}
+        assert ran_on == set(expand(t.nodes)) and len(ran_on) == 2, (ran_on, t.nodes)
+        assert len({leaf_of[node] for node in ran_on}) == 1, (ran_on, leaf_of)
+        assert t.job_id in pilots and ran_on <= set(expand(pilots[t.job_id]))
+        steps = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-j", t.job_id,
+                                  "-o", "JobID,NodeList").stdout
+        step_nodes = [set(expand(line.split("|")[1])) for line in steps.splitlines()
+                      if "." in line.split("|")[0]]
+        assert ran_on in step_nodes, steps  # the trial's torchrun step, on its nodes
+
+
+def test_single_node_trials_run_side_by_side_in_one_pilot(cli, slurm_cluster):
+    """8 trials of 3 s in one 2-node pilot with 2 slots a node: 4 at once, two on each node,
+    every trial in the same pilot job, one sbatch for all of them."""
+    name = f"pl-side-{RUN}"
+    spec = cli.write_spec(SLEEPER.format(name=name, sleep=3, parallel=4, max=1,
+                                         xs=list(range(1, 9))))
+    proc = cli("submit", spec, env=slurm_cluster.env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = read_store(cli.runs, name)
+    assert len(trials) == 8 and all(t.state == "completed" for t in trials)
+    pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name))
+    assert list(pilots) == [trials[0].job_id] and {t.job_id for t in trials} == set(pilots)
+    spans = {}
+    for t in trials:
+        node = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text() \
+            .split("node=")[1].split()[0]
+        assert node == t.nodes  # the pilot's word on where it ran is where it ran
+        spans.setdefault(node, []).append((t.started, t.finished))
+    assert len(spans) == 2
+    for node, intervals in spans.items():
+        intervals.sort()
+        overlapping = any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
+        assert overlapping, (node, intervals)  # two slots on the node were used at once
+
+
+def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_cluster):
+    """scancel of the pilot while its trial runs: the driver learns it from sacct, counts the
+    attempt as lost, and the retry runs in a new pilot to completion."""
+    name = f"pl-scancel-{RUN}"
+    spec = cli.write_spec(SLEEPER.format(name=name, sleep=15, parallel=1, max=1, xs=[1]))
+    driver = cli.popen("submit", spec, env=slurm_cluster.env)
+    try:
+        first = None
+        deadline = time.monotonic() + 120
+        while first is None and time.monotonic() < deadline:
+            trials = read_store(cli.runs, name)[1] if (cli.runs / name / STORE_FILE).exists() \
+                else []
+            if trials and trials[0].state == "running" and trials[0].job_id:
+                first = trials[0].job_id
+            time.sleep(0.5)
+        assert first is not None, "the trial never ran"
+        time.sleep(2)
+        slurm_cluster.run("scancel", first)
+        out, err = driver.communicate(timeout=240)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out + err
+    attempts = _attempts(cli.runs, name)[0]
+    # The pilot saw Slurm's SIGTERM and told it (preempted); had it died first, the driver
+    # would have learnt it from sacct (lost).
+    assert len(attempts) == 2 and attempts[0]["failure"] in ("preempted", "lost"), attempts
+    assert attempts[0]["job_id"] == first and attempts[1]["job_id"] != first
+    assert attempts[1]["state"] == "completed"
+
+
+def _baseline(tmp: Path, epochs: int) -> dict:
+    """train.py's result uninterrupted: 2 ranks under torchrun on this machine."""
+    import subprocess
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HPSEARCH_EXPERIMENT": "baseline",
+           "HPSEARCH_TRIAL_ID": "0", "HPSEARCH_ATTEMPT": "1", "HPSEARCH_TRIAL_DIR": str(tmp),
+           "HPSEARCH_CHECKPOINT_DIR": str(tmp / "ck"), "HPSEARCH_PARAMS": "{}"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=2", str(TRAIN), "--lr", "0.01", "--width", "32",
+                           "--batch-size", "64", "--optimizer", "adam", "--seed", "3",
+                           "--device", "cpu", "--epochs", str(epochs)],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((tmp / "result.json").read_text())
+
+
+def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
+        cli, slurm_cluster, tmp_path):
+    """A 2-node DDP trial of about 70 s in 1-minute pilots (no time limit of its own): near
+    its end the pilot stops the trial (SIGTERM; train.py saves and exits), a new pilot runs
+    it again from its checkpoint, and the result equals an uninterrupted run's."""
+    shutil.copy(TRAIN, cli.cwd / "train.py")
+    name = f"pl-end-{RUN}"
+    spec = cli.write_spec(DDP.format(name=name, epochs=20, sleep=3, parallel=1, max=1,
+                                     lrs="[0.01]", time="", pilot_time="00:01:00"), "end.yaml")
+    proc = cli("submit", spec, env=_env(slurm_cluster), timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    attempts = _attempts(cli.runs, name)[0]
+    assert len(attempts) >= 2 and attempts[-1]["state"] == "completed", attempts
+    assert all(a["failure"] in ("interrupted", "preempted") for a in attempts[:-1]), attempts
+    assert len({a["job_id"] for a in attempts}) == len(attempts)  # one pilot each
+    tdir = cli.runs / name / "trials" / "00000"
+    assert "resuming from epoch-" in (tdir / "stdout.log").read_text()
+    assert json.loads((tdir / "result.json").read_text()) == _baseline(tmp_path, 20)
+    pilots = [p.read_json(d / "exit.json") for d in p.pilots_dir(cli.runs / name).glob("[0-9]*")]
+    assert any(e and e["reason"] == "its time limit is near" for e in pilots), pilots
