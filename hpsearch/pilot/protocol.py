@@ -128,7 +128,8 @@ def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:
 def where(paths: PilotPaths, name: str) -> str | None:
     """How far an assignment got in this pilot: its furthest state, or None if it never
     came here."""
-    for state in ("ended", "started", "claimed", "withdrawn", "inbox"):
+    # inbox before withdrawn: an attempt taken back may be assigned to the same pilot again
+    for state in ("ended", "started", "claimed", "inbox", "withdrawn"):
         if paths.file(state, name).exists():
             return state
     return None
