@@ -88,12 +88,12 @@ def start_pilot(paths: p.PilotPaths, gpus: list[str]) -> subprocess.Popen:
 
 
 def drive(paths: p.PilotPaths, exp_dir: Path, pilot: subprocess.Popen, trials: int,
-          slots: int, command: str, heartbeat: float,
-          timeout: float) -> dict[int, tuple[float, int | None]]:
-    """Run `trials` trials through the pilot with late binding; returns, for each trial, when
-    it was assigned and which trial's end freed its slot (None: the first wave)."""
+          slots: int, command: str, heartbeat: float, timeout: float,
+          plan: dict[int, tuple[float, int | None]]) -> None:
+    """Run `trials` trials through the pilot with late binding, filling `plan`: for each trial
+    assigned, when and which trial's end freed its slot (None: the first wave). It is filled
+    as it goes, so what ran is there also when this raises RuntimeError (the loop broke)."""
     beat = p.Beat(p.pilots_dir(exp_dir) / p.DRIVER_HEARTBEAT, heartbeat)
-    plan: dict[int, tuple[float, int | None]] = {}
     unfinished: dict[str, int] = {}  # assignment name -> trial id
     freed_by: list[int] = []  # trials whose end freed a slot not yet given out again
     deadline = time.monotonic() + timeout
@@ -117,7 +117,6 @@ def drive(paths: p.PilotPaths, exp_dir: Path, pilot: subprocess.Popen, trials: i
         if time.monotonic() > deadline:
             raise RuntimeError(f"not done after {timeout:g} s: {len(unfinished)} unfinished")
         time.sleep(DRIVER_TICK)
-    return plan
 
 
 def wait_running(paths: p.PilotPaths, pilot: subprocess.Popen, timeout: float) -> None:
@@ -207,15 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     p.Beat(p.pilots_dir(exp_dir) / p.DRIVER_HEARTBEAT, args.heartbeat).write(state="running")
     pilot_began = time.time()
     pilot = start_pilot(paths, gpus)
+    plan: dict[int, tuple[float, int | None]] = {}
+    began, broke = time.time(), None
     try:
         wait_running(paths, pilot, args.timeout)
         began = time.time()
-        plan = drive(paths, exp_dir, pilot, args.trials, slots, command, args.heartbeat,
-                     args.timeout)
+        drive(paths, exp_dir, pilot, args.trials, slots, command, args.heartbeat,
+              args.timeout, plan)
     except RuntimeError as exc:
-        print(f"FAILED: {exc}")
-        pilot.kill()
-        return 1
+        broke = str(exc)
+        print(f"FAILED: {exc}; what ended before is below")
     wall = time.time() - began
     paths.stop.write_text("")
     try:
@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.TimeoutExpired:
         pilot.kill()
     records = collect(paths, exp_dir, plan, ctime_is_claim)
+    records = [r for r in records if r.ended is not None]  # all, unless the loop broke
     failed = [r.trial_id for r in records if r.exit_code != 0 or not r.timing]
     print(f"pilot left: {(p.read_json(paths.exit) or {}).get('reason')}; "
           f"{len(records) - len(failed)}/{len(records)} trials exited 0 with a timing; "
@@ -252,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "machine": machine_line(), "wall": wall,
                                         "trials": [dataclasses.asdict(r) for r in records]},
                                        indent=1) + "\n")
+    if broke:
+        return 1
     if failed:
         print(f"FAILED trials: {failed[:10]}; see their stderr.log under {exp_dir / 'trials'}")
         return 1

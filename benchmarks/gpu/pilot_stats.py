@@ -57,7 +57,8 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("script start -> torch imported", "script_start", "imports_done"),
     ("torch imported -> device ready", "imports_done", "device_ready"),
     ("device ready -> model and data on it", "device_ready", "model_ready"),
-    ("model ready -> first step done", "model_ready", "first_step"),
+    ("model ready -> optimizer built", "model_ready", "optimizer_ready"),
+    ("optimizer built -> first step done", "optimizer_ready", "first_step"),
     ("process start -> first step", "started", "first_step"),
     ("assign -> first step", "assigned", "first_step"),
 )
