@@ -40,6 +40,7 @@ from hpsearch.slurm.hostlist import compress, expand
 
 TICK = 0.05  # seconds between looks at the inbox: the idle gap between trials on a slot
 MARGIN = 5.0  # seconds kept free before the pilot's end
+HOLD_FAILED_END = 3.0  # seconds a failed trial's end waits: is Slurm ending the whole job?
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class Pilot:
         self.killed = False  # trials still running at the end were stopped
         self.idle_since = time.monotonic()
         self.stopped_for_end: set[int] = set()
+        self.held_ends: list[tuple[float, str, str, Ended]] = []  # failed ends, told soon
+        self.remote: set[int] = set()  # trials whose command runs on another node (srun)
+        self.launch_dirs: dict[int, str] = {}  # their trial dirs
         self.asked: str | None = None  # a signal asked it to leave
 
     # -- the loop ---------------------------------------------------------------------------
@@ -120,9 +124,10 @@ class Pilot:
         self._cancel_asked()
         for event in self.runner.poll(TICK):
             self._report(event)
+        self._tell_held_ends()
         if self.beat.due():
             self._heartbeat("draining" if self.draining else "running")
-        if self.grants:
+        if self.grants or self.held_ends:
             self.idle_since = time.monotonic()
             return None
         if self.draining:
@@ -187,12 +192,16 @@ class Pilot:
         if grant.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(grant.gpus)
         command = launch.command
+        (launch.trial_dir / "exit_code").unlink(missing_ok=True)  # an earlier attempt's
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
-            command = shell_join(["srun", "--overlap", "--nodes=1", "--ntasks=1",
-                                  f"--nodelist={grant.nodes[0]}",
-                                  f"--cpus-per-task={self.cfg['trial_cpus']}",
-                                  "--kill-on-bad-exit=1", "/bin/sh", "-c",
-                                  shell_body(self.signal_name, command)])
+            # exec: only the shell on that node writes the exit code; srun's own would hide
+            # a node that failed under it (srun exited 0 when its node's slurmd died)
+            command = "exec " + shell_join([
+                "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
+                f"--cpus-per-task={self.cfg['trial_cpus']}", "--kill-on-bad-exit=1",
+                "/bin/sh", "-c", shell_body(self.signal_name, command)])
+            self.remote.add(launch.trial_id)
+            self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
 
@@ -207,17 +216,53 @@ class Pilot:
         nodes = compress(list(grant.nodes))
         if isinstance(event, Started):
             p.write_json(self.paths.file("started", name), {
-                "nodes": nodes, "gpus": ",".join(grant.gpus), "pid": event.pid,
+                "nodes": nodes, "gpus": ",".join(grant.gpus), "slot": grant.slot,
+                "pid": event.pid,
                 "pid_start": event.pid_start, "host": self.alloc.batch_host,
                 "time": time.time()})
             return
         del self.grants[event.trial_id]
         self.slots.give_back(grant)
+        if event.trial_id in self.remote:
+            event = self._remote_end(event, grant)
+        clean = (event.reason == "exited" and event.exit_code in (0, 75)) \
+            or event.reason in ("cancelled", "timeout")
+        if clean or event.trial_id in self.stopped_for_end:
+            self._tell_end(name, nodes, event)
+        else:  # was it the trial, or is Slurm taking the whole job away (scancel, a node
+            # failure, preemption)? The trial's processes may die a moment before the pilot
+            # hears of it: tell this end only once that moment has passed.
+            self.held_ends.append((time.monotonic() + HOLD_FAILED_END, name, nodes, event))
+
+    def _remote_end(self, event: Ended, grant: Grant) -> Ended:
+        """The end of a trial run through srun on another node, as that node's shell wrote
+        it in the trial dir; without it, the trial did not end by itself there."""
+        self.remote.discard(event.trial_id)
+        if event.reason != "exited":
+            return event
+        try:
+            code = int((Path(self.launch_dirs.pop(event.trial_id)) / "exit_code")
+                       .read_text().strip())
+        except (OSError, ValueError, KeyError):
+            return dataclasses.replace(event, exit_code=None, reason="lost", detail=(
+                f"its srun step on {grant.nodes[0]} ended (srun exit {event.exit_code}) and "
+                "the trial's shell there wrote no exit code"))
+        return dataclasses.replace(event, exit_code=code)
+
+    def _tell_held_ends(self, all_now: bool = False) -> None:
+        now = time.monotonic()
+        for item in list(self.held_ends):
+            if all_now or self.asked or now >= item[0]:
+                self.held_ends.remove(item)
+                self._tell_end(*item[1:])
+
+    def _tell_end(self, name: str, nodes: str, event: Ended) -> None:
         reason, detail = event.reason, event.detail
         clean = reason == "exited" and event.exit_code in (0, 75)
-        if self.asked and not clean:  # Slurm signals every process of the job at once
+        if self.asked and not clean and reason != "cancelled":
             reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
-                f"{self.alloc.job_id}) was sent {self.asked} by Slurm (scancel or preemption)"
+                f"{self.alloc.job_id}) was sent {self.asked} by Slurm (scancel, node failure " \
+                f"or preemption)"
         elif event.trial_id in self.stopped_for_end and not clean:
             reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
                 f"{self.alloc.job_id}) stopped it before its own end"

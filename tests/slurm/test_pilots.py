@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -20,6 +22,7 @@ from hpsearch.pilot import protocol as p
 from hpsearch.slurm.hostlist import expand
 from hpsearch.store.store import STORE_FILE, Reader
 from tests.helpers import job_prefix, read_store
+from tests.slurm.test_preemption import _slurmd_pid, _wait_node_up
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "digits_ddp" / "train.py"
@@ -187,7 +190,6 @@ def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_clus
 
 def _baseline(tmp: Path, epochs: int) -> dict:
     """train.py's result uninterrupted: 2 ranks under torchrun on this machine."""
-    import subprocess
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HPSEARCH_EXPERIMENT": "baseline",
            "HPSEARCH_TRIAL_ID": "0", "HPSEARCH_ATTEMPT": "1", "HPSEARCH_TRIAL_DIR": str(tmp),
            "HPSEARCH_CHECKPOINT_DIR": str(tmp / "ck"), "HPSEARCH_PARAMS": "{}"}
@@ -220,3 +222,46 @@ def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
     assert json.loads((tdir / "result.json").read_text()) == _baseline(tmp_path, 20)
     pilots = [p.read_json(d / "exit.json") for d in p.pilots_dir(cli.runs / name).glob("[0-9]*")]
     assert any(e and e["reason"] == "its time limit is near" for e in pilots), pilots
+
+
+def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again(
+        cli, slurm_cluster):
+    """kill -9 of the slurmd of a pilot's second node: after SlurmdTimeout the node is DOWN
+    and the pilot's job ends NODE_FAIL; both of its trials end with it and run again in a new
+    pilot, which Slurm places on other nodes."""
+    name = f"pl-nodefail-{RUN}"
+    text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2]).replace(
+        "sleep 0;", 'if [ "$HPSEARCH_ATTEMPT" = 1 ]; then sleep 150 || exit 3; fi;').replace(
+        "slots_per_node: 2", "slots_per_node: 1")
+    spec = cli.write_spec(text, "nodefail.yaml")
+    driver = cli.popen("submit", spec, env=slurm_cluster.env)
+    dead = None
+    try:
+        deadline = time.monotonic() + 120
+        while dead is None and time.monotonic() < deadline:
+            trials = read_store(cli.runs, name)[1] if (cli.runs / name / STORE_FILE).exists() \
+                else []
+            if len(trials) == 2 and all(t.state == "running" and t.nodes for t in trials):
+                dead = sorted(t.nodes for t in trials)[-1]  # not the pilot's batch node
+                os.kill(_slurmd_pid(dead), signal.SIGKILL)
+            time.sleep(0.5)
+        assert dead is not None, "the trials never ran"
+        out, err = driver.communicate(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        subprocess.run(["bash", str(ROOT / "scripts" / "slurm-cluster.sh"), "start"],
+                       capture_output=True, timeout=300, env={**os.environ, **slurm_cluster.env})
+        if dead is not None:
+            _wait_node_up(slurm_cluster, dead)
+    assert driver.returncode == 0, out + err
+    attempts = _attempts(cli.runs, name)
+    for tid, got in attempts.items():
+        # Slurm ends the whole job: a trial whose end the pilot wrote first (it got SIGTERM)
+        # is preempted; one it could not tell ends as the job did, node_fail.
+        assert len(got) == 2 and got[0]["failure"] in ("node_fail", "preempted"), got
+        assert got[1]["state"] == "completed" and got[0]["job_id"] != got[1]["job_id"]
+        assert dead not in expand(got[1]["nodes"])
+    state = slurm_cluster.run("sacct", "-X", "-P", "-n", "-j", got[0]["job_id"],
+                              "-o", "State").stdout.split()
+    assert state == ["NODE_FAIL"], state
