@@ -94,3 +94,24 @@ class OtherUsers:
             if not set(out) & set(self.job_ids):
                 return
             time.sleep(0.5)
+
+
+def foreign_jobs(began: float, ended: float, ours: tuple[str, ...]) -> list[str]:
+    """Jobs that held nodes for part of [began, ended] (epoch seconds) and are neither this
+    benchmark's (a name containing one of `ours`) nor its other-users stream: someone else's
+    work on a shared test cluster, which makes a row's numbers worse than the cluster's."""
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    out = subprocess.run(["sacct", "-a", "-X", "-n", "-P", "-o", "jobid,jobname,start,end",
+                          "-S", time.strftime(fmt, time.localtime(began - 1)),
+                          "-E", time.strftime(fmt, time.localtime(ended + 1))],
+                         capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        job_id, name, start, end = (line.split("|") + ["", "", "", ""])[:4]
+        if name == JOB_NAME or any(mark in name for mark in ours) or not start[:1].isdigit():
+            continue
+        start_s = time.mktime(time.strptime(start, fmt))
+        end_s = time.mktime(time.strptime(end, fmt)) if end[:1].isdigit() else ended
+        if start_s <= ended and end_s >= began:
+            found.append(f"{job_id} {name}")
+    return found

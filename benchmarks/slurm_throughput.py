@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from _pilot_gaps import gaps, median_p95, read_runs  # noqa: E402
-from _slurm_busy import OtherUsers  # noqa: E402
+from _slurm_busy import OtherUsers, foreign_jobs  # noqa: E402
 
 from hpsearch import runs  # noqa: E402
 from hpsearch.driver import Driver  # noqa: E402
@@ -131,7 +131,8 @@ def pilot_details(experiment_dir: Path, store: Store, trial_dirs: dict[int, Path
     found = read_runs(pilots_dir(experiment_dir), trial_dirs)
     wait_for_jobs([row.job_id for row in pilots if row.job_id])
     started = [row.started - began for row in pilots if row.started]
-    return {"pilots": len(pilots), "first_pilot": min(started, default=math.nan),
+    return {"pilots": len(pilots), "pilots_ran": len(started),
+            "first_pilot": min(started, default=math.nan),
             "last_pilot": max(started, default=math.nan),
             "first_trial": min((r.t0 for r in found if r.t0), default=math.nan) - began,
             "last_trial": max((r.t1 for r in found if r.t1), default=math.nan) - began,
@@ -151,56 +152,71 @@ def wait_for_jobs(job_ids: list[str], timeout: float = 60.0) -> None:
     subprocess.run(["scancel", *job_ids], capture_output=True)
 
 
-def run_rows(args: argparse.Namespace, modes: list[str], busy: bool) -> dict[str, list[dict]]:
+def run_rows(args: argparse.Namespace, modes: list[str], busy: bool,
+             ideal: float) -> dict[str, list[dict]]:
+    """Run every row `args.repeat` times (rows alternate), printing each as it ends."""
     results: dict[str, list[dict]] = {mode: [] for mode in modes}
     runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-throughput-"))
+    print(f"{'':16}{'completed':>10}{'makespan s':>12}{'/ ideal':>9}{'sbatch':>8}"
+          f"{'sacct':>7}{'squeue':>8}{'driver ms':>11}{'foreign':>9}"
+          + (f"{'others':>8}{'load':>7}" if busy else ""), flush=True)
     try:
-        for _ in range(args.repeat):
+        for i in range(args.repeat):
             for mode in modes:
-                others = OtherUsers(args.busy_rate, args.seed) if busy else None
-                if others:
-                    others.start()
-                    time.sleep(args.busy_warmup)
-                began = time.monotonic()
-                try:
-                    result = run(args, runs_dir, mode)
-                finally:
-                    if others:
-                        others.stop()
-                if others:
-                    elapsed = time.monotonic() - began + args.busy_warmup
-                    result.update(others=len(others.job_ids), refused=len(others.refused),
-                                  load=others.node_seconds / (8 * elapsed), user=others.user)
+                result = run_row(args, runs_dir, mode, busy)
                 results[mode].append(result)
+                print_row(MODES[mode] + (f" #{i + 1}" if args.repeat > 1 else ""), result,
+                          ideal, busy)
     finally:
         if not args.keep:
             shutil.rmtree(runs_dir, ignore_errors=True)
+    for mode, rows in results.items():
+        if len(rows) > 1:
+            makespan = statistics.median(r["makespan"] for r in rows)
+            print(f"{MODES[mode] + ' median':16}{'':>10}{makespan:>12.2f}"
+                  f"{makespan / ideal:>9.2f}")
+    print("(foreign: other people's jobs that held nodes of the shared test cluster while the "
+          "row ran; driver ms: median of the driver's work per trial)")
     return results
 
 
-def print_table(results: dict[str, list[dict]], ideal: float, busy: bool) -> None:
-    head = f"{'':16}{'completed':>10}{'makespan s':>12}{'/ ideal':>9}{'sbatch':>8}" \
-           f"{'sacct':>7}{'squeue':>8}{'driver ms':>11}"
-    print(head + (f"{'others':>8}{'load':>7}" if busy else ""))
-    for mode, rows in results.items():
-        for i, r in enumerate(rows):
-            label = MODES[mode] + (f" #{i + 1}" if len(rows) > 1 else "")
-            line = (f"{label:16}{r['completed']:>10}{r['makespan']:>12.2f}"
-                    f"{r['makespan'] / ideal:>9.2f}{r['sbatch']:>8}{r['sacct']:>7}"
-                    f"{r['squeue']:>8}{r['work_ms']:>11.1f}")
-            if busy:
-                line += f"{r.get('others', 0):>8}{r.get('load', 0.0):>7.2f}"
-            print(line)
-        if len(rows) > 1:
-            print(f"{MODES[mode] + ' median':16}{'':>10}"
-                  f"{statistics.median(r['makespan'] for r in rows):>12.2f}"
-                  f"{statistics.median(r['makespan'] for r in rows) / ideal:>9.2f}")
+def run_row(args: argparse.Namespace, runs_dir: Path, mode: str, busy: bool) -> dict:
+    """One search; with `busy`, inside a fresh stream of other users' jobs."""
+    others = OtherUsers(args.busy_rate, args.seed) if busy else None
+    if others:
+        others.start()
+        time.sleep(args.busy_warmup)
+    began_wall, began = time.time(), time.monotonic()
+    try:
+        result = run(args, runs_dir, mode)
+    finally:
+        if others:
+            others.stop()
+    result["foreign"] = foreign_jobs(began_wall, time.time(), ("throughput-",))
+    if others:
+        elapsed = time.monotonic() - began + args.busy_warmup
+        result.update(others=len(others.job_ids), refused=len(others.refused),
+                      load=others.node_seconds / (8 * elapsed), user=others.user)
+    return result
+
+
+def print_row(label: str, r: dict, ideal: float, busy: bool) -> None:
+    line = (f"{label:16}{r['completed']:>10}{r['makespan']:>12.2f}"
+            f"{r['makespan'] / ideal:>9.2f}{r['sbatch']:>8}{r['sacct']:>7}"
+            f"{r['squeue']:>8}{r['work_ms']:>11.1f}{len(r['foreign']):>9}")
+    if busy:
+        line += f"{r.get('others', 0):>8}{r.get('load', 0.0):>7.2f}"
+    print(line, flush=True)
+    if r["foreign"]:
+        print(f"    foreign jobs: {', '.join(r['foreign'][:4])}"
+              + (f" and {len(r['foreign']) - 4} more" if len(r["foreign"]) > 4 else ""),
+              flush=True)
 
 
 def print_pilots(rows: list[dict], ideal: float, waves: float) -> None:
     for i, r in enumerate(rows):
-        print(f"pilots #{i + 1}: {r['pilots']} pilot(s); first running at "
-              f"{r['first_pilot']:.2f} s, last at {r['last_pilot']:.2f} s; trial commands ran "
+        print(f"pilots #{i + 1}: {r['pilots_ran']} of {r['pilots']} pilot(s) ran; first running "
+              f"at {r['first_pilot']:.2f} s, last at {r['last_pilot']:.2f} s; trial commands ran "
               f"from {r['first_trial']:.2f} s to {r['last_trial']:.2f} s "
               f"({r['last_trial'] - r['first_trial']:.2f} s; {waves:g} s if back to back); "
               f"the driver returned at {r['makespan']:.2f} s")
@@ -270,8 +286,7 @@ def main() -> None:
                   f"(1-4 nodes, sleep 2-10 s, seed {args.seed}), from {args.busy_warmup:g} s "
                   f"before the search to its end; load = node-seconds they asked / (8 nodes x "
                   f"that time)")
-        results = run_rows(args, modes, busy)
-        print_table(results, ideal, busy)
+        results = run_rows(args, modes, busy, ideal)
         if "pilots" in results and results["pilots"]:
             print_pilots(results["pilots"], ideal, waves)
 
