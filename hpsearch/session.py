@@ -353,7 +353,8 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])
-        stopped = _stop_orphans(rows) + _cancel_unstored_jobs(runs_dir, name, store, rows)
+        stopped = _stop_orphans(rows) + _cancel_unstored_jobs(runs_dir, name, store, rows) \
+            + _cancel_pilots(runs_dir, name, store)
         for row in rows:
             store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
         store.set_experiment_status("cancelled", "cancelled with no driver running")
@@ -388,6 +389,26 @@ def _cancel_unstored_jobs(runs_dir: Path, name: str, store: Reader, rows: list) 
     if found:
         retrying(lambda: slurm.scancel(found))
     return len(found)
+
+
+def _cancel_pilots(runs_dir: Path, name: str, store: Store) -> int:
+    """scancel the experiment's pilot jobs that may still be alive (by id, or by name where
+    a killed driver never stored it) and record them ended. Returns how many."""
+    pilots = store.pilots(live_only=True)
+    if not pilots:
+        return 0
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.failures import retrying
+    slurm = Slurm()
+    ids = [pilot.job_id for pilot in pilots if pilot.job_id]
+    if ids:
+        retrying(lambda: slurm.scancel(ids))
+    for pilot in pilots:
+        if not pilot.job_id:
+            retrying(lambda: slurm.scancel_by_name(pilot.job_name))
+        store.update_pilot(pilot.id, state=r.PILOT_ENDED, ended=time.time(),
+                           reason="cancelled by `hpsearch cancel` with no driver running")
+    return len(pilots)
 
 
 def _stop_orphans(rows: list) -> int:

@@ -150,3 +150,26 @@ def test_mpi_trial_runs_on_the_local_executor(cli):
     assert trial.state == "completed" and trial.objective_values == [SCALE * 3], records
     assert [(r["rank"], r["local_rank"], r["ompi_rank"], r["sum"]) for r in records] == [
         (0, 0, 0, SCALE * 3), (1, 1, 1, SCALE * 3)]
+
+
+def test_mpi_trial_runs_inside_a_four_node_pilot_on_its_two_nodes(cli, slurm_cluster):
+    """The same trial in a 4-node pilot: mpirun's ranks land on exactly the two nodes the
+    pilot gave the trial (2 per node), a subset of the pilot's job, under one leaf."""
+    name = f"mpi-pilot-{RUN}"
+    text = SPEC.format(name=name).replace(
+        "executor: {type: slurm, poll_interval: 1s}",
+        'executor: {type: slurm, poll_interval: 1s, pilots: {nodes: 4, time: "00:04:00", '
+        "max: 1, idle_timeout: 10, heartbeat: 1}}")
+    proc = cli("submit", cli.write_spec(text, "mpi-pilot.yaml"), env=slurm_cluster.env,
+               timeout=240)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    _, (trial,) = read_store(cli.runs, name)
+    trial_dir = cli.runs / name / "trials" / f"{trial.id:05d}"
+    assert trial.state == "completed", (trial.error, (trial_dir / "stderr.log").read_text())
+    assert trial.objective_values == [ALL_REDUCED]
+    (record,) = slurm_cluster.wait_for_accounting(trial.job_id, "State,NodeList,JobName")
+    assert ".pilot." in record[2] and len(expand(record[1])) == 4  # the pilot's job
+    nodes = expand(trial.nodes)
+    assert len(nodes) == NODES and set(nodes) <= set(expand(record[1]))
+    assert trial.leaves and "," not in trial.leaves  # one leaf
+    _assert_two_per_node_on(_ranks(trial_dir), nodes)

@@ -265,3 +265,52 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
     state = slurm_cluster.run("sacct", "-X", "-P", "-n", "-j", got[0]["job_id"],
                               "-o", "State").stdout.split()
     assert state == ["NODE_FAIL"], state
+
+
+def _wait_running(cli, name: str, count: int, timeout: float = 120) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        trials = read_store(cli.runs, name)[1] if (cli.runs / name / STORE_FILE).exists() \
+            else []
+        if len(trials) == count and all(t.state == "running" and t.nodes for t in trials):
+            return trials
+        time.sleep(0.5)
+    raise AssertionError(f"{count} trials of {name} never ran")
+
+
+def _queued_jobs(slurm_cluster, prefix: str) -> list[str]:
+    out = slurm_cluster.run("squeue", "-h", "-o", "%i %j").stdout
+    return [line.split()[0] for line in out.splitlines() if f" {prefix}." in line]
+
+
+def test_cancel_stops_pilots_and_trials_with_or_without_a_driver(cli, slurm_cluster):
+    """`hpsearch cancel` of a running search: the driver cancels the trials and lets its
+    pilots go; of a search whose driver was SIGKILLed: cancel scancels the pilots itself.
+    Either way no job of the experiment is left in squeue and every trial is cancelled."""
+    for how in ("driver", "no-driver"):
+        name = f"pl-cancel-{how}-{RUN}"
+        spec = cli.write_spec(SLEEPER.format(name=name, sleep=120, parallel=2, max=1,
+                                             xs=[1, 2]), f"{name}.yaml")
+        driver = cli.popen("submit", spec, env=slurm_cluster.env)
+        try:
+            _wait_running(cli, name, 2)
+            if how == "no-driver":
+                driver.send_signal(signal.SIGKILL)
+                driver.wait(timeout=30)
+            out = cli("cancel", name, env=slurm_cluster.env, check=0, timeout=120).stdout
+            driver.wait(timeout=60)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        prefix = job_prefix(cli.runs, name)
+        deadline = time.monotonic() + 60
+        while _queued_jobs(slurm_cluster, prefix) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _queued_jobs(slurm_cluster, prefix) == [], (how, out)
+        _, trials = read_store(cli.runs, name)
+        assert [t.state for t in trials] == ["cancelled", "cancelled"], (how, out)
+        reader = Reader(cli.runs / name / STORE_FILE)
+        try:
+            assert all(row.state == "ended" for row in reader.pilots()), how
+        finally:
+            reader.close()
