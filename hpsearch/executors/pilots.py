@@ -28,7 +28,7 @@ from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.spec.model import PILOT_RESERVE, Spec
 
-TICK = 0.05  # seconds between looks at the pilots' files while waiting
+TICK = 0.02  # seconds between looks at the pilots' files while waiting (part of the gap)
 RELEASE_WAIT = 15.0  # seconds release() waits for the pilots to leave
 PILOT_MARGIN = 15.0  # seconds of a pilot's time an attempt never counts on
 

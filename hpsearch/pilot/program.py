@@ -38,7 +38,7 @@ from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
 from hpsearch.slurm.hostlist import compress, expand
 
-TICK = 0.05  # seconds between looks at the inbox: the idle gap between trials on a slot
+TICK = 0.02  # seconds between looks at the inbox: part of the idle gap between trials on a slot
 MARGIN = 5.0  # seconds kept free before the pilot's end
 HOLD_FAILED_END = 3.0  # seconds a failed trial's end waits: is Slurm ending the whole job?
 
