@@ -19,10 +19,12 @@ def register(sub) -> None:
                     "  # and exits with code 2", validate)
     p.add_argument("spec", type=Path)
     p = add_command(sub, "plan", "Dry run: the number of trials (or grid size) and the exact "
-                    "command line each trial would run.",
+                    "command line each trial would run; with executor.pilots, the pilot job's "
+                    "batch script, then each trial's command inside a pilot.",
                     "  hpsearch plan examples/quadratic/grid.yaml          # every grid point\n"
                     "  hpsearch plan examples/quadratic/spec.yaml --limit 3\n"
-                    "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch script",
+                    "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch script\n"
+                    "  hpsearch plan pilots.yaml   # executor.pilots: the pilot's batch script",
                     plan)
     p.add_argument("spec", type=Path)
     p.add_argument("--limit", type=int, default=20,
@@ -78,13 +80,20 @@ def plan(args) -> int:
     search.rebuild([], {})
     print(f"runs in: {spec.experiment_dir}   workdir: {spec.workdir}   executor: "
           f"{spec.executor.type}")
+    pilots = spec.executor.type == "slurm" and spec.executor.pilots is not None
+    if pilots:
+        print(_pilot_script(spec), end="")
     for _ in range(limit):
         asked = search.ask()
         if asked is None:
             break
         launch = build_launch(spec, asked.trial_id, 1, asked.params)
         print(f"\ntrial {asked.trial_id}: {format_params(asked.params)}")
-        if spec.executor.type == "slurm":
+        if pilots:
+            n = spec.resources.nodes
+            print(f"  runs inside a pilot (no job of its own), on {n} node{'s' * (n > 1)} of "
+                  f"the pilot's allocation:\n  $ {launch.command}")
+        elif spec.executor.type == "slurm":
             from hpsearch.slurm.sbatch import batch_script
             print(batch_script(spec, launch), end="")
         else:
@@ -92,3 +101,20 @@ def plan(args) -> int:
     if limit < shown:
         print(f"\n... {shown - limit} more (use --limit 0 to show all)")
     return 0
+
+
+def _pilot_script(spec) -> str:
+    """What `plan` shows of a pilot search's jobs: the batch script of its first pilot."""
+    from hpsearch.executors.pilot_fleet import pilot_job_parameters
+    from hpsearch.pilot.protocol import pilots_dir
+    from hpsearch.slurm.pilot_jobs import batch_script
+    from hpsearch.slurm.sbatch import pilot_name
+
+    cfg = spec.executor.pilots
+    name = pilot_name(spec.name, 1, spec.instance)
+    script = batch_script(pilots_dir(spec.experiment_dir) / "submitit",
+                          pilot_job_parameters(spec, name))
+    return (f"\npilots: trials run in pilot jobs, up to {cfg.max} at a time, each of "
+            f"{cfg.nodes} nodes x {cfg.slots_per_node} slots for {cfg.time}; pilot 1's batch "
+            "script:\n# placement options (--switches, --nodelist) are chosen from live node "
+            "state at submit time and are not shown\n" + script.rstrip("\n") + "\n")

@@ -28,6 +28,24 @@ TRIAL_END_BY_PILOT_STATE = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
                             "TIMEOUT": "preempted", "BOOT_FAIL": "boot_fail"}
 
 
+def pilot_job_parameters(spec: Spec, name: str, options: tuple[str, ...] = ()) -> dict:
+    """submitit's parameters for a pilot job of `spec` named `name`: per node, the CPUs, GPUs
+    and memory of slots_per_node trials; the spec's partition, account and qos; then
+    `options` (placement's --switches/--nodelist, chosen at submit time), which win.
+    Pure: `hpsearch plan` prints the script these give."""
+    from hpsearch.slurm.pilot_jobs import pilot_parameters
+    res, cfg = spec.resources, spec.executor.pilots
+    slots = cfg.slots_per_node
+    mem = f"{int(memory_mb(res.mem) * slots)}M" if res.mem else None
+    queue = {key: value for key, value in (("partition", res.partition),
+                                           ("account", res.account), ("qos", res.qos))
+             if value is not None}
+    extra = dict(o.removeprefix("--").split("=", 1) for o in options)
+    return pilot_parameters(name, cfg.nodes, cfg.time,
+                            res.tasks_per_node * res.cpus_per_task * slots,
+                            res.gpus_per_node * slots, mem, {**queue, **extra})
+
+
 @dataclass
 class PilotJob:
     id: int
@@ -114,13 +132,12 @@ class Fleet:
 
     def _sbatch(self, pilot: PilotJob, options: tuple[str, ...] = ()) -> None:
         from hpsearch.pilot.program import main
-        from hpsearch.slurm.pilot_jobs import Held, pilot_parameters, submit_pilot
-        extra = dict(o.removeprefix("--").split("=", 1) for o in options)
+        from hpsearch.slurm.pilot_jobs import Held, submit_pilot
         try:
-            job_id = submit_pilot(self.root / "submitit", pilot_parameters(
-                pilot.name, self.cfg.nodes, self.cfg.time, *self._per_node(),
-                {**self._queue_options(), **extra}),
-                lambda text: self.submitter.sbatch(pilot.name, text), main, pilot.paths.root)
+            job_id = submit_pilot(self.root / "submitit",
+                                  pilot_job_parameters(self.spec, pilot.name, options),
+                                  lambda text: self.submitter.sbatch(pilot.name, text), main,
+                                  pilot.paths.root)
         except Held:
             return  # still `submitting`: poll() tries again after the back-off
         except SlurmError as exc:
@@ -131,17 +148,6 @@ class Fleet:
         self.store.update_pilot(pilot.id, job_id=job_id, state=r.PILOT_PENDING)
         self.notes.append(Note(None, "pilot", f"pilot {pilot.id} submitted as job {job_id}"
                                + (f" ({' '.join(options)})" if options else "")))
-
-    def _per_node(self) -> tuple[int, int, str | None]:
-        res, slots = self.spec.resources, self.cfg.slots_per_node
-        mem = f"{int(memory_mb(res.mem) * slots)}M" if res.mem else None
-        return res.tasks_per_node * res.cpus_per_task * slots, res.gpus_per_node * slots, mem
-
-    def _queue_options(self) -> dict[str, str]:
-        res = self.spec.resources
-        return {key: value for key, value in (("partition", res.partition),
-                                              ("account", res.account), ("qos", res.qos))
-                if value is not None}
 
     def _config(self, pilot_id: int) -> dict:
         res, ck = self.spec.resources, self.spec.checkpoints

@@ -40,6 +40,12 @@ class _Submitit(submitit.SlurmExecutor):
         super().__init__(folder, max_num_timeout=0, python=shlex.quote(sys.executable))
         self._sbatch = sbatch
 
+    @classmethod
+    def affinity(cls) -> int:
+        # submitit refuses to start without `srun` on PATH; here sbatch goes through hpsearch's
+        # Slurm package, and `hpsearch plan` prints the script on machines without Slurm
+        return 1
+
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         text = super()._make_submission_file_text(command, uid)
         return "\n".join(line for line in text.split("\n")
