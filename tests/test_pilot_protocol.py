@@ -239,3 +239,22 @@ def test_a_cancel_file_stops_that_trial(tmp_path):
     paths.stop.touch()
     assert proc.wait(timeout=30) == 0
     json.loads(paths.heartbeat.read_text())
+
+
+def test_a_pilot_too_short_for_another_trial_takes_no_more_and_leaves(tmp_path):
+    """Its time left drops below one trial's time limit: it finishes what runs, claims
+    nothing more and leaves, so the driver can have a new pilot instead of an idle one."""
+    beat = _driver_beat(tmp_path)
+    # it ends at 25 s; an attempt needs 14 x 1.5 = 21 s: it claims one only in its first 4 s,
+    # and takes nothing more from 11 s on
+    paths, proc = _pilot(tmp_path, time_limit=30, trial_time=14)
+    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(
+        _launch(tmp_path, 0, command="sleep 14; echo @hpsearch step=0 loss=1")))
+    _wait_for(lambda: p.names(paths.dir("started")), beat)
+    _wait_for(lambda: (p.read_json(paths.heartbeat) or {}).get("state") == "draining", beat)
+    p.write_json(paths.file("inbox", p.name_of(1, 1)),
+                 p.launch_to_dict(_launch(tmp_path, 1, command=REPORT)))
+    _wait_for(lambda: proc.poll() is not None, beat, timeout=40)
+    assert p.names(paths.dir("ended")) == ["0.1.json"]
+    assert p.names(paths.dir("inbox")) == ["1.1.json"]  # withdrawn by the driver, later
+    assert p.read_json(paths.exit)["reason"] == "too little time left for another trial"

@@ -114,6 +114,9 @@ class Pilot:
             self._wind_down(f"Slurm sent {self.asked}")
         if now >= self._wind_down_at():
             self._wind_down("its time limit is near")
+        trial_time = self.cfg.get("trial_time")
+        if trial_time and self.end - now < float(trial_time):
+            self._drain("too little time left for another trial")  # a new pilot can come
         if now >= self.end - float(self.cfg["kill_grace"]) and not self.killed:
             self.killed = True  # SIGTERM, then SIGKILL at the end
             for tid in list(self.runner.running_):
