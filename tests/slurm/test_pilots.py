@@ -62,8 +62,8 @@ resources: {{nodes: 1, time: "00:02:00"}}
 executor:
   type: slurm
   poll_interval: 1s
-  pilots: {{nodes: 2, time: "00:10:00", max: {max}, slots_per_node: 2, idle_timeout: 10,
-            heartbeat: 1}}
+  pilots: {{nodes: {pilot_nodes}, time: "00:10:00", max: {max}, slots_per_node: 2,
+            idle_timeout: 10, heartbeat: 1}}
 """
 
 
@@ -133,15 +133,16 @@ def test_two_node_ddp_trials_in_four_node_pilots_stay_under_one_leaf(cli, slurm_
 
 
 def test_single_node_trials_run_side_by_side_in_one_pilot(cli, slurm_cluster):
-    """8 trials of 3 s in one 2-node pilot with 2 slots a node: 4 at once, two on each node,
-    every trial in the same pilot job, one sbatch for all of them."""
+    """16 trials of 3 s in one 4-node pilot with 2 slots a node: 8 at once, two on each node
+    (three of the nodes reached through srun), every trial in the same pilot job, one sbatch
+    for all of them."""
     name = f"pl-side-{RUN}"
-    spec = cli.write_spec(SLEEPER.format(name=name, sleep=3, parallel=4, max=1,
-                                         xs=list(range(1, 9))))
+    spec = cli.write_spec(SLEEPER.format(name=name, sleep=3, parallel=8, max=1, pilot_nodes=4,
+                                         xs=list(range(1, 17))))
     proc = cli("submit", spec, env=slurm_cluster.env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _, trials = read_store(cli.runs, name)
-    assert len(trials) == 8 and all(t.state == "completed" for t in trials)
+    assert len(trials) == 16 and all(t.state == "completed" for t in trials)
     pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name))
     assert list(pilots) == [trials[0].job_id] and {t.job_id for t in trials} == set(pilots)
     spans = {}
@@ -150,7 +151,7 @@ def test_single_node_trials_run_side_by_side_in_one_pilot(cli, slurm_cluster):
             .split("node=")[1].split()[0]
         assert node == t.nodes  # the pilot's word on where it ran is where it ran
         spans.setdefault(node, []).append((t.started, t.finished))
-    assert len(spans) == 2
+    assert len(spans) == 4
     for node, intervals in spans.items():
         intervals.sort()
         overlapping = any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
@@ -161,7 +162,8 @@ def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_clus
     """scancel of the pilot while its trial runs: the driver learns it from sacct, counts the
     attempt as lost, and the retry runs in a new pilot to completion."""
     name = f"pl-scancel-{RUN}"
-    spec = cli.write_spec(SLEEPER.format(name=name, sleep=15, parallel=1, max=1, xs=[1]))
+    spec = cli.write_spec(SLEEPER.format(name=name, sleep=15, parallel=1, max=1, xs=[1],
+                                         pilot_nodes=2))
     driver = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
         first = None
@@ -230,7 +232,8 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
     and the pilot's job ends NODE_FAIL; both of its trials end with it and run again in a new
     pilot, which Slurm places on other nodes."""
     name = f"pl-nodefail-{RUN}"
-    text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2]).replace(
+    text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2],
+                          pilot_nodes=2).replace(
         "sleep 0;", 'if [ "$HPSEARCH_ATTEMPT" = 1 ]; then sleep 150 || exit 3; fi;').replace(
         "slots_per_node: 2", "slots_per_node: 1")
     spec = cli.write_spec(text, "nodefail.yaml")
@@ -290,7 +293,7 @@ def test_cancel_stops_pilots_and_trials_with_or_without_a_driver(cli, slurm_clus
     for how in ("driver", "no-driver"):
         name = f"pl-cancel-{how}-{RUN}"
         spec = cli.write_spec(SLEEPER.format(name=name, sleep=120, parallel=2, max=1,
-                                             xs=[1, 2]), f"{name}.yaml")
+                                             xs=[1, 2], pilot_nodes=2), f"{name}.yaml")
         driver = cli.popen("submit", spec, env=slurm_cluster.env)
         try:
             _wait_running(cli, name, 2)
