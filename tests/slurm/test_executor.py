@@ -231,23 +231,32 @@ print("inside", "CH_RUNNING" in os.environ, os.path.exists("/etc/debian_version"
 '''
 
 
-def test_trial_runs_inside_a_charliecloud_image_on_the_cluster(cli, slurm_cluster, tmp_path):
-    """A Slurm job whose trial runs in a ch-run container (a skeleton image binding the
-    host's /usr, Python and repository: see tests/test_charliecloud.py for why)."""
+def ch_image(tmp_path):
+    """(image dir, binds) of a skeleton charliecloud image binding the host's /usr, Python
+    and repository (tests/test_charliecloud.py says why); skips where ch-run is missing."""
     import os
     import shutil
-    import sys
-    from pathlib import Path
+
+    import pytest
 
     from tests.test_charliecloud import _host_paths, _skeleton
     if shutil.which("ch-run") is None:
-        import pytest
         if os.environ.get("CI"):
             pytest.fail("ch-run is missing under CI (scripts/test.sh installs it)")
         pytest.skip("ch-run not found: apt-get install -y charliecloud-runtime")
     image = tmp_path / "image"
     binds = _host_paths()
     _skeleton(image, binds)
+    return image, binds
+
+
+def test_trial_runs_inside_a_charliecloud_image_on_the_cluster(cli, slurm_cluster, tmp_path):
+    """A Slurm job whose trial runs in a ch-run container (a skeleton image binding the
+    host's /usr, Python and repository: see tests/test_charliecloud.py for why)."""
+    import sys
+    from pathlib import Path
+
+    image, binds = ch_image(tmp_path)
     (cli.cwd / "trial.py").write_text(CH_TRIAL)
     name = f"sl-ch-{RUN}"
     spec = cli.write_spec(f"""
