@@ -92,13 +92,21 @@ def _attempts(runs: Path, name: str) -> dict[int, list[dict]]:
         reader.close()
 
 
-def _pilot_jobs(slurm_cluster, prefix: str) -> dict[str, str]:
-    """job id -> node list of this experiment's jobs in accounting (all must be pilots)."""
-    out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
-                            "-o", "JobID,JobName,NodeList").stdout
-    jobs = [line.split("|") for line in out.splitlines() if f"|{prefix}." in line]
+def _pilot_jobs(slurm_cluster, prefix: str, expect: set[str]) -> dict[str, str]:
+    """job id -> node list of this experiment's jobs in accounting (all must be pilots), once
+    sacct lists every job in `expect` under its name (for a few seconds after a pilot ends,
+    sacct may show it named `allocation`, on one node)."""
+    deadline = time.monotonic() + 30
+    while True:
+        out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
+                                "-o", "JobID,JobName,NodeList").stdout
+        jobs = [line.split("|") for line in out.splitlines() if f"|{prefix}." in line]
+        found = {job_id: nodes for job_id, _, nodes in jobs}
+        if expect <= set(found) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert all(".pilot." in name for _, name, _ in jobs), jobs  # no trial paid its own job
-    return {job_id: nodes for job_id, _, nodes in jobs}
+    return found
 
 
 def test_two_node_ddp_trials_in_four_node_pilots_stay_under_one_leaf(cli, slurm_cluster):
@@ -115,7 +123,7 @@ def test_two_node_ddp_trials_in_four_node_pilots_stay_under_one_leaf(cli, slurm_
     _, trials = read_store(cli.runs, name)
     assert len(trials) == 4 and all(t.state == "completed" for t in trials), proc.stdout
     leaf_of = _leaves(slurm_cluster)
-    pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name))
+    pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name), {t.job_id for t in trials})
     assert 1 <= len(pilots) <= 2
     for t in trials:
         out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
@@ -143,7 +151,7 @@ def test_single_node_trials_run_side_by_side_in_one_pilot(cli, slurm_cluster):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _, trials = read_store(cli.runs, name)
     assert len(trials) == 16 and all(t.state == "completed" for t in trials)
-    pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name))
+    pilots = _pilot_jobs(slurm_cluster, job_prefix(cli.runs, name), {t.job_id for t in trials})
     assert list(pilots) == [trials[0].job_id] and {t.job_id for t in trials} == set(pilots)
     spans = {}
     for t in trials:
