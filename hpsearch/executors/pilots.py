@@ -68,7 +68,8 @@ class PilotExecutor(Executor):
         live = list(self.fleet.pilots.values())
         capacity = self.supply.capacity(sum(1 for pilot in live if pilot.accepting()),
                                         len(live))
-        return max(0, min(self.parallel, capacity) - len(self.ready) - len(self.bound))
+        told = sum(1 for event in self.events if isinstance(event, Ended))  # not yet polled
+        return max(0, min(self.parallel, capacity) - len(self.ready) - len(self.bound) - told)
 
     def submit(self, launch: Launch) -> None:
         prepare_trial_dir(launch)
