@@ -31,6 +31,11 @@ import submitit
 from submitit.core import utils
 
 
+# submitit's own lines that a pilot leaves out: --signal (above), and --wckey=submitit (a
+# workload key a site accounts by; where wckeys are enforced, an unknown one fails the sbatch).
+_DROPPED = ("#SBATCH --signal=", "#SBATCH --wckey=")
+
+
 class Held(Exception):
     """Slurm cannot take the pilot now (down, or a limit): submit it again later."""
 
@@ -49,7 +54,7 @@ class _Submitit(submitit.SlurmExecutor):
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         text = super()._make_submission_file_text(command, uid)
         return "\n".join(line for line in text.split("\n")
-                         if not line.startswith("#SBATCH --signal="))
+                         if not line.startswith(_DROPPED))
 
     def _submit_command(self, command: str) -> submitit.Job:
         tmp_uuid = uuid.uuid4().hex
