@@ -19,6 +19,7 @@ from hpsearch.placement.planner import Planner
 from hpsearch.retry import memory_mb
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
+from hpsearch.slurm.failures import Backoff, retrying
 from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
@@ -173,7 +174,8 @@ class Fleet:
                          row.job_id, row.state, row.nodes)
         self.pilots[row.id] = pilot
         if pilot.job_id is None:  # the driver died around its sbatch: did Slurm take it?
-            found = self.slurm.job_id_by_name(pilot.name, self.spec.created)
+            found = retrying(lambda: self.slurm.job_id_by_name(pilot.name, self.spec.created),
+                             attempts=20, backoff=Backoff(base=2.0, cap=60.0))
             if found is None:
                 self._ended(pilot, None, "its sbatch never ran (the driver stopped first)")
                 return
