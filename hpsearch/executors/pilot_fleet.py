@@ -19,7 +19,7 @@ from hpsearch.placement.planner import Planner
 from hpsearch.retry import memory_mb
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import Backoff, retrying
+from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
 from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
@@ -100,10 +100,14 @@ class Fleet:
         """Submit one more pilot; None when Slurm cannot take it now or the placement
         waits for a leaf (asked again later)."""
         pilot_id = self.next_id
-        placement = self.planner.choose(-pilot_id, 0, self.spec.resources.sbatch_extra)
-        if placement.wait:
+        try:
+            placement = self.planner.choose(-pilot_id, 0, self.spec.resources.sbatch_extra)
+            if placement.wait:
+                return None
+            options = self._leaves_for_pilot(placement.options)
+        except SlurmError as exc:  # sinfo or scontrol did not answer: back off, ask again
+            self.health.submit_failed(exc, TRANSIENT)
             return None
-        options = self._leaves_for_pilot(placement.options)
         self.next_id += 1
         name = scripts.pilot_name(self.spec.name, pilot_id, self.spec.instance)
         pilot = PilotJob(pilot_id, name, p.PilotPaths(self.root / str(pilot_id)))
