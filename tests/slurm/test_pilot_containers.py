@@ -58,7 +58,8 @@ def test_trial_runs_inside_a_charliecloud_image_in_a_pilot(cli, slurm_cluster, t
     (pilot_job,) = {t.job_id for t in trials}  # both in the one pilot (max: 1)
     pilot_nodes = _pilot_nodes(slurm_cluster, pilot_job)
     # the pilot's job is the search's only job: no trial was a job of its own
-    assert list(_pilot_jobs(slurm_cluster, job_prefix(cli.runs, name))) == [pilot_job]
+    assert list(_pilot_jobs(slurm_cluster, job_prefix(cli.runs, name), {pilot_job})) \
+        == [pilot_job]
     for t in trials:
         assert t.state == "completed" and t.objective_values == [t.params["x"]]
         out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
