@@ -38,3 +38,29 @@ def quad(x: float, y: float) -> float:
 # A fast trial: awk computes the quadratic and reports it as an @hpsearch stdout line.
 AWK_QUAD = ("awk -v x={x} -v y={y} 'BEGIN { printf \"@hpsearch step=0 loss=%.17g\\n\", "
             "(x - 1)^2 + (y + 2)^2 }'")
+
+
+def kill_driver_repeatedly(cli, spec: Path, name: str, env: dict, kills: int,
+                           delays: tuple[float, float], seed: int = 20261126) -> list[str]:
+    """Submit `spec`, SIGKILL its driver after a random delay in `delays`, resume and kill it
+    again, `kills` times in all (a driver that finishes first is left done). Returns what
+    happened each time ("1.23s: killed" or "0.80s: exited 0 first")."""
+    import random
+    import signal
+
+    rng = random.Random(seed)
+    happened = []
+    for i in range(kills):
+        args = ("submit", spec) if i == 0 else ("resume", name)
+        driver = cli.popen(*args, env=env)
+        delay = rng.uniform(*delays)
+        try:
+            driver.wait(timeout=delay)  # it may finish before its kill: then it is done
+            happened.append(f"{delay:.2f}s: exited {driver.returncode} first")
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: kill it now
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(timeout=30)
+            happened.append(f"{delay:.2f}s: killed")
+        assert driver.returncode in (0, -signal.SIGKILL), driver.communicate()
+    print("\n" + "; ".join(happened))
+    return happened

@@ -4,15 +4,13 @@ trial lost, and the final store must hold exactly the requested trials, intact."
 
 from __future__ import annotations
 
-import random
-import signal
 import sqlite3
 import time
 import uuid
 from collections import Counter
 
 from hpsearch.store import STORE_FILE
-from tests.helpers import job_prefix, read_store
+from tests.helpers import job_prefix, kill_driver_repeatedly, read_store
 
 RUN = uuid.uuid4().hex[:6]
 TRIALS, KILLS = 24, 20
@@ -42,21 +40,7 @@ def _job_names(cluster, prefix: str) -> Counter:
 def test_sigkill_at_20_random_moments_loses_and_duplicates_nothing(cli, slurm_cluster):
     name = f"crashloop-{RUN}"
     spec = cli.write_spec(SPEC, f"{name}.yaml")
-    rng = random.Random(20261126)
-    kills = []
-    for i in range(KILLS):
-        args = ("submit", spec) if i == 0 else ("resume", name)
-        driver = cli.popen(*args, env=slurm_cluster.env)
-        delay = rng.uniform(0.3, 2.5)
-        try:
-            driver.wait(timeout=delay)  # it may finish before its kill: then it is done
-            kills.append(f"{delay:.2f}s: exited {driver.returncode} first")
-        except Exception:
-            driver.send_signal(signal.SIGKILL)
-            driver.wait(timeout=30)
-            kills.append(f"{delay:.2f}s: killed")
-        assert driver.returncode in (0, -signal.SIGKILL), driver.communicate()
-    print("\n" + "; ".join(kills))
+    kills = kill_driver_repeatedly(cli, spec, name, slurm_cluster.env, KILLS, (0.3, 2.5))
     assert sum("killed" in k for k in kills) >= KILLS - 2, "the search ended too soon"
     cli("resume", name, env=slurm_cluster.env, check=0, timeout=600)
 

@@ -4,8 +4,6 @@ trial runs exactly once, in a pilot, and no more pilots are submitted than the s
 
 from __future__ import annotations
 
-import random
-import signal
 import sqlite3
 import uuid
 from collections import Counter
@@ -13,7 +11,7 @@ from collections import Counter
 from hpsearch.pilot import protocol as p
 from hpsearch.store import STORE_FILE
 from hpsearch.store.store import Reader
-from tests.helpers import read_store
+from tests.helpers import kill_driver_repeatedly, read_store
 
 RUN = uuid.uuid4().hex[:6]
 TRIALS, KILLS = 32, 20
@@ -42,21 +40,7 @@ def test_driver_sigkilled_at_20_moments_of_a_pilot_search_runs_every_trial_once(
         cli, slurm_cluster):
     name = f"pcrash-{RUN}"
     spec = cli.write_spec(SPEC, f"{name}.yaml")
-    rng = random.Random(20261126)
-    kills = []
-    for i in range(KILLS):
-        args = ("submit", spec) if i == 0 else ("resume", name)
-        driver = cli.popen(*args, env=slurm_cluster.env)
-        delay = rng.uniform(0.5, 2.5)
-        try:
-            driver.wait(timeout=delay)
-            kills.append(f"{delay:.2f}s: exited {driver.returncode} first")
-        except Exception:
-            driver.send_signal(signal.SIGKILL)
-            driver.wait(timeout=30)
-            kills.append(f"{delay:.2f}s: killed")
-        assert driver.returncode in (0, -signal.SIGKILL), driver.communicate()
-    print("\n" + "; ".join(kills))
+    kills = kill_driver_repeatedly(cli, spec, name, slurm_cluster.env, KILLS, (0.5, 2.5))
     assert sum("killed" in k for k in kills) >= KILLS - 2, kills
     cli("resume", name, env=slurm_cluster.env, check=0, timeout=600)
 
