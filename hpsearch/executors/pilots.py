@@ -101,7 +101,7 @@ class PilotExecutor(Executor):
 
     def adopt(self, known: Adoptable) -> Started | Ended | None:
         name = p.name_of(known.trial_id, known.attempt)
-        for pilot_dir in sorted(p.pilots_dir(self.spec.experiment_dir).glob("[0-9]*")):
+        for pilot_dir in self._pilot_dirs(known.job_id):
             paths = p.PilotPaths(pilot_dir)
             state = p.where(paths, name)
             if state is None or state == "withdrawn":
@@ -122,6 +122,14 @@ class PilotExecutor(Executor):
             self.events.append(update)
             return started
         return None
+
+    def _pilot_dirs(self, job_id: str | None) -> list:
+        """Every pilot dir; first that of the pilot the store says the attempt was bound to
+        (bind_attempt), where its assignment is unless it was taken back and bound again."""
+        dirs = sorted(p.pilots_dir(self.spec.experiment_dir).glob("[0-9]*"),
+                      key=lambda d: int(d.name))
+        bound = {row.id for row in self.fleet.store.pilots() if job_id and row.job_id == job_id}
+        return sorted(dirs, key=lambda d: int(d.name) not in bound)
 
     def poll(self, timeout: float) -> list:
         deadline = time.monotonic() + timeout
@@ -174,6 +182,7 @@ class PilotExecutor(Executor):
                 return
             pilot = max(fits, key=self._free_in)
             name = p.name_of(launch.trial_id, launch.attempt)
+            self.fleet.store.bind_attempt(launch.trial_id, launch.attempt, pilot.job_id)
             p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(launch))
             self.ready.pop(0)
             self.bound[launch.trial_id] = _Bound(launch, pilot, name)

@@ -331,6 +331,16 @@ class Store(Reader):
              (r.RUNNING, now, host, pid, job_id, trial_id, attempt)),
         ])
 
+    def bind_attempt(self, trial_id: int, attempt: int, job_id: str) -> None:
+        """Write-ahead for a pilot: the attempt (still `submitting`) goes to the pilot whose
+        job is `job_id`, before its assignment file is written."""
+        self._write_many([
+            ("update trials set job_id = ? where id = ? and attempt = ?",
+             (job_id, trial_id, attempt)),
+            ("update attempts set job_id = ? where trial = ? and attempt = ?",
+             (job_id, trial_id, attempt)),
+        ])
+
     def update_placement(self, trial_id: int, attempt: int, sched_state: str | None,
                          pending_reason: str | None, nodes: str | None,
                          leaves: str | None = None) -> None:
