@@ -24,6 +24,7 @@ from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, R
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
 from hpsearch.launching import build_launch
+from hpsearch.pruning.stopper import Stopper
 from hpsearch.search.base import Search
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
@@ -67,6 +68,8 @@ class Driver:
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.directions = [o.direction for o in spec.objectives]
         self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
+        self.stopper = (Stopper(spec, store, executor, search, on_event)
+                        if spec.search.pruner.enabled else None)  # early stopping
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -92,6 +95,8 @@ class Driver:
         """Rebuild the search from the store and take charge of every trial in flight."""
         trials = self.store.trials()
         self.search.rebuild(trials, self.store.experiment().study_attrs)
+        if self.stopper:
+            self.stopper.recover(trials)
         self._remove_checkpoints([c for c in self.store.checkpoints(include_deleted=True)
                                   if c.deleted is not None and os.path.lexists(c.path)])
         for row in trials:
@@ -101,6 +106,8 @@ class Driver:
                 self._adopt(row)
         if self.store.experiment().status != "running":
             self.store.set_experiment_status("running", "resumed")
+        if self.stopper:  # stops decided before the driver died, or while adopting
+            self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _adopt(self, row: r.TrialRow) -> None:
         live = self._live(row.id, row.attempt, Path(row.trial_dir))
@@ -144,6 +151,8 @@ class Driver:
                 for live in list(self.live.values()):
                     self._ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
+                if self.stopper:  # after the commit of each decision
+                    self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _handle(self, events: list[Started | Update | Requeued | Ended]) -> None:
         for event in events:
@@ -195,6 +204,8 @@ class Driver:
                 launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
                 self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
                                         asked.sampler_attrs, asked.study_attrs)
+                if self.stopper:
+                    self.stopper.added(asked.trial_id)
                 fault_point("after_insert")
             self._launch(launch, began)
 
@@ -229,9 +240,14 @@ class Driver:
         warnings = live.files.warnings + live.ckpts.warnings
         live.files.warnings.clear()
         live.ckpts.warnings.clear()
-        # records, warnings and where reading stopped: one commit, so resume reads on from there
-        self.store.add_output(live.trial_id, live.attempt, records, warnings,
-                              {"files": live.files.unsaved(), "manifest": live.ckpts.unsaved()})
+        # records, warnings, where reading stopped and what the pruner made of the records:
+        # one commit, so resume reads on from there and the pruner decides as it did
+        with self.store.batch():
+            self.store.add_output(live.trial_id, live.attempt, records, warnings,
+                                  {"files": live.files.unsaved(),
+                                   "manifest": live.ckpts.unsaved()})
+            if self.stopper:
+                self.stopper.observe(live.trial_id, records)
         for rec in records:
             for name, value in rec.items():
                 if name not in ("step", "time"):
@@ -292,6 +308,8 @@ class Driver:
             self.store.update_placement(tid, attempt, None, None, ended.nodes, ended.leaves)
         if live.ckpts.seen:
             self.store.fill_checkpoint_metrics(tid, self.metrics[0], exact=False)
+        if self.stopper and self.stopper.finished(ended, live.last.get(self.metrics[0])):
+            return
         if ended.reason == "cancelled":
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")
@@ -311,6 +329,8 @@ class Driver:
             attrs = self.search.tell(tid, r.COMPLETED, values)
             self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,
                                       sampler_attrs=attrs)
+            if self.stopper:
+                self.stopper.ended(tid, r.COMPLETED, values[0])
             self.on_event(f"trial {tid} completed: " + ", ".join(
                 f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
         else:
@@ -380,6 +400,8 @@ class Driver:
         attrs = self.search.tell(tid, r.FAILED, None)
         self.store.finish_attempt(tid, attempt, r.FAILED, ended.exit_code, error,
                                   sampler_attrs=attrs, failure=failure)
+        if self.stopper:
+            self.stopper.ended(tid, r.FAILED, None)
         self.on_event(f"trial {tid} failed: {first} ({failure}; {decision.describe()})")
 
     # -- stopping and the end --------------------------------------------------------------

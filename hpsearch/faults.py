@@ -5,7 +5,8 @@ HPSEARCH_FAULT="after_launch:3" makes the driver SIGKILL itself the 3rd time it 
 Points: after_insert (trial stored, not launched), after_launch (process started, pid not
 stored), after_running (pid stored), mid_ingest (final metrics read, outcome not committed),
 after_finish (end recorded, sampler told), before_requeue (Slurm requeued a job: seen, not
-recorded), mid_migration (a store schema migration applied, not committed; any process that
+recorded), after_stop_request (a trial's early stop written, the trial not told yet),
+mid_migration (a store schema migration applied, not committed; any process that
 opens the store read-write passes it once per pending migration).
 """
 

@@ -18,7 +18,7 @@ Files in $HPSEARCH_TRIAL_DIR:
     result.json      final metrics, written atomically (temp file + rename)
     checkpoints/     $HPSEARCH_CHECKPOINT_DIR
     checkpoints.jsonl  one JSON object per saved checkpoint: {"step": 3, "path": "step-00000003.pt"}
-    STOP             asks the trial to stop early (reserved: nothing in hpsearch writes it yet)
+    STOP             asks the trial to stop early: written when search.pruner rejects it
     stdout.log, stderr.log, exit_code
 
 A trial in another language reports by appending the same JSON lines to metrics.jsonl, or
@@ -240,7 +240,7 @@ def _install_handlers() -> None:
 
 
 def should_stop() -> bool:
-    """True once a STOP file is in the trial dir (reserved for early stopping) or the
+    """True once a STOP file is in the trial dir (the pruner rejected it) or the
     process got SIGTERM/SIGUSR1/SIGUSR2 (cancel, time limit, preemption): save a checkpoint
     and exit. The first call installs the signal handlers; call it once early."""
     _install_handlers()

@@ -129,6 +129,12 @@ class Executor(ABC):
     def cancel(self, trial_id: int) -> None:
         """Stop a running attempt; poll() reports it with reason `cancelled`."""
 
+    def stop(self, trial_id: int) -> None:
+        """End a running attempt early (early stopping; the driver has written the trial's
+        STOP file): as cancel(), whose grace period lets the trial save and exit. poll()
+        reports its end, with whatever reason it ended with."""
+        self.cancel(trial_id)
+
     def abandon(self, trial_id: int) -> None:
         """Cancel a requeued job whose trial has no retry left, and forget it: poll() tells
         nothing more of it. Only executors that report Requeued need it."""

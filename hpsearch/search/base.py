@@ -34,6 +34,8 @@ class Search(ABC):
         """The next trial, or None when every trial has been asked."""
 
     @abstractmethod
-    def tell(self, trial_id: int, state: str, values: list[float] | None) -> dict | None:
-        """Record a finished trial (completed / failed / pruned). Returns updated
-        sampler attrs of the trial to store, or None."""
+    def tell(self, trial_id: int, state: str, values: list[float] | None,
+             intermediate: dict[int, float] | None = None) -> dict | None:
+        """Record a finished trial (completed / failed / pruned; `intermediate`: a pruned
+        trial's objective at the step it was judged). Returns updated sampler attrs of the
+        trial to store, or None."""

@@ -79,5 +79,5 @@ class GridSearch(Search):
         self.next_id += 1
         return asked
 
-    def tell(self, trial_id, state, values) -> dict | None:
+    def tell(self, trial_id, state, values, intermediate=None) -> dict | None:
         return None

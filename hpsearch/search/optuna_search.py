@@ -86,6 +86,7 @@ class OptunaSearch(Search):
             storage.set_study_system_attr(study_id, key, value)
         frozen = []
         for expected, t in enumerate(trials):
+            curve = {}
             if t.id != expected:
                 raise RuntimeError(f"store trial ids are not dense: found {t.id}, expected "
                                    f"{expected}")
@@ -96,11 +97,14 @@ class OptunaSearch(Search):
                 state, values = TrialState.FAIL, None
             elif t.state == r.PRUNED:
                 state, values = TrialState.PRUNED, None
+                judged = t.stop_request or {}
+                if "step" in judged:  # TPE ranks pruned trials by how far they got
+                    curve = {judged["step"]: judged["value"]}
             else:
                 state, values = TrialState.RUNNING, None
             frozen.append(optuna.trial.create_trial(
                 state=state, params=params, distributions=self.distributions, values=values,
-                system_attrs=t.sampler_attrs))
+                system_attrs=t.sampler_attrs, intermediate_values=curve))
         self.study.add_trials(frozen)
         self.asked = len(frozen)
 
@@ -117,8 +121,15 @@ class OptunaSearch(Search):
                      dict(storage.get_trial_system_attrs(trial._trial_id)),
                      dict(storage.get_study_system_attrs(self.study._study_id)))
 
-    def tell(self, trial_id: int, state: str, values: list[float] | None) -> dict | None:
+    def tell(self, trial_id: int, state: str, values: list[float] | None,
+             intermediate: dict[int, float] | None = None) -> dict | None:
         TrialState = _optuna().trial.TrialState
+        storage = self.study._storage
+        internal = storage.get_trial_id_from_study_id_trial_number(self.study._study_id,
+                                                                   trial_id)
+        if intermediate and not storage.get_trial(internal).state.is_finished():
+            for step, value in intermediate.items():  # TPE ranks pruned trials by them
+                storage.set_trial_intermediate_value(internal, step, value)
         if state == r.COMPLETED:
             frozen = self.study.tell(trial_id, values=values, skip_if_finished=True)
         else:

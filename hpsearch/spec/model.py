@@ -49,6 +49,26 @@ class Objective:
     direction: str  # minimize | maximize
 
 
+# Early stopping (docs/spec.md#searchpruner): Optuna's pruners, by the name the spec uses.
+PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "wilcoxon",
+           "patient", "threshold")
+PRUNER_ALIASES = {"asha": "successive_halving"}
+
+
+@dataclass(frozen=True)
+class Pruner:
+    """Which trials stop early, judged on the objective's intermediate reports (one reported
+    step = one unit of resource)."""
+
+    type: str = "none"
+    options: tuple[tuple[str, Any], ...] = ()  # the Optuna pruner's keyword arguments
+    wrapped: Pruner | None = None  # patient only: the pruner it makes patient (None: none)
+
+    @property
+    def enabled(self) -> bool:
+        return self.type != "none"
+
+
 @dataclass(frozen=True)
 class Search:
     strategy: str
@@ -56,6 +76,7 @@ class Search:
     parallel: int
     seed: int | None
     space: tuple[Param, ...]
+    pruner: Pruner = field(default_factory=Pruner)
 
     @property
     def tuned(self) -> tuple[Param, ...]:

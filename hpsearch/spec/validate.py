@@ -14,6 +14,7 @@ from hpsearch.runs import default_runs_dir
 from hpsearch.spec import checks
 from hpsearch.spec import model as m
 from hpsearch.spec.loading import read_spec_text
+from hpsearch.spec.pruner import pruner as pruner_spec
 from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
 
@@ -26,7 +27,7 @@ DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
             "retries", "checkpoints", "executor", "launcher", "container", "env",
             "placement")
-SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space")
+SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner")
 PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "value")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
@@ -176,8 +177,8 @@ class _Validator:
                                        "starting with a letter or digit (it names a "
                                        f"directory); got {checks.shown(name)}")
         command = self.string(top["command"], ("command",), allowed="\n\t")
-        search = self.search(top["search"], ("search",))
         objectives = self.objectives(top["objective"], ("objective",))
+        search = self.search(top["search"], ("search",), len(objectives))
         self.check_template(command, search)
         self.check_strategy_objectives(search, objectives)
         workdir = self.optional(top, "workdir", (), self.path, self.base_dir)
@@ -228,7 +229,7 @@ class _Validator:
             out.append((key, str(val)))
         return tuple(out)
 
-    def search(self, value: Any, path: KeyPath) -> m.Search:
+    def search(self, value: Any, path: KeyPath, objectives: int) -> m.Search:
         d = self.mapping(value, path, SEARCH_KEYS)
         for key in ("strategy", "space"):
             if key not in d:
@@ -252,8 +253,11 @@ class _Validator:
         if not any(p.kind != "fixed" for p in space):
             raise self.fail(path + ("space",), "expected at least one parameter to search "
                                                "(float, int or categorical); all are fixed")
+        pruner = self.optional(d, "pruner", path, lambda v, p: pruner_spec(self, v, p,
+                                                                             objectives),
+                               m.Pruner())
         return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
-                        space=space)
+                        space=space, pruner=pruner)
 
     def space(self, value: Any, path: KeyPath, strategy: str) -> tuple[m.Param, ...]:
         self.typed(value, path, lambda v: isinstance(v, dict) and v,

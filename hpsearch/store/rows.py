@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Trial states. A trial is written as `submitting` before it is launched (write-ahead).
@@ -36,6 +36,8 @@ class TrialRow:
     pending_reason: str | None = None
     nodes: str | None = None         # hostlist of the current attempt
     leaves: str | None = None        # leaf switches of those nodes, comma-separated
+    pruner_attrs: dict = field(default_factory=dict)  # what the pruner keeps of this trial
+    stop_request: dict | None = None  # early stopping decided: {step, value, pruner, time}
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> "TrialRow":
@@ -44,6 +46,8 @@ class TrialRow:
         data["objective_values"] = json.loads(data["objective_values"]) \
             if data["objective_values"] else None
         data["sampler_attrs"] = json.loads(data["sampler_attrs"] or "{}")
+        data["pruner_attrs"] = json.loads(data["pruner_attrs"] or "{}")
+        data["stop_request"] = json.loads(data["stop_request"]) if data["stop_request"] else None
         return cls(**data)
 
     @property

@@ -81,7 +81,15 @@ def _v6(db: sqlite_utils.Database) -> None:
     }, pk="id", not_null={"job_name", "state", "submitted"})
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(db: sqlite_utils.Database) -> None:
+    """Early stopping (hpsearch.pruning): what the pruner keeps of each trial (Optuna system
+    attrs, e.g. the rungs it passed), and a decision to stop a trial, written before the trial
+    is told (write-ahead), with the step and value it was judged at."""
+    db["trials"].add_column("pruner_attrs", str)
+    db["trials"].add_column("stop_request", str)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

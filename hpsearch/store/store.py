@@ -121,6 +121,15 @@ class Reader:
     def metrics(self, trial_id: int) -> list[dict]:
         return list(self.db["metrics"].rows_where("trial = ?", [trial_id], order_by="step, name"))
 
+    def objective_curves(self, metric: str) -> dict[int, dict[int, float]]:
+        """Every trial's reported values of `metric`: trial -> {step: value}."""
+        curves: dict[int, dict[int, float]] = {}
+        for trial, step, value in self.db.execute(
+                "select trial, step, value from metrics where name = ? order by trial, step",
+                [metric]):
+            curves.setdefault(trial, {})[step] = value
+        return curves
+
     def attempts(self, trial_id: int) -> list[dict]:
         return list(self.db["attempts"].rows_where("trial = ?", [trial_id], order_by="attempt"))
 
@@ -378,6 +387,18 @@ class Store(Reader):
             statements.append(("update trials set sampler_attrs = ? where id = ?",
                                (_dumps(sampler_attrs), trial_id)))
         self._write_many(statements)
+
+    def set_pruner_attrs(self, trial_id: int, attrs: dict) -> None:
+        self._write("update trials set pruner_attrs = ? where id = ?", (_dumps(attrs), trial_id))
+
+    def request_stop(self, trial_id: int, request: dict, message: str) -> None:
+        """Write-ahead of stopping a trial early: the decision (step, value, pruner, time)
+        is committed before the trial is told."""
+        self._write_many([
+            ("update trials set stop_request = ? where id = ?", (_dumps(request), trial_id)),
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (request["time"], trial_id, "prune", message)),
+        ])
 
     def add_metrics(self, trial_id: int, attempt: int, records: list[dict]) -> None:
         """Upsert metric records ({'step': n, 'time': t, name: value, ...}) of one trial."""
