@@ -76,6 +76,16 @@ def params() -> dict[str, Any]:
     return json.loads(_env("HPSEARCH_PARAMS"))
 
 
+def budget() -> int | None:
+    """How many steps this trial may run in all, in promotion mode (`search.pruner.mode:
+    promotion`, docs/early-stopping.md): run steps `start .. budget()-1` (start: from
+    latest_checkpoint()), save a checkpoint, report, and exit 0; if the trial is promoted, a
+    new attempt resumes from that checkpoint with a larger budget. None: no budget, run to
+    the end. From $HPSEARCH_BUDGET."""
+    value = os.environ.get("HPSEARCH_BUDGET")
+    return int(value) if value else None
+
+
 def _clean(metrics: dict[str, Any]) -> dict[str, float]:
     out = {}
     for name, value in metrics.items():
