@@ -8,10 +8,12 @@ Each epoch rank 0 evaluates on the validation set, reports val_acc, val_loss and
 through hpsearch.trial, and saves a checkpoint; every rank resumes from the newest checkpoint
 at start, so a retried or requeued trial continues and ends exactly as an uninterrupted run
 with the same seed would (on CPU; see README.md). The objective is the final epoch's val_acc.
+In promotion mode (trial.budget(), $HPSEARCH_BUDGET) the run stops after that many epochs in
+all, as if --epochs were the budget, and a promoted trial's next segment resumes from there.
 
-Exit codes: 0 done (result.json written); 75 stopped early (STOP file or SIGTERM/SIGUSR1/
-SIGUSR2) after saving a checkpoint, so a retry resumes; 2 bad arguments or a checkpoint from
-other hyperparameters.
+Exit codes: 0 done, or the budget reached (result.json written, checkpoint saved); 75 stopped
+early (STOP file or SIGTERM/SIGUSR1/SIGUSR2) after saving a checkpoint, so a retry resumes;
+2 bad arguments, a budget below 1 or a checkpoint from other hyperparameters.
 """
 
 from __future__ import annotations
@@ -221,6 +223,21 @@ def resume(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Na
     return progress
 
 
+def end_epoch(args: argparse.Namespace) -> int:
+    """The epoch to stop before: --epochs, or the promotion segment's budget if smaller
+    (trial.budget(): how many epochs the trial may have run in all when this segment ends)."""
+    try:
+        budget = trial.budget()
+    except ValueError:
+        raise Refused("HPSEARCH_BUDGET must be a whole number of epochs; got "
+                      f"{os.environ.get('HPSEARCH_BUDGET')!r}") from None
+    if budget is None:
+        return args.epochs
+    if budget < 1:
+        raise Refused(f"HPSEARCH_BUDGET must be at least 1 epoch; got {budget}")
+    return min(budget, args.epochs)
+
+
 class FirstStepClock:
     """Prints first_step_s once: seconds from the script's start to the end of its first
     optimizer step, and its two parts: imports_s (this script's imports) and after_imports_s
@@ -285,6 +302,7 @@ def run(args: argparse.Namespace, ranks: Ranks) -> int:
     if args.batch_size % ranks.world:
         raise Refused(f"--batch-size {args.batch_size} is not divisible by the "
                                  f"world size {ranks.world}")
+    end = end_epoch(args)
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -301,7 +319,7 @@ def run(args: argparse.Namespace, ranks: Ranks) -> int:
     sampler = DistributedSampler(range(len(y_train)), num_replicas=ranks.world,
                                  rank=ranks.rank, shuffle=True, seed=args.seed)
     clock = FirstStepClock(ranks)
-    for epoch in range(progress.next_epoch, args.epochs):
+    for epoch in range(progress.next_epoch, end):
         began = time.perf_counter()
         loss_sum, samples = train_epoch(trained, optimizer, x_train, y_train, sampler, epoch,
                                         args.batch_size // ranks.world, clock)
@@ -330,6 +348,9 @@ def run(args: argparse.Namespace, ranks: Ranks) -> int:
         # best_val_acc is recorded beside it for reference.
         trial.result(val_acc=progress.val_acc, val_loss=progress.val_loss,
                      best_val_acc=progress.best_val_acc)
+        if end < args.epochs:
+            print(f"budget of {end} epoch{'s' if end > 1 else ''} reached (of {args.epochs}): "
+                  "checkpoint saved, exit 0; a promoted trial resumes from here", flush=True)
         print(f"done: val_acc={progress.val_acc:.6f} val_loss={progress.val_loss:.6f} "
               f"best_val_acc={progress.best_val_acc:.6f} (epoch {progress.best_epoch + 1}) "
               f"total_s={time.perf_counter() - SCRIPT_START:.3f}", flush=True)
