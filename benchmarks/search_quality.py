@@ -29,6 +29,7 @@ Goal: TPE reaches the Hartmann6 target with at least 2x fewer evaluations than r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
 import os
 import platform
@@ -222,6 +223,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--seeds, --trials, --parallel and --jobs must be >= 1, "
                      "--target-fraction > 0")
     args.methods = ["random"] + [m for m in args.methods if m != "random"]
+    bbob = [f for f in args.functions if f in objectives.BBOB]
+    if bbob and importlib.util.find_spec("ioh") is None:
+        parser.error(f"{', '.join(bbob)} need the package ioh, which is not installed here: "
+                     "pip install -e '.[bench]' (or leave them out with --functions)")
     return args
 
 
