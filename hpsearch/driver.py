@@ -24,6 +24,7 @@ from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, R
 from hpsearch.faults import fault_point
 from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
 from hpsearch.launching import build_launch
+from hpsearch.pruning.promoter import Promoter
 from hpsearch.pruning.stopper import Stopper
 from hpsearch.search.base import Search
 from hpsearch.spec.model import Spec
@@ -68,8 +69,10 @@ class Driver:
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.directions = [o.direction for o in spec.objectives]
         self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
+        pruner = spec.search.pruner  # early stopping, or promotion (pause and resume)
         self.stopper = (Stopper(spec, store, executor, search, on_event)
-                        if spec.search.pruner.enabled else None)  # early stopping
+                        if pruner.enabled and not pruner.promotion else None)
+        self.promoter = Promoter(spec, store, search, on_event) if pruner.promotion else None
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -97,6 +100,8 @@ class Driver:
         self.search.rebuild(trials, self.store.experiment().study_attrs)
         if self.stopper:
             self.stopper.recover(trials)
+        if self.promoter:
+            self.promoter.recover(trials)
         self._remove_checkpoints([c for c in self.store.checkpoints(include_deleted=True)
                                   if c.deleted is not None and os.path.lexists(c.path)])
         for row in trials:
@@ -177,37 +182,63 @@ class Driver:
     def _fill_slots(self) -> None:
         while self.executor.free_slots() > 0 and not self.stop_reason:
             began = time.perf_counter()
-            if self.queue:
-                trial_id = self.queue.pop(0)
-                row = self.store.trial(trial_id)
-                again = trial_id in self.unlaunched  # the crash came before it was launched
-                self.unlaunched.discard(trial_id)
-                attempt = row.attempt if again else row.attempt + 1
-                history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
-                           if a["attempt"] < attempt]
-                plan = retry.next_overrides(self.spec, history,
-                                            self.store.checkpoint_steps(trial_id))
-                failure = history[-1].failure if history else None
-                reason = ("launched again: the driver stopped before it was" if again else
-                          "re-run after interruption" if row.state != r.QUEUED else
-                          f"retry after {failure}" if failure else "retry")
-                self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
-                if not again:
-                    rotate_logs(Path(row.trial_dir), row.attempt)
-                launch = dataclasses.replace(
-                    build_launch(self.spec, trial_id, attempt, row.params),
-                    sbatch_extra=plan.sbatch_extra, time_factor=plan.time_factor)
-            else:
-                asked = self.search.ask()
-                if asked is None:
-                    return
-                launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
-                self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
-                                        asked.sampler_attrs, asked.study_attrs)
-                if self.stopper:
-                    self.stopper.added(asked.trial_id)
-                fault_point("after_insert")
+            launch = self._again() if self.queue else self._promoted() or self._new()
+            if launch is None:
+                return
             self._launch(launch, began)
+
+    def _again(self) -> Launch:
+        """The next attempt of a queued trial (a retry, or one a crash kept from launching)."""
+        trial_id = self.queue.pop(0)
+        row = self.store.trial(trial_id)
+        again = trial_id in self.unlaunched  # the crash came before it was launched
+        self.unlaunched.discard(trial_id)
+        attempt = row.attempt if again else row.attempt + 1
+        history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
+                   if a["attempt"] < attempt]
+        plan = retry.next_overrides(self.spec, history, self.store.checkpoint_steps(trial_id))
+        failure = history[-1].failure if history else None
+        reason = ("launched again: the driver stopped before it was" if again else
+                  "re-run after interruption" if row.state != r.QUEUED else
+                  f"retry after {failure}" if failure else "retry")
+        if not again:  # before the attempt is stored: the last one's exit_code must not
+            rotate_logs(Path(row.trial_dir), row.attempt)  # pass for the new one's on resume
+        self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
+        fault_point("after_retry_stored")
+        launch = dataclasses.replace(build_launch(self.spec, trial_id, attempt, row.params),
+                                     sbatch_extra=plan.sbatch_extra,
+                                     time_factor=plan.time_factor)
+        if self.promoter:  # the same segment again
+            launch = _with_env(launch, self.promoter.env(self.promoter.again(trial_id, attempt)))
+        return launch
+
+    def _promoted(self, end_game: bool = False) -> Launch | None:
+        """Promotion mode: the next segment of a paused trial that earned one (end_game:
+        every trial has been asked and nothing runs, hpsearch.pruning.promotion)."""
+        found = self.promoter.promote(end_game, rotate_logs) if self.promoter else None
+        if found is None:
+            return None
+        segment, attempt = found
+        row = self.store.trial(segment.trial_id)
+        return _with_env(build_launch(self.spec, segment.trial_id, attempt, row.params),
+                         self.promoter.env(segment))
+
+    def _new(self) -> Launch | None:
+        """A new trial from the search, stored before it is launched."""
+        asked = self.search.ask()
+        if asked is None:
+            return self._promoted(end_game=True) if not self.live else None
+        launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
+        with self.store.batch():  # the trial, and its first segment: one commit
+            self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
+                                    asked.sampler_attrs, asked.study_attrs)
+            if self.promoter:
+                launch = _with_env(launch, self.promoter.env(
+                    self.promoter.first(asked.trial_id)))
+        if self.stopper:
+            self.stopper.added(asked.trial_id)
+        fault_point("after_insert")
+        return launch
 
     def _launch(self, launch: Launch, began: float) -> None:
         self.live[launch.trial_id] = self._live(launch.trial_id, launch.attempt,
@@ -325,6 +356,11 @@ class Driver:
             error = ended.detail or ended.reason
         if error is not None and failure is None:
             failure = retry.classify(ended)
+        if error is None and self.promoter:
+            last = live.last.get(self.metrics[0])
+            if self.promoter.paused(ended, last and (last[0], values[0])):
+                return
+            self.promoter.finished(tid)
         if error is None:
             attrs = self.search.tell(tid, r.COMPLETED, values)
             self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,
@@ -402,6 +438,8 @@ class Driver:
                                   sampler_attrs=attrs, failure=failure)
         if self.stopper:
             self.stopper.ended(tid, r.FAILED, None)
+        if self.promoter:
+            self.promoter.finished(tid)
         self.on_event(f"trial {tid} failed: {first} ({failure}; {decision.describe()})")
 
     # -- stopping and the end --------------------------------------------------------------
@@ -451,7 +489,7 @@ class Driver:
 
     def finish(self) -> int:
         counts = self.store.state_counts()
-        done = sum(counts.get(s, 0) for s in r.FINISHED)
+        done = sum(counts.get(s, 0) for s in r.FINISHED + (r.PAUSED,))
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         if self.stop_reason:
             self.store.set_experiment_status("cancelled", f"stopped by {self.stop_reason}: "
@@ -472,3 +510,7 @@ def _with_stderr_tail(error: str, live: _Live, lines: int = 5) -> str:
     except OSError:
         return error
     return error + ("\n" + "\n".join(tail) if tail else "")
+
+
+def _with_env(launch: Launch, env: dict[str, str]) -> Launch:
+    return dataclasses.replace(launch, env={**launch.env, **env})

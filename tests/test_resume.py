@@ -62,6 +62,24 @@ def test_resume_after_sigkill_at_each_point(cli, point):
     assert [t.attempt for t in rows] == [1] * TRIALS
 
 
+def test_a_retry_stored_but_not_launched_runs_after_resume_not_ending_with_the_last_exit(cli):
+    """The failed attempt's exit_code file is set aside before its retry is stored: a
+    resumed driver found the retry 'ended while no driver ran' with the old exit code 1,
+    and gave the trial up, before that order was fixed."""
+    spec = cli.write_spec("""
+        name: retry-crash
+        command: 'echo "@hpsearch step=0 loss={x}"; [ "$HPSEARCH_ATTEMPT" != 1 ]'
+        search: {strategy: grid, space: {x: {choices: [1]}}}
+        objective: {metric: loss}
+        retries: {max: 1}
+        """)
+    crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_retry_stored:1"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    cli("resume", "retry-crash", check=0)
+    _, rows = read_store(cli.runs, "retry-crash")
+    assert [(t.state, t.attempt) for t in rows] == [("completed", 2)], rows[0].error
+
+
 def test_resume_adopts_trials_still_running(cli):
     spec, runlog = _spec(cli, "adopt", sleep=2.5)
     crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:2"})

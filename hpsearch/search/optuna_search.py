@@ -95,11 +95,9 @@ class OptunaSearch(Search):
                 state, values = TrialState.COMPLETE, t.objective_values
             elif t.state == r.FAILED:
                 state, values = TrialState.FAIL, None
-            elif t.state == r.PRUNED:
+            elif t.state in (r.PRUNED, r.PAUSED):
                 state, values = TrialState.PRUNED, None
-                judged = t.stop_request or {}
-                if "step" in judged:  # TPE ranks pruned trials by how far they got
-                    curve = {judged["step"]: judged["value"]}
+                curve = _pruned_curve(t)  # TPE ranks pruned trials by how far they got
             else:
                 state, values = TrialState.RUNNING, None
             frozen.append(optuna.trial.create_trial(
@@ -136,3 +134,13 @@ class OptunaSearch(Search):
             frozen = self.study.tell(trial_id, state=TrialState.PRUNED if state == r.PRUNED
                                      else TrialState.FAIL, skip_if_finished=True)
         return dict(frozen.system_attrs)
+
+
+def _pruned_curve(t: r.TrialRow) -> dict[int, float]:
+    """A pruned or paused trial's objective at the step it was judged or paused at."""
+    if t.stop_request and "step" in t.stop_request:
+        return {t.stop_request["step"]: t.stop_request["value"]}
+    rungs, step = t.pruner_attrs.get("rungs"), t.pruner_attrs.get("step")
+    if rungs and step is not None:
+        return {step: rungs[max(rungs, key=int)]}
+    return {}

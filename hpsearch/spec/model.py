@@ -53,6 +53,8 @@ class Objective:
 PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "wilcoxon",
            "patient", "threshold")
 PRUNER_ALIASES = {"asha": "successive_halving"}
+PRUNER_MODES = ("stop", "promotion")
+PROMOTING = ("successive_halving", "hyperband")  # the pruners with a promotion mode
 
 
 @dataclass(frozen=True)
@@ -63,10 +65,21 @@ class Pruner:
     type: str = "none"
     options: tuple[tuple[str, Any], ...] = ()  # the Optuna pruner's keyword arguments
     wrapped: Pruner | None = None  # patient only: the pruner it makes patient (None: none)
+    # stop: a running trial is stopped when judged hopeless; promotion: each trial runs only
+    # to its rung's step budget, and the best 1/reduction_factor are resumed to the next
+    mode: str = "stop"
+    max_resource: int | None = None  # promotion: the steps of a full trial (the last rung)
 
     @property
     def enabled(self) -> bool:
         return self.type != "none"
+
+    @property
+    def promotion(self) -> bool:
+        return self.mode == "promotion"
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,22 @@ def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> m.Prune
                                                        "'type' and its options")
     kind = v.choice(value.get("type", "none"), path + ("type",), TYPES, "pruner")
     kind = m.PRUNER_ALIASES.get(kind, kind)
-    d = v.mapping(value, path, ("type",) + tuple(OPTIONS[kind]))
+    if "mode" in value and kind not in m.PROMOTING:
+        raise v.fail(path + ("mode",), f"the {kind} pruner only stops trials; mode: promotion "
+                                       "is for successive_halving (asha) and hyperband")
+    promoting = ("mode", "max_resource") if kind == "successive_halving" else ("mode",)
+    d = v.mapping(value, path, ("type",) + tuple(OPTIONS[kind])
+                  + (promoting if kind in m.PROMOTING else ()))
+    mode = v.choice(d.get("mode", "stop"), path + ("mode",), m.PRUNER_MODES, "pruner mode")
+    max_resource = None
+    if kind == "successive_halving" and (mode == "promotion" or "max_resource" in d):
+        if mode != "promotion":
+            raise v.fail(path + ("max_resource",), "max_resource is for mode: promotion "
+                                                   "(the steps of a full trial)")
+        if "max_resource" not in d:
+            raise v.fail(path, "missing required key 'max_resource' for mode: promotion (the "
+                               "most steps a trial reports, e.g. its epochs)")
+        max_resource = v.integer(d["max_resource"], path + ("max_resource",), 1)
     if kind != "none" and objectives > 1:
         raise v.fail(path + ("type",), "early stopping judges one objective (Optuna's pruners "
                                        "do not support several); remove search.pruner or "
@@ -74,12 +89,17 @@ def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> m.Prune
         options.append((key, _CHECKS[check.removeprefix("required-")](v, d[key],
                                                                         path + (key,))))
     given = dict(options)
+    if kind == "hyperband" and mode == "promotion":
+        max_resource = given["max_resource"]
+    if max_resource is not None:
+        given["max_resource"] = max_resource
     _relations(v, kind, given, path)
-    return m.Pruner(type=kind, options=tuple(options), wrapped=wrapped)
+    return m.Pruner(type=kind, options=tuple(options), wrapped=wrapped, mode=mode,
+                    max_resource=max_resource)
 
 
 def _relations(v: _Validator, kind: str, given: dict, path: KeyPath) -> None:
-    if kind == "hyperband" and given["max_resource"] <= given.get("min_resource", 1):
+    if "max_resource" in given and given["max_resource"] <= given.get("min_resource", 1):
         raise v.fail(path + ("max_resource",), "expected max_resource above min_resource "
                                                f"({given.get('min_resource', 1)}); got "
                                                f"{given['max_resource']}")

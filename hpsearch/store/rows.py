@@ -9,6 +9,9 @@ from typing import Any
 # Trial states. A trial is written as `submitting` before it is launched (write-ahead).
 QUEUED, SUBMITTING, RUNNING = "queued", "submitting", "running"
 COMPLETED, FAILED, CANCELLED, PRUNED = "completed", "failed", "cancelled", "pruned"
+# Promotion mode: a trial that ended a segment at a rung below the last and waits there for a
+# promotion (a new segment). At the end of a search the ones never promoted stay paused.
+PAUSED = "paused"
 IN_FLIGHT = (QUEUED, SUBMITTING, RUNNING)
 FINISHED = (COMPLETED, FAILED, PRUNED)
 

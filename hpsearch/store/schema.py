@@ -84,9 +84,12 @@ def _v6(db: sqlite_utils.Database) -> None:
 def _v7(db: sqlite_utils.Database) -> None:
     """Early stopping (hpsearch.pruning): what the pruner keeps of each trial (Optuna system
     attrs, e.g. the rungs it passed), and a decision to stop a trial, written before the trial
-    is told (write-ahead), with the step and value it was judged at."""
+    is told (write-ahead), with the step and value it was judged at. In promotion mode each
+    attempt is a segment: the rung it runs to and its step budget."""
     db["trials"].add_column("pruner_attrs", str)
     db["trials"].add_column("stop_request", str)
+    db["attempts"].add_column("rung", int)
+    db["attempts"].add_column("budget", int)
 
 
 MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]

@@ -391,6 +391,11 @@ class Store(Reader):
     def set_pruner_attrs(self, trial_id: int, attrs: dict) -> None:
         self._write("update trials set pruner_attrs = ? where id = ?", (_dumps(attrs), trial_id))
 
+    def set_segment(self, trial_id: int, attempt: int, rung: int, budget: int) -> None:
+        """Promotion mode: the rung and step budget of an attempt (a segment)."""
+        self._write("update attempts set rung = ?, budget = ? where trial = ? and attempt = ?",
+                    (rung, budget, trial_id, attempt))
+
     def request_stop(self, trial_id: int, request: dict, message: str) -> None:
         """Write-ahead of stopping a trial early: the decision (step, value, pruner, time)
         is committed before the trial is told."""

@@ -1,0 +1,113 @@
+"""What the driver does in promotion mode (search.pruner.mode: promotion), kept out of its loop.
+
+Every attempt of a trial is a segment with a rung and a step budget (HPSEARCH_BUDGET), stored
+with the attempt before it is launched. A segment that ends well below the last rung pauses
+the trial there (state `paused`, its rung value in pruner_attrs); the Promotion policy picks
+which paused trial goes on, and a promotion is a new attempt, written ahead like any other, so
+a driver killed between a rung decision and the next segment resumes with both intact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from hpsearch.faults import fault_point
+from hpsearch.pruning.promotion import Promotion, Segment
+from hpsearch.store import rows as r
+
+if TYPE_CHECKING:
+    from hpsearch.executors.base import Ended
+    from hpsearch.search.base import Search
+    from hpsearch.spec.model import Spec
+    from hpsearch.store.store import Store
+
+
+class Promoter:
+    def __init__(self, spec: Spec, store: Store, search: Search,
+                 on_event: Callable[[str], None]) -> None:
+        self.policy = Promotion(spec.search.pruner, spec.objectives[0].direction,
+                                f"hpsearch-{spec.name}")
+        self.metric = spec.objectives[0].metric
+        self.store, self.search, self.on_event = store, search, on_event
+
+    def recover(self, trials: list[r.TrialRow]) -> None:
+        for row in trials:
+            attrs = row.pruner_attrs
+            rungs = {int(k): v for k, v in attrs.get("rungs", {}).items()}
+            self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == r.PAUSED)
+
+    def env(self, segment: Segment) -> dict[str, str]:
+        return {"HPSEARCH_BUDGET": str(segment.budget), "HPSEARCH_RUNG": str(segment.rung)}
+
+    def first(self, trial_id: int) -> Segment:
+        """A new trial's first segment (stored with its attempt 1 by the caller's commit)."""
+        segment = self.policy.first(trial_id)
+        self._save(trial_id, 1, segment)
+        return segment
+
+    def again(self, trial_id: int, attempt: int) -> Segment:
+        """The segment a retried (or re-launched) attempt runs: its rung's, again."""
+        segment = self.policy.segment(trial_id)
+        self._save(trial_id, attempt, segment)
+        return segment
+
+    def promote(self, end_game: bool, rotate_logs: Callable[[Path, int], None]
+                ) -> tuple[Segment, int] | None:
+        """The next promotion, written ahead: (its segment, its attempt number). The last
+        segment's logs and exit_code are set aside first (rotate_logs), so that a driver
+        killed before the launch never takes them for the new segment's."""
+        segment = self.policy.promote(end_game)
+        if segment is None:
+            return None
+        row = self.store.trial(segment.trial_id)
+        attempt = row.attempt + 1
+        rotate_logs(Path(row.trial_dir), row.attempt)
+        with self.store.batch():
+            self.store.begin_attempt(segment.trial_id, attempt, segment.why)
+            self._save(segment.trial_id, attempt, segment)
+        fault_point("after_promotion")
+        self.on_event(f"trial {segment.trial_id} {segment.why}: runs to step budget "
+                      f"{segment.budget}")
+        return segment, attempt
+
+    def paused(self, ended: Ended, last: tuple[int, float] | None) -> bool:
+        """A segment ended well (exit 0, objective found). True if it paused the trial at a
+        rung below the last (recorded here, as `paused`); False if the trial completed (the
+        last rung, or it ended before its budget on its own): the driver records that."""
+        tid = ended.trial_id
+        if last is None:
+            return False
+        step, value = last
+        rung = self.policy.rung_reached(tid, step + 1)
+        if rung < 0:
+            return False
+        top = self.policy.is_top(tid, rung)
+        self.policy.record(tid, rung, value, paused=not top)
+        with self.store.batch():
+            self.store.set_pruner_attrs(tid, self._attrs(tid, step))
+            if top:
+                return False
+            attrs = self.search.tell(tid, r.PRUNED, None, intermediate={step: value})
+            self.store.finish_attempt(tid, ended.attempt, r.PAUSED, ended.exit_code,
+                                      f"paused at rung {rung} (step {step}, value "
+                                      f"{value:.6g})", sampler_attrs=attrs)
+        self.on_event(f"trial {tid} paused at rung {rung}: step {step}, {self.metric}="
+                      f"{value:.6g}")
+        return True
+
+    def finished(self, trial_id: int) -> None:
+        self.policy.finished(trial_id)
+
+    def _save(self, trial_id: int, attempt: int, segment: Segment) -> None:
+        with self.store.batch():
+            self.store.set_segment(trial_id, attempt, segment.rung, segment.budget)
+            self.store.set_pruner_attrs(trial_id, self._attrs(trial_id))
+
+    def _attrs(self, trial_id: int, step: int | None = None) -> dict:
+        """What the store keeps: the rung of its current segment, its value at each rung
+        reached, and the step of the last one (the sampler ranks a paused trial by it)."""
+        t = self.policy.trials[trial_id]
+        old = self.store.trial(trial_id).pruner_attrs if step is None else {}
+        return {"rung": t.rung, "rungs": {str(k): v for k, v in sorted(t.values.items())},
+                "step": step if step is not None else old.get("step")}

@@ -1,0 +1,112 @@
+"""Promotion mode (search.pruner.mode: promotion) on the local executor, through the real CLI:
+each trial runs to its rung's step budget, pauses there, and the best 1/eta are resumed from
+their checkpoints, as new attempts, up to the next rung."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+from hpsearch.store.store import STORE_FILE, Reader
+from tests.helpers import kill_driver_repeatedly, read_store
+
+# loss(step) = x + 1/(step+1); the checkpoint holds the next step; one segment per process.
+SEGMENTED = textwrap.dedent("""
+    import json, time
+    from hpsearch import trial
+    p = trial.params()
+    latest = trial.latest_checkpoint()
+    start = json.loads(latest.read_text())["next"] if latest else 0
+    end = min(int(p["steps"]), trial.budget() or int(p["steps"]))
+    print(f"segment from step {start} to {end}")
+    for step in range(start, end):
+        loss = p["x"] + 1.0 / (step + 1)
+        trial.report(step, loss=loss)
+        with trial.checkpoint(step, ".json") as path:
+            path.write_text(json.dumps({"next": step + 1}))
+        time.sleep(float(p["pause"]))
+    trial.result(loss=p["x"] + 1.0 / end)
+""")
+
+SPEC = """
+name: {name}
+command: {python} {script} {{x}} {{steps}} {{pause}}
+search:
+  strategy: grid
+  parallel: {parallel}
+  space:
+    x: {{choices: {xs}}}
+    steps: {{value: 9}}
+    pause: {{value: {pause}}}
+  pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 3,
+           max_resource: 9}}
+objective: {{metric: loss, direction: minimize}}
+"""
+XS = [5, 3, 4, 1, 8, 2, 7, 0, 6]
+
+
+def _spec(cli, name, xs=XS, parallel=1, pause=0.02):
+    script = cli.cwd / "segmented.py"
+    script.write_text(SEGMENTED)
+    return cli.write_spec(SPEC.format(name=name, python=sys.executable, script=script,
+                                      xs=xs, parallel=parallel, pause=pause), f"{name}.yaml")
+
+
+def _segments(runs, name) -> dict[int, list[tuple]]:
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return {t.id: [(a["attempt"], a["rung"], a["budget"], a["state"])
+                       for a in reader.attempts(t.id)] for t in reader.trials()}
+    finally:
+        reader.close()
+
+
+def test_asha_promotion_pauses_trials_at_rungs_and_resumes_the_best_from_checkpoints(cli):
+    proc = cli("submit", _spec(cli, "promo"), check=0)
+    exp, trials = read_store(cli.runs, "promo")
+    segments = _segments(cli.runs, "promo")
+    by_x = {t.params["x"]: t for t in trials}
+    # rungs at 1, 3 and 9 steps: x=0 (the best) runs every rung and completes
+    best = by_x[0]
+    assert best.state == "completed", proc.stdout
+    assert [(s[1], s[2]) for s in segments[best.id]] == [(0, 1), (1, 3), (2, 9)]
+    assert best.objective_values == [0 + 1.0 / 9]  # exactly an uninterrupted run's value
+    assert best.pruner_attrs["rungs"] == {"0": 1.0, "1": 0 + 1 / 3, "2": 0 + 1 / 9}
+    # its segments resumed from checkpoints: every step reported once, in order
+    reported = (cli.runs / "promo" / "trials" / f"{best.id:05d}" / "metrics.jsonl")
+    assert [json.loads(line)["step"] for line in reported.read_text().splitlines()] == \
+        list(range(9))
+    # the worst trials never left rung 0: they ran one step each
+    for x in (8, 7, 6):
+        assert by_x[x].state == "paused", segments[by_x[x].id]
+        assert [(s[1], s[2], s[3]) for s in segments[by_x[x].id]] == [(0, 1, "paused")]
+    steps = sum(max(s[2] for s in segments[t.id]) for t in trials)
+    assert steps < len(XS) * 9 / 2, steps  # far less than running all 9 trials to the end
+    assert exp.status == "completed"
+    assert "promoted from rung 0" in proc.stdout and "paused at rung 0" in proc.stdout
+
+
+def test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments(cli):
+    """Killed at random moments 10 times, and at the exact instant after a promotion was
+    written and before its segment was launched: the same segments, states and values."""
+    cli("submit", _spec(cli, "once"), check=0)
+    crashed = cli("submit", _spec(cli, "fault"), env={"HPSEARCH_FAULT": "after_promotion:2"})
+    assert crashed.returncode == -9, crashed.stderr
+    cli("resume", "fault", check=0)
+    kills = kill_driver_repeatedly(cli, _spec(cli, "killed", pause=0.4), "killed", {},
+                                   kills=10, delays=(1.0, 2.5))
+    assert sum("killed" in k for k in kills) >= 4, kills
+    cli("resume", "killed", check=0)
+    once = _segments(cli.runs, "once")
+
+    def rungs(segments):  # a killed driver may re-launch a segment as the same attempt
+        return {tid: [(rung, budget) for _, rung, budget, state in s] for tid, s in
+                segments.items()}
+
+    _, reference = read_store(cli.runs, "once")
+    for name in ("fault", "killed"):
+        assert rungs(_segments(cli.runs, name)) == rungs(once), name
+        _, trials = read_store(cli.runs, name)
+        assert [(t.state, t.objective_values, t.pruner_attrs) for t in trials] == \
+            [(t.state, t.objective_values, t.pruner_attrs) for t in reference]
