@@ -4,6 +4,8 @@ their checkpoints, as new attempts, up to the next rung."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 import textwrap
@@ -85,6 +87,35 @@ def test_asha_promotion_pauses_trials_at_rungs_and_resumes_the_best_from_checkpo
     assert steps < len(XS) * 9 / 2, steps  # far less than running all 9 trials to the end
     assert exp.status == "completed"
     assert "promoted from rung 0" in proc.stdout and "paused at rung 0" in proc.stdout
+    _assert_budget_shown(cli, "promo", trials, segments)
+
+
+def _assert_budget_shown(cli, name, trials, segments):
+    """status, export and report tell each trial's steps, segments and rung, and the
+    resource used by how trials ended."""
+    steps = {t.id: max(s[2] for s in segments[t.id]) for t in trials}
+    by_state = {}
+    for t in trials:
+        by_state[t.state] = by_state.get(t.state, 0) + steps[t.id]
+    shown = cli("status", name, check=0).stdout
+    header = shown.splitlines()[1]
+    assert header.startswith(f"resource used: {sum(steps.values())} steps"), shown
+    assert f"completed {by_state['completed']} steps" in header
+    assert f"paused {by_state['paused']} steps" in header
+    table = [line.split() for line in shown.splitlines()[2:] if line.strip()]
+    assert table[0][:6] == ["id", "state", "try", "time", "steps", "rung"], table[0]
+    for row in table[1:]:
+        tid = int(row[0])
+        assert int(row[4]) == steps[tid] and int(row[5]) == segments[tid][-1][1], row
+    rows = list(csv.DictReader(io.StringIO(cli("export", name, check=0).stdout)))
+    assert {int(r["trial"]): (int(r["steps"]), int(r["segments"]), int(r["rung"]))
+            for r in rows} == {tid: (steps[tid], len(s), s[-1][1])
+                               for tid, s in segments.items()}
+    cli("report", name, "--out", cli.cwd / "report", check=0)
+    page = (cli.cwd / "report" / "report.html").read_text()
+    assert "<h2 id='budget'>Budget</h2>" in page
+    assert f"<td class='l'>total</td><td>{len(trials)}</td><td>{sum(steps.values())}</td>" \
+        in page
 
 
 def test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments(cli):

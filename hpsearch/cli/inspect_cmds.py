@@ -15,6 +15,7 @@ from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.results import best as best_trials
 from hpsearch.results import best_checkpoint
+from hpsearch.report import budget
 from hpsearch.results import record
 
 from hpsearch.store import STORE_FILE
@@ -82,12 +83,15 @@ def status(args) -> int:
         reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
-    finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned"))
+    staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
+    finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
     print(f"experiment {exp.name}: {exp.status}, {exp.strategy}, {finished}/"
           f"{exp.trials_requested} finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
           f"; driver: {'pid %d' % driver if driver else 'not running'}")
     if trouble and driver:
         print(trouble)
+    if staged:
+        print(budget.describe(budget.split(list(staged.values()))))
     rows = []
     pilot_leaf = {p.job_id: p.leaves[0] for p in pilots if p.job_id and len(p.leaves) == 1}
     for t in trials:
@@ -96,12 +100,26 @@ def status(args) -> int:
         note = (t.error or "").splitlines()[0] if t.error else ""
         if not t.leaves and t.job_id in pilot_leaf:  # in a pilot under one leaf: there too
             t = dataclasses.replace(t, leaves=pilot_leaf[t.job_id])
-        rows.append([str(t.id), t.state, str(t.attempt), duration, _where(t), values,
-                     format_params(t.params), note])
-    _table(["id", "state", "try", "time", "where", "objective", "params", "error"], rows)
+        spent = staged and [str(staged[t.id].steps), "" if staged[t.id].rung is None
+                            else str(staged[t.id].rung)]
+        rows.append([str(t.id), t.state, str(t.attempt), duration, *(spent or []), _where(t),
+                     values, format_params(t.params), note])
+    _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []), "where",
+            "objective", "params", "error"], rows)
     if pilots:
         _pilot_table(pilots)
     return 0
+
+
+def _budgets(exp_dir: Path, trials) -> dict:
+    """trial id -> its TrialBudget (hpsearch.report.budget), from the store alone; {} for a
+    search without early stopping or promotion."""
+    if not any(t.stop_request or t.pruner_attrs or t.state in ("pruned", "paused")
+               for t in trials):
+        return {}
+    from hpsearch.report.data import collect
+    data = collect(exp_dir, use_sacct=False)
+    return {b.trial: b for b in budget.trial_budgets(data.trials, data.curves, data.usage)}
 
 
 def _pilot_table(pilots) -> None:
@@ -142,7 +160,7 @@ def _status_all(runs_dir: Path) -> int:
         top = best_trials(trials, exp.directions, 1)
         best_text = ("front of %d" % len(top)) if len(exp.directions) > 1 else \
             (format_value(top[0].objective_values[0]) if top else "")
-        finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned"))
+        finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
         driver = runs.DriverLock(exp_dir).holder()
         rows.append([exp.name, exp.status, exp.strategy, f"{finished}/{exp.trials_requested}",
                      str(counts.get("running", 0)), str(counts.get("failed", 0)), best_text,
@@ -201,6 +219,9 @@ def export(args) -> int:
     exp, trials = _load(args)
     metrics = _metric_names(exp)
     records = []
+    from hpsearch.report.data import collect
+    data = collect(runs_dir_of(args) / args.name, use_sacct=False)
+    spent = {b.trial: b for b in budget.trial_budgets(data.trials, data.curves, data.usage)}
     for t in trials:
         rec = {"trial": t.id, "state": t.state, "attempts": t.attempt}
         rec.update({m: v for m, v in zip(metrics, t.objective_values or [None] * len(metrics))})
@@ -208,6 +229,10 @@ def export(args) -> int:
         rec.update({"started": t.started, "finished": t.finished, "duration": t.duration,
                     "host": t.host, "exit_code": t.exit_code, "error": t.error,
                     "trial_dir": t.trial_dir})
+        b = spent.get(t.id)
+        if b is not None:  # budget accounting (docs/early-stopping.md#budget)
+            rec.update({"steps": b.steps, "node_hours": b.node_hours,
+                        "gpu_hours": b.gpu_hours, "segments": b.segments, "rung": b.rung})
         records.append(rec)
     if args.format == "json":
         text = json.dumps(records, indent=1) + "\n"

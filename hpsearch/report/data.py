@@ -4,8 +4,9 @@ Resources are counted per attempt: node-hours = nodes x hours it ran, GPU-hours 
 hours. On Slurm they come from sacct (ElapsedRaw, NNodes, AllocTRES of each attempt's job);
 elsewhere, or where sacct knows nothing, from the store's start and end times, with one
 node and the GPUs the local executor gave the trial. Each attempt falls in one class:
-completed, pruned, failed, preempted (preempted, node failure, lost: run again later) or
-cancelled.
+completed, pruned, paused (a promotion segment that ended at its rung), failed, preempted
+(preempted, node failure, lost: run again later) or cancelled. hpsearch.report.budget sums
+them by how each trial ended.
 
 Pilots: the attempts that ran in a pilot all carry the pilot's Slurm job id, so sacct's
 usage of that job is the pilot's, never an attempt's. Such an attempt is counted from the
@@ -25,7 +26,7 @@ from hpsearch.store import rows as r
 from hpsearch.tui.model import spec_facts
 from hpsearch.tui.pilots import heartbeat_of
 
-CLASSES = ("completed", "pruned", "failed", "preempted", "cancelled")
+CLASSES = ("completed", "pruned", "paused", "failed", "preempted", "cancelled")
 _PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
 
 
@@ -71,7 +72,7 @@ def attempt_class(state: str | None, reason: str | None) -> str:
     text = f"{state or ''} {reason or ''}".lower()
     if any(word in text for word in _PREEMPTED_WORDS):
         return "preempted"
-    if state in ("completed", "pruned", "failed", "cancelled"):
+    if state in ("completed", "pruned", "paused", "failed", "cancelled"):
         return state
     return "cancelled" if state is None else "failed"
 

@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from hpsearch.report import figures
+from hpsearch.report import budget, figures
 from hpsearch.report.data import CLASSES, ReportData
 from hpsearch.store import rows as r
 
@@ -101,6 +101,30 @@ def _resource_table(data: ReportData) -> str:
             + "\n".join(lines))
 
 
+def _budget_table(data: ReportData) -> str:
+    """The resource the search used, by how each trial ended (hpsearch.report.budget), and
+    each trial's segments and rung in promotion mode."""
+    budgets = budget.trial_budgets(data.trials, data.curves, data.usage)
+    rows = "".join(f"<tr><td class='l'>{row.kind}</td><td>{row.trials}</td><td>{row.steps}"
+                   f"</td><td>{_hours(row.node_hours)}</td><td>{_hours(row.gpu_hours)}</td>"
+                   "</tr>" for row in budget.split(budgets))
+    staged = [b for b in budgets if b.rung is not None]
+    segments = ""
+    if staged:
+        items = "".join(f"<tr><td>{b.trial}</td><td class='l {b.kind}'>{b.kind}</td>"
+                        f"<td>{b.segments}</td><td>{b.rung}</td><td>{b.steps}</td></tr>"
+                        for b in staged)
+        segments = ("<p>Promotion: each trial's segments (attempts), the rung of its last "
+                    "one, and the steps it ran.</p><table><tr><th>trial</th><th class='l'>"
+                    "state</th><th>segments</th><th>rung</th><th>steps</th></tr>"
+                    f"{items}</table>")
+    return ("<h2 id='budget'>Budget</h2><p>Resource used, by how each trial ended: steps are "
+            "the objective's distinct reported steps (one step, one unit of resource), hours "
+            "are every attempt's.</p><table><tr><th class='l'>trials that ended</th><th>trials"
+            "</th><th>steps</th><th>node-h</th><th>GPU-h</th></tr>" + rows + "</table>"
+            + segments)
+
+
 def _percent(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else ""
 
@@ -177,6 +201,7 @@ status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}
 {_best_rows(data)}
 {''.join(sections)}
 {failures}
+{_budget_table(data)}
 {_resource_table(data)}
 {_pilot_table(data)}
 </body></html>
