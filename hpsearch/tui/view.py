@@ -22,12 +22,13 @@ from hpsearch.tui.text import (format_duration, pilot_age, pilot_left, pilot_tri
 
 STATE_STYLE = {
     "completed": "green", "failed": "bold red", "running": "cyan", "submitting": "cyan",
-    "queued": "yellow", "pending": "yellow", "pruned": "dim", "cancelled": "magenta",
+    "queued": "yellow", "pending": "yellow", "pruned": "dim", "paused": "blue",
+    "cancelled": "magenta",
     "lost": "red", "configuring": "yellow", "completing": "cyan",
 }
 PILOT_STYLE = {"running": "cyan", "draining": "yellow", "pending": "yellow",
                "submitting": "yellow", "exited": "dim"}
-COUNT_ORDER = ("completed", "failed", "pruned", "running", "submitting", "queued",
+COUNT_ORDER = ("completed", "failed", "pruned", "paused", "running", "submitting", "queued",
                "cancelled")
 
 
@@ -53,7 +54,8 @@ def _job(line: TrialLine) -> str:
     if not line.job_id:
         return ""
     return line.job_id + (f" ({line.pending_reason})" if line.pending_reason and
-                          line.state not in ("completed", "failed", "pruned", "cancelled")
+                          line.state not in ("completed", "failed", "pruned", "paused",
+                                             "cancelled")
                           else "")
 
 
