@@ -1,9 +1,12 @@
 """Early stopping on the real emulated cluster, as a job per trial, as job arrays and in
 pilots: a trial the median pruner rejects is stopped (STOP file, then scancel, or the pilot's
-cancel), recorded `pruned` and never retried, and the next trial takes its place."""
+cancel), recorded `pruned` and never retried, and the next trial takes its place. Promotion
+mode: segments of one trial run as separate jobs (or pilot slots) and resume from the
+checkpoint on shared storage."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import uuid
@@ -11,6 +14,7 @@ import uuid
 import pytest
 
 from tests.helpers import read_store
+from tests.test_promotion import SEGMENTED, _segments
 from tests.test_pruning import CURVE
 
 RUN = uuid.uuid4().hex[:6]
@@ -65,3 +69,59 @@ def test_pruned_trials_stop_early_on_slurm_and_free_their_place(cli, slurm_clust
         assert len(jobs) == 1, jobs
     else:
         assert len(jobs) == 4, jobs
+
+
+PROMOTION = """
+name: {name}
+command: {python} {script} {{x}} {{steps}} {{pause}}
+search:
+  strategy: grid
+  parallel: 2
+  space:
+    x: {{choices: [5, 3, 4, 1, 2, 0]}}
+    steps: {{value: 4}}
+    pause: {{value: 0.1}}
+  pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 2,
+           max_resource: 4}}
+objective: {{metric: loss}}
+resources: {{nodes: 1, time: "00:02:00"}}
+executor:
+  type: slurm
+  poll_interval: 1s
+{pilots}
+"""
+
+
+@pytest.mark.parametrize("mode", ["jobs", "pilots"])
+def test_promotion_segments_run_as_jobs_or_pilot_slots_and_resume_from_checkpoints(
+        cli, slurm_cluster, mode):
+    name = f"promo-{mode}-{RUN}"
+    script = cli.cwd / "segmented.py"
+    script.write_text(SEGMENTED)
+    pilots = PILOTS.replace("max: 1", "max: 1, slots_per_node: 2") if mode == "pilots" else ""
+    spec = cli.write_spec(PROMOTION.format(name=name, python=sys.executable, script=script,
+                                           pilots=pilots))
+    proc = cli("submit", spec, env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    segments = _segments(cli.runs, name)
+    best = next(t for t in trials if t.params["x"] == 0)
+    assert best.state == "completed", proc.stdout
+    assert best.objective_values == [0.25]  # x + 1/4, as an uninterrupted run
+    assert [(s[1], s[2]) for s in segments[best.id]] == [(0, 1), (1, 2), (2, 4)]
+    attempts = _attempt_jobs(cli.runs, name, best.id)
+    reported = (cli.runs / name / "trials" / f"{best.id:05d}" / "metrics.jsonl").read_text()
+    assert [json.loads(line)["step"] for line in reported.splitlines()] == [0, 1, 2, 3]
+    if mode == "pilots":
+        assert len({t.job_id for t in trials}) == 1  # one pilot ran every segment
+    else:
+        assert len(set(attempts)) == 3, attempts  # each segment its own Slurm job
+    assert {t.state for t in trials} <= {"completed", "paused"}
+
+
+def _attempt_jobs(runs, name, trial_id) -> list[str]:
+    from hpsearch.store.store import STORE_FILE, Reader
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return [a["job_id"] for a in reader.attempts(trial_id)]
+    finally:
+        reader.close()
