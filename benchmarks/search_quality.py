@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import multiprocessing
 import os
 import platform
-import shutil
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +44,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout
 sys.path.insert(0, str(HERE))
 
-import yaml  # noqa: E402
-
+import _bench_run as run  # noqa: E402
 import _objectives as objectives  # noqa: E402
 import _sq_stats as st  # noqa: E402
-from hpsearch import session  # noqa: E402
 from hpsearch.store import rows as r  # noqa: E402
 from hpsearch.store.store import STORE_FILE, Reader  # noqa: E402
 
@@ -98,14 +93,8 @@ def run_search(job: Job) -> RunResult:
     validates the spec, session.drive creates the store and runs the real driver with the
     local executor to the end."""
     fn = objectives.describe(job.function)
-    site_packages = str(Path(yaml.__file__).resolve().parent.parent)
-    spec_path = job.runs_dir / f"{job.function}-{job.method}-s{job.seed}.yaml"
-    spec_path.write_text(yaml.safe_dump(spec_dict(job, fn, site_packages), sort_keys=False))
-    spec, _ = session.new_experiment(spec_path, job.runs_dir, None, False)
-    began = time.perf_counter()
-    session.drive(spec, True, lambda line: None)
-    seconds = time.perf_counter() - began
-    store = Reader(spec.experiment_dir / STORE_FILE)
+    exp_dir, seconds = run.drive(spec_dict(job, fn, run.site_packages()), job.runs_dir)
+    store = Reader(exp_dir / STORE_FILE)
     rows = sorted(store.trials(), key=lambda t: t.id)
     store.close()
     values = [t.objective_values[0] if t.state == r.COMPLETED and t.objective_values
@@ -245,16 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [Job(fn, method, seed, args.trials, args.parallel, runs_dir)
             for seed in range(1, args.seeds + 1) for fn in args.functions
             for method in args.methods]
-    began = time.perf_counter()
-    try:
-        with multiprocessing.get_context("fork").Pool(args.jobs, _preload, (args.methods,)) as pool:
-            results = list(pool.imap_unordered(run_search, jobs))
-    finally:
-        if args.keep:
-            print(f"runs dir kept: {runs_dir}")
-        else:
-            shutil.rmtree(runs_dir, ignore_errors=True)
-    wall = time.perf_counter() - began
+    results, wall = run.run_all(run_search, jobs, args.jobs, _preload, (args.methods,),
+                                runs_dir, args.keep)
 
     targets, cells = summarize(results, args.target_fraction)
     print(f"\ntarget = {args.target_fraction:g} x random's upper-median final regret; evals: "
