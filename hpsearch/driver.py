@@ -9,20 +9,20 @@ duplicated or launched twice.
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hpsearch import retry, runs
-from hpsearch.checkpoints import CheckpointScan, doomed, remove
+from hpsearch import retry
+from hpsearch.checkpoint_keeper import CheckpointKeeper
+from hpsearch.checkpoints import CheckpointScan
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
 from hpsearch.faults import fault_point
-from hpsearch.ingest import TrialFiles, objective_values, rotate_logs
+from hpsearch.ingest import TrialFiles, objective_values, rotate_logs, with_stderr_tail
 from hpsearch.launching import build_launch
 from hpsearch.pruning.promoter import Promoter
 from hpsearch.pruning.stopper import Stopper
@@ -67,8 +67,7 @@ class Driver:
         self.stop_reason: str | None = None
         self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
-        self.directions = [o.direction for o in spec.objectives]
-        self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
+        self.checkpoints = CheckpointKeeper(spec, store, on_event)
         pruner = spec.search.pruner  # early stopping, or promotion (pause and resume)
         self.stopper = (Stopper(spec, store, executor, search, on_event)
                         if pruner.enabled and not pruner.promotion else None)
@@ -102,8 +101,7 @@ class Driver:
             self.stopper.recover(trials)
         if self.promoter:
             self.promoter.recover(trials)
-        self._remove_checkpoints([c for c in self.store.checkpoints(include_deleted=True)
-                                  if c.deleted is not None and os.path.lexists(c.path)])
+        self.checkpoints.recover()
         for row in trials:
             if row.state == r.QUEUED or row.state == r.CANCELLED:
                 self.queue.append(row.id)
@@ -289,45 +287,18 @@ class Driver:
         if live.ckpts.seen and (records or found):
             self.store.fill_checkpoint_metrics(live.trial_id, self.metrics[0], exact=True)
         if found and not final:
-            self._remove_checkpoints(self._mark_doomed(live.trial_id))
+            self.checkpoints.remove(self.checkpoints.mark(live.trial_id))
         for warning in warnings:
             self.on_event(f"trial {live.trial_id}: {warning}")
-
-    # -- checkpoints -----------------------------------------------------------------------
-    def _mark_doomed(self, trial_id: int | None) -> list[r.CheckpointRow]:
-        """Mark what the checkpoint policy deletes, of one trial (None: every trial, as the
-        experiment-wide keep_trials needs); the files go after the commit."""
-        policy = self.spec.checkpoints
-        if trial_id is not None:
-            policy = dataclasses.replace(policy, keep_trials=None)
-        if policy.keep_last is None and policy.keep_best is None and policy.keep_trials is None:
-            return []
-        present = self.store.checkpoints(trial_id)
-        if not present:
-            return []
-        trials = self.store.trials() if trial_id is None else [self.store.trial(trial_id)]
-        gone = doomed(policy, present, trials, self.directions)
-        if gone:
-            self.store.mark_checkpoints_deleted(gone)
-        return gone
-
-    def _remove_checkpoints(self, gone: list[r.CheckpointRow]) -> None:
-        for checkpoint in gone:
-            warning = remove(checkpoint, runs.trial_dir(self.spec.experiment_dir,
-                                                        checkpoint.trial))
-            if warning:
-                self.store.add_event("warning", warning, checkpoint.trial)
-                self.on_event(f"trial {checkpoint.trial}: {warning}")
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
         with self.store.batch():  # the last metrics and the outcome: one commit
             self._finalize(ended)
             if self.spec.checkpoints.keep_trials is not None:
-                self.doomed += self._mark_doomed(None)
+                self.checkpoints.doomed += self.checkpoints.mark(None)
         fault_point("after_finish")
-        gone, self.doomed = self.doomed, []
-        self._remove_checkpoints(gone)
+        self.checkpoints.remove_marked()
 
     def _finalize(self, ended: Ended) -> None:
         began = time.perf_counter()
@@ -371,9 +342,9 @@ class Driver:
                 f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
         else:
             if failure != "lost":
-                error = _with_stderr_tail(error, live)
+                error = with_stderr_tail(error, live.trial_dir)
             self._failed(ended, error, failure)
-        self.doomed += self._mark_doomed(tid)
+        self.checkpoints.doomed += self.checkpoints.mark(tid)
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
     def _requeued(self, event: Requeued) -> None:
@@ -498,18 +469,6 @@ class Driver:
         status = "completed" if done >= self.search.total else "incomplete"
         self.store.set_experiment_status(status, summary)
         return EXIT_OK if status == "completed" and not counts.get(r.FAILED) else EXIT_INCOMPLETE
-
-
-def _with_stderr_tail(error: str, live: _Live, lines: int = 5) -> str:
-    """The error plus the last lines of the attempt's stderr, so `status` shows the cause."""
-    try:
-        with open(live.trial_dir / "stderr.log", "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 4096))
-            tail = fh.read().decode("utf-8", "replace").splitlines()[-lines:]
-    except OSError:
-        return error
-    return error + ("\n" + "\n".join(tail) if tail else "")
 
 
 def _with_env(launch: Launch, env: dict[str, str]) -> Launch:

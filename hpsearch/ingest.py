@@ -190,3 +190,15 @@ def rotate_logs(trial_dir: Path, previous_attempt: int) -> None:
             (trial_dir / name).unlink()
         except FileNotFoundError:
             pass
+
+
+def with_stderr_tail(error: str, trial_dir: Path, lines: int = 5) -> str:
+    """The error plus the last lines of the attempt's stderr, so `status` shows the cause."""
+    try:
+        with open(trial_dir / "stderr.log", "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 4096))
+            tail = fh.read().decode("utf-8", "replace").splitlines()[-lines:]
+    except OSError:
+        return error
+    return error + ("\n" + "\n".join(tail) if tail else "")

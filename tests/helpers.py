@@ -51,7 +51,9 @@ def kill_driver_repeatedly(cli, spec: Path, name: str, env: dict, kills: int,
     rng = random.Random(seed)
     happened = []
     for i in range(kills):
-        args = ("submit", spec) if i == 0 else ("resume", name)
+        # Killed before the experiment was recorded, it is not there: submit again.
+        started = (cli.runs / name / "store.sqlite").exists()
+        args = ("resume", name) if i and started else ("submit", spec)
         driver = cli.popen(*args, env=env)
         delay = rng.uniform(*delays)
         try:
@@ -63,4 +65,8 @@ def kill_driver_repeatedly(cli, spec: Path, name: str, env: dict, kills: int,
             happened.append(f"{delay:.2f}s: killed")
         assert driver.returncode in (0, -signal.SIGKILL), driver.communicate()
     print("\n" + "; ".join(happened))
+    if not (cli.runs / name / "store.sqlite").exists():  # every kill came before it began
+        proc = cli("submit", spec, env=env, timeout=600)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        happened.append("submitted again: no kill came after the store was created")
     return happened
