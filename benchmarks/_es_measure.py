@@ -1,9 +1,12 @@
 """What one early-stopping search used and found, read from its store.
 
-Resource: one step (one report of the objective at a step) is one unit. A trial's resource is
-the number of distinct steps of the objective metric in the store's metrics table: every step
-its attempts (segments) ran and reported, a step reported again by a retried attempt counted
-once. A step cut short by a stop before it reported is not counted.
+Resource is hpsearch's own budget accounting (hpsearch.report.budget, what `status` prints as
+"resource used"): one step (one report of the objective at a step) is one unit; a trial's
+steps are the distinct steps of the objective in the store's metrics table, over all its
+attempts (segments), a step reported again by a retried attempt counted once; a step cut
+short by a stop before it reported is not counted. Node-seconds are every attempt's run
+time (start to end, from the store) times its nodes: what the trial processes held,
+process starts included, which steps do not show.
 
 A trial's value at full fidelity is what it reported at the last step (steps - 1): values at
 lower steps (a pruned or paused trial's) are never taken as results. "Resource to reach a
@@ -17,6 +20,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpsearch.report import budget
+from hpsearch.report.data import collect
 from hpsearch.store.store import STORE_FILE, Reader
 
 
@@ -35,14 +40,11 @@ class Search:
     steps: int                 # a full trial's steps
     maximize: bool
     reports: list[Report]      # every objective report, in time order
-    trials: int
-    segments: int              # attempts started (a promotion is a new attempt)
+    resource: int              # steps used by all trials (hpsearch's budget accounting)
+    node_seconds: float        # what the attempts held (hpsearch's budget accounting)
+    segments: int              # attempts that ran (a promotion is a new attempt)
     states: dict[str, int]     # final trial states: completed, pruned, paused, failed
-    seconds: float
-
-    @property
-    def resource(self) -> int:
-        return len(self.reports)
+    seconds: float             # the search's wall time
 
     def full_values(self) -> list[float]:
         return [r.value for r in self.reports if r.step == self.steps - 1]
@@ -71,10 +73,13 @@ def read(exp_dir: Path, metric: str, steps: int, maximize: bool, seconds: float)
         rows = store.db.execute(
             "select time, trial, step, value from metrics where name = ? order by time, trial,"
             " step", [metric]).fetchall()
-        trials = store.trials()
-        segments = sum(len(store.attempts(t.id)) for t in trials)
-        states = store.state_counts()
     finally:
         store.close()
-    reports = [Report(*row) for row in rows]
-    return Search(steps, maximize, reports, len(trials), segments, states, seconds)
+    data = collect(exp_dir, use_sacct=False)
+    spent = budget.trial_budgets(data.trials, data.curves, data.usage)
+    total = budget.split(spent)[-1]
+    states: dict[str, int] = {}
+    for t in data.trials:
+        states[t.state] = states.get(t.state, 0) + 1
+    return Search(steps, maximize, [Report(*row) for row in rows], total.steps,
+                  total.node_hours * 3600, sum(b.segments for b in spent), states, seconds)

@@ -31,12 +31,13 @@ MF_FUNCTIONS = {"mfh3": 3, "mfh6": 6}
 MF_BIAS, MF_NOISE = 0.5, 0.1
 ETA = 3  # the reduction factor of every successive-halving method
 
-METHODS = ("none", "median", "asha", "asha-promo", "hyperband-promo")
+METHODS = ("none", "median", "asha", "asha-promo", "hyperband", "hyperband-promo")
 METHOD_TEXT = {
     "none": "no pruning",
     "median": "median (stop)",
     "asha": "ASHA (stop)",
     "asha-promo": "ASHA (promotion)",
+    "hyperband": "Hyperband (stop)",
     "hyperband-promo": "Hyperband (promotion)",
 }
 
@@ -74,6 +75,8 @@ def pruner(method: str, steps: int) -> dict | None:
         "asha": {"type": "asha", "min_resource": 1, "reduction_factor": ETA},
         "asha-promo": {"type": "asha", "mode": "promotion", "min_resource": 1,
                        "reduction_factor": ETA, "max_resource": steps},
+        "hyperband": {"type": "hyperband", "min_resource": 1, "reduction_factor": ETA,
+                      "max_resource": steps},
         "hyperband-promo": {"type": "hyperband", "mode": "promotion", "min_resource": 1,
                             "reduction_factor": ETA, "max_resource": steps},
     }[method]

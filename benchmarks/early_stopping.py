@@ -5,16 +5,17 @@ foreground (benchmarks/_bench_run.py: the real driver, SQLite store and local ex
 temporary runs dir. Problems (benchmarks/_es_problems.py): MF-Hartmann learning curves from
 mf-prior-bench (mfh6, mfh3), and the real digits training of examples/digits_ddp/train.py on
 the CPU. Methods: no pruning; median (stop mode); ASHA in stop mode (Optuna's successive
-halving); ASHA in promotion mode; Hyperband in promotion mode (eta 3, min_resource 1 step,
-max_resource a full trial). Every method of a seed gets the same sampler and seed (random by
-default: the same configurations, in the same order, for every method).
+halving) and in promotion mode; Hyperband in stop mode (Optuna's) and in promotion mode (eta 3,
+min_resource 1 step, max_resource a full trial). Every method of a seed gets the same sampler
+and seed (random by default: the same configurations, in the same order, for every method).
 
 Per method, over the seeds (median and interquartile range): the total resource (steps run by
-all trials, from the store's metrics; benchmarks/_es_measure.py), its ratio to no pruning's
-on the same seed, the resource spent until a full-fidelity value within the target was
-reported, how many seeds reached the target, the best full-fidelity value, the segments
-(attempts) started and the search's wall time. Target of a seed: no pruning's best value on
-that seed, within the problem's tolerance (--tol-mf, --tol-digits).
+all trials, hpsearch's budget accounting from the store; benchmarks/_es_measure.py), its
+ratio to no pruning's on the same seed, the trial processes' node-seconds against no
+pruning's (process starts included), the resource spent until a full-fidelity value within
+the target was reported, how many seeds reached the target, the best full-fidelity value,
+the segments (attempts) started and the search's wall time. Target of a seed: no pruning's
+best value on that seed, within the problem's tolerance (--tol-mf, --tol-digits).
 
 The driver reads running trials' reports every INGEST_INTERVAL (1 s in hpsearch); a step here
 lasts only --step-seconds, so the benchmark scales that interval down with it
@@ -82,6 +83,7 @@ class Cell:
 
     resource: list[float]
     ratio: list[float]          # resource / no pruning's on the same seed
+    node_ratio: list[float]     # node-seconds / no pruning's on the same seed
     to_target: list[float]      # inf: never reached
     best: list[float]
     segments: list[float]
@@ -100,9 +102,10 @@ def summarize(outcomes: list[Outcome], tolerances: dict[str, float]
     cells: dict[tuple[str, str], Cell] = {}
     for (name, method, seed), search in sorted(by_key.items()):
         none = by_key[(name, "none", seed)]
-        cell = cells.setdefault((name, method), Cell([], [], [], [], [], [], {}))
+        cell = cells.setdefault((name, method), Cell([], [], [], [], [], [], [], {}))
         cell.resource.append(search.resource)
         cell.ratio.append(search.resource / none.resource)
+        cell.node_ratio.append(search.node_seconds / none.node_seconds)
         cell.to_target.append(search.resource_to(target_of(none, tolerances[name])))
         cell.best.append(search.best())
         cell.segments.append(search.segments)
@@ -123,9 +126,9 @@ def _spread(values: list[float], fmt) -> str:
 
 def table(names: list[str], methods: list[str], cells: dict[tuple[str, str], Cell],
           caps: dict[str, int]) -> list[str]:
-    head = (f"{'problem':<7} {'method':<22} {'resource med [IQR]':>22} {'/none':>17} "
-            f"{'to target med [IQR]':>22} {'reached':>7} {'best med [IQR]':>28} "
-            f"{'segments':>8} {'s/search':>8}  trial states (all seeds)")
+    head = (f"{'problem':<7} {'method':<22} {'resource med [IQR]':>20} {'/none':>17} "
+            f"{'node-s /none':>17} {'to target med [IQR]':>20} {'reached':>7} "
+            f"{'best med [IQR]':>28} {'segments':>8} {'s/search':>8}  trial states")
     lines = [head, "-" * len(head)]
     for name in names:
         for method in methods:
@@ -134,9 +137,10 @@ def table(names: list[str], methods: list[str], cells: dict[tuple[str, str], Cel
             states = ", ".join(f"{n} {s}" for s, n in sorted(c.states.items()))
             lines.append(
                 f"{name:<7} {problems.METHOD_TEXT[method]:<22} "
-                f"{_spread(c.resource, lambda v: f'{v:.0f}'):>22} "
+                f"{_spread(c.resource, lambda v: f'{v:.0f}'):>20} "
                 f"{_spread(c.ratio, lambda v: f'{v:.2f}'):>17} "
-                f"{_spread(c.to_target, lambda v: st.fmt_evals(v, caps[name])):>22} "
+                f"{_spread(c.node_ratio, lambda v: f'{v:.2f}'):>17} "
+                f"{_spread(c.to_target, lambda v: st.fmt_evals(v, caps[name])):>20} "
                 f"{reached:>3}/{len(c.to_target):<3} "
                 f"{_spread(c.best, lambda v: f'{v:.4f}'):>28} "
                 f"{statistics.median(c.segments):>8.0f} {statistics.median(c.seconds):>8.1f}"
@@ -254,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     cells = summarize(outcomes, tolerances)
     caps = {p.name: p.trials * p.steps for p in {j.problem for j in jobs}}
     print("\nresource: steps run by all trials (epochs for digits); /none: ratio to no "
-          "pruning's on the same seed; to target: resource until a full-fidelity value within "
-          "the target; best: best full-fidelity value; medians [IQR] over seeds\n")
+          "pruning's on the same seed; node-s: the trial processes' run time, starts "
+          "included; to target: resource until a full-fidelity value within the target; "
+          "best: best full-fidelity value; medians [IQR] over seeds; trial states summed over "
+          "seeds\n")
     for line in table(list(args.problems), args.methods, cells, caps):
         print(line)
     print(f"\n{len(outcomes)} searches in {wall:.0f} s\n")

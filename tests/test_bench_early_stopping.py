@@ -35,7 +35,8 @@ def test_every_problem_and_method_is_a_valid_spec(tmp_path):
 
 def _search(reports, maximize=False, steps=3):
     return measure.Search(steps, maximize, [measure.Report(t, tr, s, v)
-                                            for t, tr, s, v in reports], 2, 2, {}, 1.0)
+                                            for t, tr, s, v in reports],
+                          len(reports), 1.0, 2, {}, 1.0)
 
 
 def test_resource_counts_every_step_and_the_target_only_at_full_fidelity():
@@ -53,7 +54,7 @@ def test_resource_counts_every_step_and_the_target_only_at_full_fidelity():
 
 def test_goal_needs_the_target_on_most_seeds_and_a_third_of_the_resource():
     def cell(ratio, to_target):
-        return early_stopping.Cell([], ratio, to_target, [], [], [], {})
+        return early_stopping.Cell([], ratio, [], to_target, [], [], [], {})
     cells = {("mfh6", "asha"): cell([0.3, 0.33, 0.2], [10, math.inf, 12]),
              ("mfh6", "asha-promo"): cell([0.2, 0.5, 0.4], [5, 6, 7])}
     asha, promo = early_stopping.goal_lines(["mfh6"], cells)
