@@ -7,6 +7,7 @@ exactly what runs.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from hpsearch.executors.base import Launch
 from hpsearch.spec.model import Spec
 from hpsearch.template import render
 
+
+_WARM = "\0python\0"  # stands for {python} until the warm client's command line replaces it
 
 # Runs before the trial's command in the same shell; records its exit status for a driver
 # that may have been restarted meanwhile (and so cannot wait for it).
@@ -33,7 +36,8 @@ def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]
     tdir = runs.trial_dir(spec.experiment_dir, trial_id)
     ckpt = tdir / "checkpoints"
     builtins = {"trial_id": str(trial_id), "trial_dir": str(tdir), "checkpoint_dir": str(ckpt),
-                "experiment": spec.name, "python": sys.executable}
+                "experiment": spec.name,
+                "python": _WARM if spec.executor.warm is not None else sys.executable}
     env = {
         **dict(spec.env),
         "HPSEARCH_EXPERIMENT": spec.name,
@@ -50,6 +54,10 @@ def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]
         sig = "SIG" + spec.checkpoints.signal.upper().removeprefix("SIG")
         env.setdefault("PET_SIGNALS_TO_HANDLE", f"SIGTERM,SIGINT,SIGHUP,SIGQUIT,{sig}")
     command = render(spec.command, params, builtins)
+    if spec.executor.warm is not None:  # {python} runs the script through a warm server
+        command = command.replace(shlex.quote(_WARM), shlex.join([
+            sys.executable, "-m", "hpsearch.warm", "run", "--preload",
+            ",".join(spec.executor.warm), "--"]))
     return Launch(trial_id, attempt, wrap_for_ranks(spec, trial_id, command, tdir), env, tdir,
                   Path(spec.workdir), dict(params))
 

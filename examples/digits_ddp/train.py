@@ -255,7 +255,7 @@ class FirstStepClock:
             torch.cuda.synchronize()
         now = time.perf_counter()
         if self.ranks.main:
-            print(f"first_step_s={now - SCRIPT_START:.3f} "
+            print(f"first_step_s={now - SCRIPT_START:.3f} first_step_at={time.time():.3f} "
                   f"imports_s={IMPORTS_DONE - SCRIPT_START:.3f} "
                   f"after_imports_s={now - IMPORTS_DONE:.3f} "
                   f"device={self.ranks.device} world={self.ranks.world}", flush=True)

@@ -202,6 +202,9 @@ class Executor:
     # Trials run inside pilot jobs (late binding) when set. Written only with type slurm, but
     # `submit --executor local` keeps it: check type first (the local executor ignores it).
     pilots: Pilots | None = None
+    # Python trials forked from a warm server that imported these modules first
+    # (hpsearch.warm): `{python}` in the command runs through it. None: off.
+    warm: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

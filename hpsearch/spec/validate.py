@@ -38,7 +38,8 @@ EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
 CHECKPOINT_KEYS = ("keep_last", "keep_best", "keep_trials", "signal", "signal_before")
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "XCPU")
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
-                 "lost_after", "pilots")
+                 "lost_after", "pilots", "warm")
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
@@ -494,9 +495,24 @@ class _Validator:
             written = f"it is {kind}" if "type" in d else f"without it, it is {kind}"
             raise self.fail(path + ("pilots",), "pilots run on Slurm: set executor.type: slurm "
                                                 f"({written})")
+        warm = self.optional(d, "warm", path, self.warm)
         return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
                           array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
-                          pilots=pilots)
+                          pilots=pilots, warm=warm)
+
+    def warm(self, value: Any, path: KeyPath) -> tuple[str, ...] | None:
+        """`true`, a list of modules to preload, or {preload: [...]}; `false`: off."""
+        if isinstance(value, bool):
+            return () if value else None
+        if isinstance(value, dict):
+            value = self.mapping(value, path, ("preload",)).get("preload", [])
+            path = path + ("preload",)
+        modules = self.strings(value, path)
+        for i, name in enumerate(modules):
+            if not MODULE_RE.fullmatch(name):
+                raise self.fail(path + (i,), f"expected a module name such as torch or "
+                                             f"sklearn.datasets; got {checks.shown(name)}")
+        return modules
 
     def pilots(self, value: Any, path: KeyPath) -> m.Pilots | None:
         """`true` or a mapping: pilot jobs, a default for each key not given; `false`: none."""

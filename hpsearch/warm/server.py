@@ -1,0 +1,216 @@
+"""The warm server: imports the preloaded modules once, then forks one child per request.
+
+Protocol (one Unix stream connection per trial): the client sends one JSON request
+{"argv", "env", "cwd"} with its stdin, stdout and stderr attached (SCM_RIGHTS); the server
+answers {"pid": N} once the child runs and {"status": exit code} when it ends (128 + N for a
+signal, as shells say). A connection that closes before its child ended means the client
+died (killed with its trial): the child's process group is killed. With no child and no
+client for `idle_timeout` seconds the server exits. One server per socket path: it holds an
+flock on `<socket>.lock` while it lives.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from pathlib import Path
+
+MAX_REQUEST = 1 << 22  # 4 MiB of argv + environment
+
+
+def serve(path: str, preload: list[str], idle_timeout: float) -> int:
+    sock_path = Path(path)
+    sock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = open(f"{sock_path}.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another server has this path
+    for name in preload:
+        importlib.import_module(name)  # before any fork: the children find them imported
+    sock_path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path))
+    listener.listen(64)
+    server = _Server(listener, sock_path, idle_timeout)
+    server.lock = lock
+    return server.loop()
+
+
+class _Server:
+    def __init__(self, listener: socket.socket, path: Path, idle_timeout: float) -> None:
+        self.listener, self.path, self.idle_timeout = listener, path, idle_timeout
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, "accept")
+        self.wake_read, wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda s, f: None)  # wakes the loop through the fd
+        self.selector.register(self.wake_read, selectors.EVENT_READ, "child")
+        self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+        self.last_busy = time.monotonic()
+
+    def loop(self) -> int:
+        while True:
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "child":
+                    self._drain_wakeups()
+                else:
+                    self._client_event(key.fileobj, key.data)
+            self._reap()
+            if self.children:
+                self.last_busy = time.monotonic()
+            elif time.monotonic() - self.last_busy > self.idle_timeout:
+                self.path.unlink(missing_ok=True)
+                return 0
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            request, fds = _receive(conn)
+        except (OSError, ValueError) as exc:
+            print(f"hpsearch.warm: bad request: {exc}", file=sys.stderr)
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self._become_child(conn, request, fds)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = conn
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+    def _client_event(self, conn: socket.socket, pid: int) -> None:
+        try:
+            data = conn.recv(1)
+        except OSError:
+            data = b""
+        if not data:  # the client died, or gave up: its child goes with it
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.selector.unregister(conn)
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_read, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            try:
+                conn.sendall(json.dumps({"status": 128 - code if code < 0 else code})
+                             .encode() + b"\n")
+            except OSError:
+                pass
+            try:
+                self.selector.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            conn.close()
+
+    def _become_child(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        """In the forked child: become the trial's process and run its script; never returns."""
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1,
+                        signal.SIGUSR2, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            self.selector.close()
+            self.listener.close()
+            self.lock.close()  # a child must not keep the server's flock
+            for other in self.children.values():
+                other.close()
+            conn.close()
+            os.setsid()  # its own process group: signals from the client reach it alone
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            code = _run_main(list(request["argv"]))
+        except BaseException:  # noqa: BLE001 - reported like Python would, exit 1
+            traceback.print_exc()
+        finally:
+            try:
+                atexit._run_exitfuncs()
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+
+def _run_main(argv: list[str]) -> int:
+    """Run `script.py args` or `-m module args` as __main__, as the interpreter would."""
+    import runpy
+    try:
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """One request: a 4-byte length, the JSON, and the three fds that came with it."""
+    fds: list[int] = []
+    head, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(struct.unpack(f"{len(data) // 4}i", data[:len(data) // 4 * 4]))
+    if len(head) != 4 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("expected a length and three file descriptors")
+    (size,) = struct.unpack("!I", head)
+    if size > MAX_REQUEST:
+        raise ValueError(f"request of {size} bytes")
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise ValueError("request cut short")
+        body += chunk
+    return json.loads(body), fds

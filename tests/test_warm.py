@@ -1,0 +1,149 @@
+"""Warm starts (executor.warm, hpsearch.warm) on the local executor, through the real CLI:
+`{python}` trials are forked from a server that imported the preloaded modules once; the
+first trial starts the server and runs cold. Exit codes, signals, early stopping and the
+trial's environment work as for a cold process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+from tests.helpers import read_store
+
+# `fractions` stands in for torch: a module nothing else here imports at start.
+PROBE = textwrap.dedent("""
+    import os, sys, time
+    warm = "fractions" in sys.modules
+    from hpsearch import trial
+    p = trial.params()
+    trial.should_stop()
+    print(f"warm={warm} pid={os.getpid()} argv={sys.argv[1:]} cwd={os.getcwd()} "
+          f"tag={os.environ.get('TAG')} trial={os.environ['HPSEARCH_TRIAL_ID']}", flush=True)
+    for step in range(int(p["steps"])):
+        trial.report(step, loss=p["x"] + 1.0 / (step + 1))
+        if trial.should_stop():
+            break
+        time.sleep(0.2)
+    sys.exit(int(p["x"]) if p["x"] >= 3 else 0)
+""")
+
+
+@pytest.fixture
+def runtime_dir():
+    """A short folder for the server's socket (a Unix socket path has ~100 bytes); the
+    server started in it is stopped at the end."""
+    path = tempfile.mkdtemp(prefix="hw", dir="/tmp")
+    yield path
+    subprocess.run(["pkill", "-f", "--", f"--socket {path}/"], check=False)
+
+
+def _spec(cli, name, xs, steps=1, pruner="none", parallel=1):
+    (cli.cwd / "probe.py").write_text(PROBE)
+    return cli.write_spec(f"""
+        name: {name}
+        command: "{{python}} probe.py {{x}} {{steps}}"
+        env: {{TAG: "it's me"}}
+        search:
+          strategy: grid
+          parallel: {parallel}
+          space: {{x: {{choices: {xs}}}, steps: {{value: {steps}}}}}
+          pruner: {pruner}
+        objective: {{metric: loss}}
+        executor: {{type: local, grace: 2, warm: [fractions]}}
+        """, f"{name}.yaml")
+
+
+def _stdout(cli, name, tid) -> str:
+    return (cli.runs / name / "trials" / f"{tid:05d}" / "stdout.log").read_text()
+
+
+def test_trials_after_the_first_are_forked_warm_with_their_own_env_args_and_exit_codes(
+        cli, runtime_dir):
+    spec = _spec(cli, "warm", [0, 1, 2, 3])
+    env = {"XDG_RUNTIME_DIR": runtime_dir}
+    proc = cli("submit", spec, env=env)
+    assert proc.returncode == 1, proc.stdout  # trial 3 exits 3: failed
+    _, trials = read_store(cli.runs, "warm")
+    assert [t.state for t in trials] == ["completed"] * 3 + ["failed"]
+    assert trials[3].exit_code == 3
+    lines = [_stdout(cli, "warm", t.id) for t in trials]
+    assert "warm=False" in lines[0]  # the first one started the server and ran cold
+    time.sleep(0)  # (the server imports fractions while trial 0 runs)
+    assert all("warm=True" in line for line in lines[2:]), lines
+    for t, line in zip(trials, lines):
+        assert f"argv=['{t.params['x']}', '1']" in line and "tag=it's me" in line
+        assert f"trial={t.id}" in line and f"cwd={cli.cwd}" in line
+    pids = {re.search(r"pid=(\d+)", line).group(1) for line in lines}
+    assert len(pids) == 4  # a fresh process each time
+
+
+def test_a_warm_trial_is_pruned_by_sigterm_through_the_client_and_leaves_nothing(
+        cli, runtime_dir):
+    env = {"XDG_RUNTIME_DIR": runtime_dir}
+    cli("submit", _spec(cli, "prime", [0]), env=env, check=0)  # the server is up now
+    spec = _spec(cli, "warmprune", [0, 1, 2, 4], steps=30,
+                 pruner="{type: median, n_startup_trials: 1, n_warmup_steps: 1}")
+    proc = cli("submit", spec, env=env, check=0)
+    _, trials = read_store(cli.runs, "warmprune")
+    assert [t.state for t in trials] == ["completed", "pruned", "pruned", "pruned"], \
+        proc.stdout
+    for t in trials[1:]:
+        assert "warm=True" in _stdout(cli, "warmprune", t.id)
+        took = float(re.search(r"stopped ([\d.]+) s after", t.error).group(1))
+        assert took < 3.0, t.error
+    left = subprocess.run(["pgrep", "-f", "probe.py"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+
+
+def test_killing_the_client_kills_its_forked_trial(cli, runtime_dir, tmp_path):
+    (tmp_path / "sleepy.py").write_text("import time\nprint('up', flush=True)\n"
+                                        "time.sleep(60)\n")
+    env = {**os.environ, "XDG_RUNTIME_DIR": runtime_dir}
+    run = [sys.executable, "-m", "hpsearch.warm", "run", "--preload", "fractions", "--",
+           str(tmp_path / "sleepy.py")]
+    subprocess.run(run[:-1] + [str(tmp_path / "missing.py")], env=env, capture_output=True)
+    deadline = time.monotonic() + 20
+    while not list(__import__("pathlib").Path(runtime_dir).glob("*/*.sock")):
+        assert time.monotonic() < deadline, "no warm server came up"
+        time.sleep(0.1)
+    client = subprocess.Popen(run, env=env, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    assert client.stdout.readline().strip() == "up"
+    server_children = _children_of_server(runtime_dir)
+    assert len(server_children) == 1, server_children
+    os.killpg(client.pid, signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + 5
+    while _alive(server_children[0]):
+        assert time.monotonic() < deadline, "the forked trial outlived its client"
+        time.sleep(0.05)
+
+
+def _children_of_server(runtime_dir: str) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "--", f"--socket {runtime_dir}/"], capture_output=True,
+                           text=True).stdout.split()
+    servers = [int(pid) for pid in found if _ppid(int(pid)) == 1]
+    return [int(pid) for pid in found if int(pid) not in servers and _ppid(int(pid)) in servers]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
