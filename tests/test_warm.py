@@ -147,3 +147,22 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@pytest.mark.parametrize("warm,problem", [
+    ("[torch, 'os; rm -rf /']", "executor.warm[1]: expected a module name such as torch"),
+    ("{preload: torch}", "executor.warm.preload: expected a list of strings"),
+    ("{modules: [torch]}", "executor.warm.modules: unknown key 'modules'"),
+    ("3", "executor.warm: expected a list of strings"),
+])
+def test_bad_warm_preloads_are_refused_with_file_line_and_key(cli, warm, problem):
+    spec = cli.write_spec(f"""
+        name: badwarm
+        command: "{{python}} x.py {{x}}"
+        search: {{strategy: grid, space: {{x: {{choices: [1]}}}}}}
+        objective: {{metric: loss}}
+        executor: {{type: local, warm: {warm}}}
+        """)
+    proc = cli("submit", spec, check=2)
+    assert "spec.yaml:5: " + problem in proc.stderr, proc.stderr
+    assert not (cli.runs / "badwarm").exists()
