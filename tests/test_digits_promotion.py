@@ -112,3 +112,40 @@ def test_a_budget_that_is_not_a_positive_number_is_refused(tmp_path, budget):
     assert proc.stderr.startswith("train.py: error: HPSEARCH_BUDGET must be "), proc.stderr
     assert budget in proc.stderr
     assert list(tmp_path.iterdir()) == []  # nothing trained, reported or saved
+
+
+def test_a_promotion_search_through_hpsearch_ends_its_best_trial_bit_for_bit(
+        cli, split_runs, tmp_path):
+    """The whole path: the driver runs ASHA in promotion mode over the example (segments
+    forked warm), and its fully trained trial's every epoch equals the uninterrupted run's."""
+    spec = cli.write_spec(f"""
+        name: digits-promo
+        command: >-
+          {{python}} {TRAIN} --lr {{lr}} --width 32 --batch-size 64 --optimizer adam
+          --seed 3 --device cpu --epochs 9
+        search:
+          strategy: grid
+          parallel: 1
+          space: {{lr: {{choices: [0.01, 0.00001, 0.00002]}}}}
+          pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 3,
+                   max_resource: 9}}
+        objective: {{metric: val_acc, direction: maximize}}
+        executor: {{type: local, warm: [numpy, torch, torch._dynamo, sklearn.datasets]}}
+        env: {{OMP_NUM_THREADS: 1}}
+        """)
+    runtime = tmp_path / "rt"
+    runtime.mkdir()
+    try:
+        proc = cli("submit", spec, env={"XDG_RUNTIME_DIR": str(runtime)}, timeout=600)
+    finally:
+        subprocess.run(["pkill", "-f", "--", f"--socket {runtime}/"], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from tests.helpers import read_store
+    _, trials = read_store(cli.runs, "digits-promo")
+    assert [t.state for t in trials] == ["completed", "paused", "paused"], proc.stdout
+    best = cli.runs / "digits-promo" / "trials" / "00000"
+    whole_dir, _ = split_runs["one process"]["whole"]
+    assert _without_time(_metrics(best)) == _without_time(_metrics(whole_dir))
+    assert trials[0].objective_values == [json.loads((whole_dir / "result.json")
+                                                     .read_text())["val_acc"]]
+    assert trials[0].attempt == 3  # segments of 1, 3 and 9 epochs
