@@ -141,3 +141,11 @@ def test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments(cli)
         _, trials = read_store(cli.runs, name)
         assert [(t.state, t.objective_values, t.pruner_attrs) for t in trials] == \
             [(t.state, t.objective_values, t.pruner_attrs) for t in reference]
+
+
+def test_validate_and_plan_show_the_rungs(cli):
+    spec = _spec(cli, "shown")
+    for command in ("validate", "plan"):
+        out = cli(command, spec, check=0).stdout
+        assert ("pruner: successive_halving(min_resource=1, reduction_factor=3), promotion: "
+                "segments run to rungs of 1, 3, 9 steps (max_resource 9)") in out, out

@@ -40,7 +40,22 @@ def validate(args) -> int:
     for p in s.space:
         print(f"  {p.name}: {_describe(p)}")
     print("  objective: " + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives))
+    if s.pruner.enabled:
+        print(f"  {_pruner_line(spec)}")
     return 0
+
+
+def _pruner_line(spec) -> str:
+    """The pruner and, in promotion mode, each bracket's rungs in steps."""
+    from hpsearch.pruning.pruners import describe
+    p = spec.search.pruner
+    if not p.promotion:
+        return f"pruner: {describe(p)}, stopping trials early"
+    from hpsearch.pruning.promotion import Promotion
+    ladders = Promotion(p, spec.objectives[0].direction, "").ladders
+    rungs = "; ".join(", ".join(map(str, ladder)) for ladder in ladders)
+    return (f"pruner: {describe(p)}, promotion: segments run to rungs of {rungs} steps "
+            f"(max_resource {p.max_resource})")
 
 
 def _describe(p) -> str:
@@ -74,6 +89,8 @@ def plan(args) -> int:
               ("" if deterministic else f"; the first {shown} are launched together, later "
                "ones depend on results" + ("" if s.seed is not None else
                                            " (no seed: an example draw)")))
+    if s.pruner.enabled:
+        print(_pruner_line(spec))
     limit = shown if args.limit == 0 else min(shown, args.limit)
     # Sample without running: a search in memory, nothing written.
     search = make_search(dataclasses.replace(spec, search=s))
