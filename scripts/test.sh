@@ -3,7 +3,7 @@
 # whole test suite. Extra arguments go to pytest (e.g. scripts/test.sh -k resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh test,gp,pipeline,report
+scripts/setup.sh test,gp,pipeline,report,bench
 # The Slurm tests run on a real emulated cluster (scripts/slurm-cluster.sh; docs/testing.md).
 # Installing its Debian packages here keeps apt out of the tests' time limits. Not root: the
 # Slurm tests skip and say why (under CI=true they fail instead).
