@@ -58,3 +58,25 @@ def test_cancel_with_no_driver_stops_orphaned_trials(cli):
     assert not any(procs.group_alive(t.pid) for t in rows)
     exp, after = read_store(cli.runs, "orphans")
     assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * 2
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_exit_0(cli):
+    """`hpsearch status NAME | head -1`: once the reader is gone, no 'Broken pipe' error."""
+    import os
+    import subprocess
+    import sys
+    spec = cli.write_spec("""
+        name: piped
+        command: "echo @hpsearch step=0 loss={x}"
+        search: {strategy: grid, space: {x: {choices: [1, 2, 3]}}}
+        objective: {metric: loss}
+        """)
+    cli("submit", spec, check=0)
+    for command in (["status", "piped"], ["export", "piped"], ["status"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader left before anything was written
+        proc = subprocess.run([sys.executable, "-m", "hpsearch", *command], cwd=cli.cwd,
+                              env=cli.env, stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+        os.close(write)
+        assert (proc.returncode, proc.stderr) == (0, ""), (command, proc.stderr)

@@ -7,6 +7,7 @@ names) or a conflict (the experiment exists, another driver owns it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from hpsearch import __version__
@@ -60,14 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # `hpsearch status | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the exit's flush finds no pipe either
+        return 0
     except OSError as exc:  # e.g. an --out file in a folder we may not write: no traceback
         print(f"hpsearch: error: {exc.filename + ': ' if exc.filename else ''}"
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":
