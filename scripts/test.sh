@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test,gp,pipeline,report,bench
+# MF-Hartmann learning curves for benchmarks/early_stopping.py: mf-prior-bench 1.10 pins
+# numpy < 2 for parts hpsearch does not use, so it goes in without its dependencies (the
+# benchmark loads only its numpy-only MF-Hartmann module).
+.venv/bin/python -m pip install -q --no-deps mf-prior-bench==1.10.0
 # The Slurm tests run on a real emulated cluster (scripts/slurm-cluster.sh; docs/testing.md).
 # Installing its Debian packages here keeps apt out of the tests' time limits. Not root: the
 # Slurm tests skip and say why (under CI=true they fail instead).

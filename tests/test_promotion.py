@@ -149,3 +149,34 @@ def test_validate_and_plan_show_the_rungs(cli):
         out = cli(command, spec, check=0).stdout
         assert ("pruner: successive_halving(min_resource=1, reduction_factor=3), promotion: "
                 "segments run to rungs of 1, 3, 9 steps (max_resource 9)") in out, out
+
+
+def test_every_hyperband_bracket_ends_with_its_best_trial_fully_trained():
+    """The promotion policy alone, driven as the driver does (promote first, else a new
+    trial, else the end game), over 27 trials: each bracket's best trial reaches the last
+    rung. Before the end game went bracket by bracket, the top bracket (which starts at
+    max_resource) counted as 'someone finished' and the others' best stayed paused."""
+    import random
+    from hpsearch.pruning.promotion import Promotion
+    from hpsearch.spec.model import Pruner
+    policy = Promotion(Pruner("hyperband", (("max_resource", 27),), mode="promotion",
+                              max_resource=27), "minimize", "hpsearch-hb")
+    quality = {tid: random.Random(tid).random() for tid in range(27)}
+    asked = 0
+    while True:
+        segment = policy.promote()
+        if segment is None and asked < 27:
+            segment, asked = policy.first(asked), asked + 1
+        if segment is None:
+            segment = policy.promote(end_game=True)
+        if segment is None:
+            break
+        top = policy.is_top(segment.trial_id, segment.rung)
+        policy.record(segment.trial_id, segment.rung, quality[segment.trial_id], not top)
+    brackets = {}
+    for tid, t in policy.trials.items():
+        brackets.setdefault(t.bracket, []).append(tid)
+    assert len(brackets) > 1
+    for bracket, members in brackets.items():
+        best = min(members, key=quality.get)
+        assert policy.is_top(best, policy.trials[best].rung), (bracket, members)

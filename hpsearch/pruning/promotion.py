@@ -116,18 +116,20 @@ class Promotion:
 
     def promote(self, end_game: bool = False) -> Segment | None:
         """The next promotion, or None: the best promotable paused trial of the highest
-        rung. With end_game (no new trial will come, nothing runs): if no trial has reached
-        its top rung, the best paused trial of the highest rung goes on anyway, so that the
-        search ends with at least one fully trained trial."""
+        rung. With end_game (no new trial will come, nothing runs): in each bracket where no
+        trial has reached the last rung, the best paused trial of the highest rung goes on
+        anyway, so that every bracket (hyperband's too, as synchronous Hyperband finishes
+        each) ends with at least one fully trained trial."""
         paused = [(tid, t) for tid, t in self.trials.items() if t.paused]
         ranked = sorted(paused, key=lambda p: (-p[1].rung, self._rank_value(
             p[1].values[p[1].rung]), p[0]))
         chosen = next(((tid, t) for tid, t in ranked if self._promotable(t)), None)
         why = "in the top 1/{eta} of the {n} values recorded there"
-        if chosen is None and end_game and ranked and not self._anyone_at_top():
-            chosen = ranked[0]
-            why = "the best paused trial, promoted at the end of the search: no trial has " \
-                  "reached the last rung"
+        unfinished = [(tid, t) for tid, t in ranked if t.bracket not in self._finished()]
+        if chosen is None and end_game and unfinished:
+            chosen = unfinished[0]
+            why = "the best paused trial of its bracket, promoted at the end of the search: " \
+                  "none of the bracket has reached the last rung"
         if chosen is None:
             return None
         tid, t = chosen
@@ -149,6 +151,7 @@ class Promotion:
         top = len(values) // self.eta
         return top > 0 and self._rank_value(t.values[t.rung]) <= values[top - 1]
 
-    def _anyone_at_top(self) -> bool:
-        return any(self.is_top(tid, max(t.values)) for tid, t in self.trials.items()
-                   if t.values)
+    def _finished(self) -> set[int]:
+        """The brackets in which some trial has reached the last rung."""
+        return {t.bracket for tid, t in self.trials.items()
+                if t.values and self.is_top(tid, max(t.values))}
