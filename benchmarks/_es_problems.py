@@ -65,6 +65,7 @@ class Job:
     sampler: str
     parallel: int
     runs_dir: Path
+    warm: bool = False  # digits: segments forked from a warm server (executor.warm)
 
 
 def pruner(method: str, steps: int) -> dict | None:
@@ -103,6 +104,11 @@ def _mf_spec(job: Job, site_packages: str) -> tuple[str, dict, dict]:
     return command, space, {"PYTHONPATH": f"{site_packages}:{ROOT}"}
 
 
+# What train.py imports, imported once by the warm server (docs/early-stopping.md)
+DIGITS_PRELOAD = ["numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
+                  "sklearn.datasets"]
+
+
 def _digits_spec(job: Job, site_packages: str) -> tuple[str, dict, dict]:
     p = job.problem
     space = {
@@ -132,5 +138,6 @@ def spec_dict(job: Job, site_packages: str) -> dict:
         "env": env,
         "search": search,
         "objective": {"metric": p.metric, "direction": p.direction},
-        "executor": {"type": "local", "timeout": "10m"},
+        "executor": {"type": "local", "timeout": "10m",
+                     **({"warm": DIGITS_PRELOAD} if job.warm and p.name == "digits" else {})},
     }

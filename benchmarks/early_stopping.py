@@ -37,6 +37,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -195,6 +196,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tol-digits", type=float, default=0.01,
                         help="digits target: no pruning's best val_acc - this (0.01)")
     parser.add_argument("--parallel", type=int, default=2, help="trials in flight a search (2)")
+    parser.add_argument("--cold", action="store_true",
+                        help="digits trials start cold (default: executor.warm, every "
+                             "method alike)")
     parser.add_argument("--jobs", type=int, default=2, help="searches at once (2)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: mfh3 only, 1 seed, 9 trials of 9 steps, 0.02 s steps")
@@ -231,21 +235,32 @@ def make_jobs(args: argparse.Namespace, runs_dir: Path) -> list[problems.Job]:
                                       args.tol_mf, args.step_seconds)
     seeds = {name: args.digits_seeds if name == "digits" else args.seeds
              for name in args.problems}
-    return [problems.Job(made[name], method, seed, args.sampler, args.parallel, runs_dir)
+    return [problems.Job(made[name], method, seed, args.sampler, args.parallel, runs_dir,
+                         warm=not args.cold)
             for seed in range(1, max(seeds.values()) + 1) for name in args.problems
             if seed <= seeds[name] for method in args.methods]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import optuna
-
     runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-early-stopping-", dir=args.dir))
     jobs = make_jobs(args, runs_dir)
+    runtime = tempfile.mkdtemp(prefix="hw", dir="/tmp")  # the warm server's socket, ours only
+    os.environ["XDG_RUNTIME_DIR"] = runtime
+    try:
+        return _measure(args, jobs, runs_dir)
+    finally:
+        subprocess.run(["pkill", "-f", "--", f"--socket {runtime}/"], check=False)
+
+
+def _measure(args: argparse.Namespace, jobs: list, runs_dir: Path) -> int:
+    import optuna
+
     print(f"python {platform.python_version()}, optuna {optuna.__version__}, "
           f"{os.cpu_count()} CPUs ({platform.machine()}); sampler {args.sampler}, "
           f"parallel {args.parallel}, {args.jobs} searches at once, steps of "
-          f">= {args.step_seconds:g} s, driver read interval {args.read_interval:g} s")
+          f">= {args.step_seconds:g} s, driver read interval {args.read_interval:g} s, "
+          f"digits {'cold' if args.cold else 'warm (executor.warm)'}")
     for p in dict.fromkeys(j.problem for j in jobs):
         seeds = len({j.seed for j in jobs if j.problem == p})
         print(f"  {p.name}: {p.trials} trials of {p.steps} steps, {seeds} seeds, "
