@@ -1,0 +1,20 @@
+# On the lent GPU machine (see README.md here): the promotion search warm, then cold.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 XDG_RUNTIME_DIR=$(mktemp -d)
+nvidia-smi --query-gpu=index,name --format=csv,noheader
+sed '/^  warm:/d; s/^name: digits-gpu-promotion/name: digits-gpu-promotion-cold/' \
+  benchmarks/gpu/promotion.yaml > benchmarks/gpu/promotion-cold.yaml
+for s in promotion promotion-cold; do
+  start=$(date +%s.%N)
+  python3 -m hpsearch submit benchmarks/gpu/$s.yaml --runs-dir /tmp/runs -q; echo "exit=$?"
+  end=$(date +%s.%N); echo "$s search wall $(python3 -c "print(round($end-$start,1))") s"
+done
+rm -f benchmarks/gpu/promotion-cold.yaml
+for n in digits-gpu-promotion digits-gpu-promotion-cold; do
+  python3 -m hpsearch status $n --runs-dir /tmp/runs | head -3
+  echo "$n first_step_s of each segment:"
+  grep -h -o "first_step_s=[0-9.]*" /tmp/runs/$n/trials/*/stdout*.log | cut -d= -f2 | sort -n | python3 -c "
+import sys, statistics; v=[float(x) for x in sys.stdin]; print(f'  {len(v)} segments: median {statistics.median(v):.3f} s, min {min(v):.3f}, max {max(v):.3f}')"
+done
+pkill -f -- "--socket $XDG_RUNTIME_DIR/" || true
