@@ -154,7 +154,7 @@ class Driver:
                 for live in list(self.live.values()):
                     self._ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
-                if self.stopper:  # after the commit of each decision
+                if self.stopper and self.stopper.untold:  # after each decision's commit
                     self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _handle(self, events: list[Started | Update | Requeued | Ended]) -> None:

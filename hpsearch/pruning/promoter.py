@@ -35,7 +35,8 @@ class Promoter:
         for row in trials:
             attrs = row.pruner_attrs
             rungs = {int(k): v for k, v in attrs.get("rungs", {}).items()}
-            self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == r.PAUSED)
+            self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == r.PAUSED,
+                             attrs.get("step"))
 
     def env(self, segment: Segment) -> dict[str, str]:
         return {"HPSEARCH_BUDGET": str(segment.budget), "HPSEARCH_RUNG": str(segment.rung)}
@@ -83,9 +84,9 @@ class Promoter:
         if rung < 0:
             return False
         top = self.policy.is_top(tid, rung)
-        self.policy.record(tid, rung, value, paused=not top)
+        self.policy.record(tid, rung, value, paused=not top, step=step)
         with self.store.batch():
-            self.store.set_pruner_attrs(tid, self._attrs(tid, step))
+            self.store.set_pruner_attrs(tid, self._attrs(tid))
             if top:
                 return False
             attrs = self.search.tell(tid, r.PRUNED, None, intermediate={step: value})
@@ -104,10 +105,9 @@ class Promoter:
             self.store.set_segment(trial_id, attempt, segment.rung, segment.budget)
             self.store.set_pruner_attrs(trial_id, self._attrs(trial_id))
 
-    def _attrs(self, trial_id: int, step: int | None = None) -> dict:
+    def _attrs(self, trial_id: int) -> dict:
         """What the store keeps: the rung of its current segment, its value at each rung
         reached, and the step of the last one (the sampler ranks a paused trial by it)."""
         t = self.policy.trials[trial_id]
-        old = self.store.trial(trial_id).pruner_attrs if step is None else {}
         return {"rung": t.rung, "rungs": {str(k): v for k, v in sorted(t.values.items())},
-                "step": step if step is not None else old.get("step")}
+                "step": t.step}

@@ -42,6 +42,7 @@ class _Trial:
     rung: int = 0                 # the rung its current (or last) segment runs to
     values: dict[int, float] = field(default_factory=dict)  # rung -> value recorded there
     paused: bool = False          # waiting at `rung` for a promotion
+    step: int | None = None       # the last step its last recorded rung value came from
 
 
 def ladder(min_resource: int, max_resource: int, eta: int, rate: int) -> list[int]:
@@ -80,10 +81,13 @@ class Promotion:
                 return bracket
         return len(self.weights) - 1
 
-    def load(self, trial_id: int, rung: int, values: dict[int, float], paused: bool) -> None:
+    def load(self, trial_id: int, rung: int, values: dict[int, float], paused: bool,
+             step: int | None = None) -> None:
         """A trial as the store has it (on resume): the rung of its last segment, the values
-        it recorded at each rung, and whether it waits for a promotion."""
-        self.trials[trial_id] = _Trial(self.bracket_of(trial_id), rung, dict(values), paused)
+        it recorded at each rung, whether it waits for a promotion, and the step of its last
+        recorded value."""
+        self.trials[trial_id] = _Trial(self.bracket_of(trial_id), rung, dict(values), paused,
+                                       step)
 
     def first(self, trial_id: int) -> Segment:
         """The first segment of a new trial."""
@@ -104,10 +108,14 @@ class Promotion:
         return max((k for k, b in enumerate(budgets) if steps >= b), default=-1)
 
     # -- events ----------------------------------------------------------------------------
-    def record(self, trial_id: int, rung: int, value: float, paused: bool) -> None:
-        """A segment ended at `rung` with `value` (paused: it waits for a promotion)."""
+    def record(self, trial_id: int, rung: int, value: float, paused: bool,
+               step: int | None = None) -> None:
+        """A segment ended at `rung` with `value`, reported at `step` (paused: it waits for
+        a promotion)."""
         t = self.trials[trial_id]
         t.rung, t.values[rung], t.paused = rung, value, paused
+        if step is not None:
+            t.step = step
 
     def finished(self, trial_id: int) -> None:
         """The trial will run no more (completed at the top, failed, cancelled)."""

@@ -42,14 +42,14 @@ def serve(path: str, preload: list[str], idle_timeout: float) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(sock_path))
     listener.listen(64)
-    server = _Server(listener, sock_path, idle_timeout)
-    server.lock = lock
-    return server.loop()
+    return _Server(listener, sock_path, idle_timeout, lock).loop()
 
 
 class _Server:
-    def __init__(self, listener: socket.socket, path: Path, idle_timeout: float) -> None:
+    def __init__(self, listener: socket.socket, path: Path, idle_timeout: float,
+                 lock) -> None:
         self.listener, self.path, self.idle_timeout = listener, path, idle_timeout
+        self.lock = lock  # the flock that makes this the path's one server
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, "accept")
         self.wake_read, wake_write = os.pipe()
