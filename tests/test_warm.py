@@ -166,3 +166,51 @@ def test_bad_warm_preloads_are_refused_with_file_line_and_key(cli, warm, problem
     proc = cli("submit", spec, check=2)
     assert "spec.yaml:5: " + problem in proc.stderr, proc.stderr
     assert not (cli.runs / "badwarm").exists()
+
+
+def test_hostile_requests_are_refused_and_the_server_keeps_serving(runtime_dir, tmp_path):
+    """Garbage, a length of 1 GiB, bytes that are not UTF-8, a request cut short, JSON of
+    the wrong shape, nesting deep enough to exhaust recursion, a stalled client: each
+    connection is closed unanswered, nothing is forked, and a real trial runs after them."""
+    import socket
+    import struct
+    from pathlib import Path
+    env = {**os.environ, "XDG_RUNTIME_DIR": runtime_dir}
+    (tmp_path / "ok.py").write_text("import sys\nsys.exit(7)\n")
+    run = [sys.executable, "-m", "hpsearch.warm", "run", "--preload", "fractions", "--",
+           str(tmp_path / "ok.py")]
+    assert subprocess.run(run, env=env).returncode == 7  # cold: starts the server
+    deadline = time.monotonic() + 20
+    while not list(Path(runtime_dir).glob("*/*.sock")):
+        assert time.monotonic() < deadline, "no warm server came up"
+        time.sleep(0.1)
+    path = str(next(Path(runtime_dir).glob("*/*.sock")))
+    fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))]
+
+    def send(head: bytes, body: bytes = b"", with_fds: bool = True) -> bytes:
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect(path)
+        conn.settimeout(15)
+        try:
+            conn.sendmsg([head], fds if with_fds else [])
+            if body:
+                conn.sendall(body)
+            return conn.recv(100)
+        except ConnectionResetError:
+            return b""
+        finally:
+            conn.close()
+
+    deep = b"[" * 100000
+    assert send(b"\xff\xfe\x00\x01", with_fds=False) == b""
+    assert send(struct.pack("!I", 1 << 30)) == b""
+    assert send(struct.pack("!I", 10), b"\xff\xfe not js") == b""
+    assert send(struct.pack("!I", 2), b"[]") == b""
+    assert send(struct.pack("!I", 30), b'{"argv": [], "env": {}, "cwd": "/"}'[:30]) == b""
+    assert send(struct.pack("!I", len(deep)), deep) == b""
+    began = time.monotonic()
+    assert send(struct.pack("!I", 100), b"{") == b""  # stalls: dropped after 10 s
+    assert time.monotonic() - began < 14
+    assert _children_of_server(runtime_dir) == []  # nothing was forked
+    proc = subprocess.run(run, env=env, capture_output=True, text=True)
+    assert proc.returncode == 7 and "running cold" not in proc.stderr, proc.stderr

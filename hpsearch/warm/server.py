@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 
 MAX_REQUEST = 1 << 22  # 4 MiB of argv + environment
+RECEIVE_TIMEOUT = 10.0  # seconds a client may take to send its request
 
 
 def serve(path: str, preload: list[str], idle_timeout: float) -> int:
@@ -81,7 +82,7 @@ class _Server:
         conn, _ = self.listener.accept()
         try:
             request, fds = _receive(conn)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             print(f"hpsearch.warm: bad request: {exc}", file=sys.stderr)
             conn.close()
             return
@@ -194,15 +195,28 @@ def _run_main(argv: list[str]) -> int:
 
 
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    """One request: a 4-byte length, the JSON, and the three fds that came with it."""
+    """One request: a 4-byte length, the JSON, and the three fds that came with it. A
+    client that stalls mid-request holds the (single-threaded) server at most
+    RECEIVE_TIMEOUT seconds."""
     fds: list[int] = []
+    conn.settimeout(RECEIVE_TIMEOUT)
+    try:
+        request = _read_request(conn, fds)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        conn.settimeout(None)
+    return request, fds
+
+
+def _read_request(conn: socket.socket, fds: list[int]) -> dict:
     head, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds += list(struct.unpack(f"{len(data) // 4}i", data[:len(data) // 4 * 4]))
     if len(head) != 4 or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
         raise ValueError("expected a length and three file descriptors")
     (size,) = struct.unpack("!I", head)
     if size > MAX_REQUEST:
@@ -213,4 +227,12 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         if not chunk:
             raise ValueError("request cut short")
         body += chunk
-    return json.loads(body), fds
+    request = json.loads(body)
+    if not (isinstance(request, dict) and isinstance(request.get("cwd"), str)
+            and isinstance(request.get("env"), dict)
+            and all(isinstance(k, str) and isinstance(v, str)
+                    for k, v in request["env"].items())
+            and isinstance(request.get("argv"), list) and request["argv"]
+            and all(isinstance(a, str) for a in request["argv"])):
+        raise ValueError("expected {argv: [str, ...], env: {str: str}, cwd: str}")
+    return request
