@@ -33,6 +33,8 @@ from hpsearch.spec.model import Spec
 
 MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
 ADOPT_TRIES = 20  # Slurm queries tried while adopting a job on resume (back-off up to 60 s)
+CTLD_PROBE = 20.0  # seconds: sacct answers from slurmdbd, so while every job runs squeue
+                   # asks slurmctld at least this often (its outage is seen, and shown)
 SHORT_READS_FOR = 15.0  # seconds to wait for a final record that lists all the job's nodes
 
 # Final Slurm states and how the driver sees them.
@@ -85,6 +87,7 @@ class SlurmExecutor(Executor):
         self.to_cancel: list[tuple[str, bool]] = []  # (job id or name, by name): scancel
                                                     # failed, sent again by poll()
         self.query_after = 0.0  # monotonic time of the next query after a failed one
+        self.ctld_asked = time.monotonic()  # when squeue last answered
 
     def free_slots(self) -> int:
         return max(0, self.parallel - len(self.jobs) - len(self.waiting) - len(self.held))
@@ -300,7 +303,7 @@ class SlurmExecutor(Executor):
                 job.last_seen = time.monotonic()
         # Back off while nothing happens; come back quickly after a change.
         self.wait = self.interval if events else min(self.wait * 1.5, MAX_BACKOFF)
-        self.next_query = time.monotonic() + self.wait
+        self.next_query = min(time.monotonic() + self.wait, self.ctld_asked + CTLD_PROBE)
         return self.health.take_notes() + events
 
     # -- helpers ---------------------------------------------------------------------------
@@ -317,7 +320,11 @@ class SlurmExecutor(Executor):
             seen.update((rec.job_id, rec) for rec in records if rec.job_id in by_id)
         waiting = [jid for jid in by_id if jid not in seen or seen[jid].state == "PENDING"
                    or seen[jid].state in _MAY_REQUEUE]
+        if time.monotonic() - self.ctld_asked >= CTLD_PROBE:
+            waiting = list(by_id)
         queue = {rec.job_id: rec for rec in self.slurm.squeue(waiting)} if waiting else {}
+        if waiting:
+            self.ctld_asked = time.monotonic()
         events: list[Update | Requeued | Ended] = []
         arrays: dict[str, list] = {}  # array id -> its sacct records, asked once per query
         now = time.monotonic()

@@ -1,7 +1,8 @@
 """Real Slurm faults during a running search of 2-node trials: the driver rides them out.
 
-slurmdbd stopped for 60 s (sacct fails), slurmctld stopped and started again (every command
-fails, then jobs are recovered from its state), and sbatch refused by an association limit
+slurmdbd stopped for 60 s (sacct fails), slurmctld stopped and started again while accounting
+lists the jobs running (sacct still answers; squeue, sbatch and the jobs' own srun fail, then
+jobs are recovered from its state), and sbatch refused by an association limit
 (MaxSubmitJobs set with sacctmgr; the cluster enforces limits). Each time: the driver never
 exits, `hpsearch status` says what is wrong while it lasts, every trial completes, none runs
 twice (one job per trial in accounting), and the trouble is in the events.
@@ -129,6 +130,18 @@ def _sruns_done(cli, name: str, count: int):
     return test
 
 
+def _running_in_accounting(cli, slurm_cluster, name: str, count: int):
+    """sacct (slurmdbd) lists `count` of the search's jobs as running: from then on only
+    squeue tells that slurmctld is down."""
+    def test():
+        out = slurm_cluster.run("sacct", "--parsable2", "--noheader", "-X", "-S", "now-1hour",
+                                "-o", "JobName,State", check=False).stdout
+        prefix = job_prefix(cli.runs, name)
+        return sum(line.startswith(prefix) and line.endswith("|RUNNING")
+                   for line in out.split()) >= count
+    return test
+
+
 def _finish(proc, timeout: float = 300) -> str:
     """Wait for the driver's own end: exit 0 (every trial completed). On another exit code
     the assertion shows what it printed, its trials' errors included."""
@@ -178,6 +191,8 @@ def test_slurmdbd_down_for_60_s_stops_nothing(cli, slurm_cluster):
 def test_slurmctld_restarted_mid_search_loses_and_repeats_nothing(cli, slurm_cluster):
     with _search(cli, slurm_cluster, "ctld", trials=4, sleep=6) as (name, proc):
         _wait_for("two trials past srun", _sruns_done(cli, name, 2), proc=proc)
+        _wait_for("accounting to list them running",
+                  _running_in_accounting(cli, slurm_cluster, name, 2), proc=proc)
         with _daemon_down(slurm_cluster, "slurmctld", ["scontrol", "ping"]):
             _wait_for("status to say Slurm is unreachable", lambda: "Slurm unreachable since"
                       in cli("status", name).stdout, timeout=60, proc=proc)
