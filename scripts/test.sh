@@ -3,7 +3,7 @@
 # whole test suite. Extra arguments go to pytest (e.g. scripts/test.sh -k resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh test,gp,pipeline,report,bench
+scripts/setup.sh test,gp,pipeline,report,bench,dashboard
 # MF-Hartmann learning curves for benchmarks/early_stopping.py: mf-prior-bench 1.10 pins
 # numpy < 2 for parts hpsearch does not use, so it goes in without its dependencies (the
 # benchmark loads only its numpy-only MF-Hartmann module).
