@@ -1,0 +1,110 @@
+"""One consistent, typed, read-only view of an experiment's store: the rows every export
+and conversion starts from (hpsearch.api, hpsearch.interop.optuna_trials, `hpsearch export`).
+
+Read through hpsearch.store's Reader only (mode=ro): never blocks or writes the driver's store.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpsearch.spec.model import Spec
+from hpsearch.store import STORE_FILE
+from hpsearch.store import rows as r
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One reported metric value: `trial` reported `name` = `value` at `step` (NaN stays NaN)."""
+
+    trial: int
+    step: int
+    name: str
+    value: float
+    attempt: int | None
+    time: float | None
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt (a retry, a requeue, or a promotion segment) of a trial."""
+
+    trial: int
+    attempt: int
+    state: str | None
+    started: float | None
+    finished: float | None
+    host: str | None
+    job_id: str | None
+    exit_code: int | None
+    reason: str | None       # why it began or how it ended, as the driver wrote it
+    failure: str | None      # its failure class (hpsearch.retry), if it failed
+    nodes: str | None
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """An experiment's rows, read at one moment. `spec` is the spec it was submitted with."""
+
+    exp_dir: Path
+    experiment: r.ExperimentRow
+    spec: Spec
+    trials: tuple[r.TrialRow, ...]
+    attempts: tuple[AttemptRow, ...]
+    metrics: tuple[MetricRow, ...]
+    checkpoints: tuple[r.CheckpointRow, ...]
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The objective metrics first (spec order), then every other reported metric in the
+        order first reported."""
+        objectives = tuple(o.metric for o in self.spec.objectives)
+        others = dict.fromkeys(m.name for m in self.metrics if m.name not in objectives)
+        return objectives + tuple(others)
+
+    def metrics_of(self, trial_id: int) -> list[MetricRow]:
+        return [m for m in self.metrics if m.trial == trial_id]
+
+    def attempts_of(self, trial_id: int) -> list[AttemptRow]:
+        return [a for a in self.attempts if a.trial == trial_id]
+
+
+def last_reports(metrics: list[MetricRow]) -> dict[str, tuple[int, float]]:
+    """metric -> (step, value) at the highest step it was reported (one trial's rows)."""
+    found: dict[str, tuple[int, float]] = {}
+    for m in metrics:
+        if m.name not in found or m.step >= found[m.name][0]:
+            found[m.name] = (m.step, m.value)
+    return found
+
+
+def read_view(exp_dir: Path) -> StoreView:
+    """Read the experiment in `exp_dir` (its store must exist) and parse its stored spec.
+    Raises hpsearch.errors.NotFound / BadInput with a message meant for the user."""
+    from hpsearch.spec.validate import parse_spec
+    from hpsearch.store import Reader
+
+    exp_dir = Path(exp_dir)
+    reader = Reader(exp_dir / STORE_FILE)
+    try:
+        exp = reader.experiment()
+        trials = reader.trials()
+        metrics, attempts = [], []
+        for t in trials:
+            metrics += [MetricRow(row["trial"], row["step"], row["name"],
+                                  math.nan if row["value"] is None else row["value"],
+                                  row.get("attempt"), row.get("time"))
+                        for row in reader.metrics(t.id)]
+            attempts += [AttemptRow(row["trial"], row["attempt"], row.get("state"),
+                                    row.get("started"), row.get("finished"), row.get("host"),
+                                    row.get("job_id"), row.get("exit_code"), row.get("reason"),
+                                    row.get("failure"), row.get("nodes"))
+                         for row in reader.attempts(t.id)]
+        checkpoints = reader.checkpoints(include_deleted=True)
+    finally:
+        reader.close()
+    spec = parse_spec(exp.spec_yaml, exp.spec_file, Path(exp.base_dir), exp_dir.parent)
+    return StoreView(exp_dir, exp, spec, tuple(trials), tuple(attempts), tuple(metrics),
+                     tuple(checkpoints))
