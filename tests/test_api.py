@@ -1,0 +1,101 @@
+"""hpsearch.load: an experiment's data from Python, and trials_dataframe in Optuna's shape,
+on a real local search with completed, failed and pruned trials."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import hpsearch
+from hpsearch.errors import NotFound
+from tests.helpers import read_store
+from tests.interop_search import run_search, write_spec
+
+
+@pytest.fixture
+def searched(cli):
+    run_search(cli)
+    return cli
+
+
+def test_load_gives_spec_trials_attempts_metrics_and_best(searched):
+    exp = hpsearch.load("interop", searched.runs)
+    _, stored = read_store(searched.runs, "interop")
+    assert exp.name == "interop" and exp.status == "completed"
+    assert [o.metric for o in exp.spec.objectives] == ["loss"]
+    assert [(t.id, t.state, t.params) for t in exp.trials] == \
+        [(t.id, t.state, t.params) for t in stored]
+    assert {t.params["x"]: t.state for t in exp.trials} == \
+        {1: "completed", 2: "completed", 3: "failed", 9: "pruned"}
+    assert [(a.trial, a.attempt) for a in exp.attempts] == [(t.id, 1) for t in stored]
+    for t in exp.trials:  # every report: loss and acc at steps 0..2
+        x = t.params["x"]
+        got = {(m.step, m.name): m.value for m in exp.metrics if m.trial == t.id}
+        assert got == {**{(s, "loss"): x * x + 2 - s for s in range(3)},
+                       **{(s, "acc"): float(f"0.{9 - x % 9}") for s in range(3)}}
+    assert exp.best.params["x"] == 1 and exp.best.objective_values == [1.0]
+    assert exp.checkpoints == ()
+
+
+def test_trials_dataframe_has_optunas_columns(searched):
+    df = hpsearch.load("interop", searched.runs).trials_dataframe()
+    assert list(df.columns) == [
+        "number", "value", "datetime_start", "datetime_complete", "duration",
+        "params_lr", "params_steps", "params_x", "user_attrs_acc",
+        "user_attrs_hpsearch_attempts", "user_attrs_hpsearch_error",
+        "user_attrs_hpsearch_finished", "user_attrs_hpsearch_job_id",
+        "user_attrs_hpsearch_started", "user_attrs_hpsearch_state",
+        "user_attrs_hpsearch_trial", "user_attrs_hpsearch_trial_dir", "state"]
+    by_x = {row.params_x: row for row in df.itertuples()}
+    assert by_x[1].state == "COMPLETE" and by_x[1].value == 1.0
+    assert by_x[3].state == "FAIL" and math.isnan(by_x[3].value)
+    assert by_x[3].user_attrs_hpsearch_error.startswith("exit code 1")
+    assert by_x[9].state == "PRUNED" and by_x[9].user_attrs_acc == 0.9
+    assert list(df.number) == list(range(8))
+    assert str(df.datetime_start.dtype).startswith("datetime64")
+    assert all(d.total_seconds() < 60 for d in df.duration)
+
+
+def test_frozen_trials_carry_intermediate_values_and_distributions(searched):
+    exp = hpsearch.load("interop", searched.runs)
+    frozen = exp.optuna_trials()
+    assert [f.number for f in frozen] == [t.id for t in exp.trials]
+    for f, t in zip(frozen, exp.trials):
+        x = t.params["x"]
+        assert f.intermediate_values == {s: x * x + 2 - s for s in range(3)}
+        assert f.params == t.params and f.user_attrs["hpsearch_trial"] == t.id
+        assert f.distributions["x"].choices == (1, 2, 3, 9)
+        assert f.distributions["lr"].low == 0.01 and f.distributions["lr"].step == 0.01
+    assert exp.optuna_study().best_trial.number == exp.best.id
+
+
+def test_multi_objective_dataframe_has_values_columns(cli):
+    text = write_spec(cli).read_text().replace(
+        "objective: {metric: loss, direction: minimize}",
+        "objective: [{metric: loss, direction: minimize}, {metric: acc, direction: maximize}]"
+    ).replace("  pruner: {type: threshold, upper: 50}\n", "")
+    cli("submit", cli.write_spec(text, "multi.yaml"), check=1)
+    exp = hpsearch.load("interop", cli.runs)
+    df = exp.trials_dataframe()
+    assert {"values_0", "values_1"} <= set(df.columns) and "value" not in df.columns
+    assert "user_attrs_acc" not in df.columns  # acc is an objective here, not a user attr
+    with pytest.raises(ValueError, match="best_trials"):
+        exp.best  # noqa: B018
+    assert {t.id for t in exp.best_trials} <= {t.id for t in exp.trials}
+
+
+def test_a_missing_experiment_names_the_runs_dir_and_close_names(searched):
+    with pytest.raises(NotFound) as err:
+        hpsearch.load("intrope", searched.runs)
+    assert str(searched.runs) in str(err.value) and "did you mean 'interop'" in str(err.value)
+    with pytest.raises(NotFound, match="no experiment 'zzz'"):
+        hpsearch.load("zzz", searched.runs)
+
+
+def test_load_defaults_to_the_runs_dir_the_cli_uses(searched, monkeypatch):
+    monkeypatch.setenv("HPSEARCH_RUNS_DIR", str(searched.runs))
+    assert hpsearch.load("interop").name == "interop"
+    monkeypatch.delenv("HPSEARCH_RUNS_DIR")
+    monkeypatch.chdir(searched.cwd)  # ./hpsearch-runs
+    assert len(hpsearch.load("interop").trials) == 8
