@@ -99,3 +99,33 @@ def test_load_defaults_to_the_runs_dir_the_cli_uses(searched, monkeypatch):
     monkeypatch.delenv("HPSEARCH_RUNS_DIR")
     monkeypatch.chdir(searched.cwd)  # ./hpsearch-runs
     assert len(hpsearch.load("interop").trials) == 8
+
+
+def test_export_has_every_metric_iso_times_and_durations(searched):
+    import csv
+    import datetime as dt
+    import io
+    import json
+
+    rows = list(csv.DictReader(io.StringIO(searched("export", "interop", check=0).stdout)))
+    assert list(rows[0])[:9] == ["trial", "state", "attempts", "loss", "param_x", "param_lr",
+                                 "param_steps", "loss_last", "loss_last_step"]
+    assert {"acc", "acc_last", "acc_last_step", "started", "finished", "duration",
+            "steps"} <= set(rows[0])
+    exp = hpsearch.load("interop", searched.runs)
+    for row, t in zip(rows, exp.trials):
+        x = t.params["x"]
+        assert row["loss"] == ("" if t.state != "completed" else str(float(x * x)))
+        assert float(row["loss_last"]) == x * x and row["loss_last_step"] == "2"
+        assert float(row["acc"]) == float(row["acc_last"]) == float(f"0.{9 - x % 9}")
+        started = dt.datetime.fromisoformat(row["started"])
+        assert started.tzinfo is not None and started.timestamp() == pytest.approx(t.started,
+                                                                                   abs=1e-3)
+        assert dt.datetime.fromisoformat(row["finished"]).timestamp() == \
+            pytest.approx(t.finished, abs=1e-3)
+        assert float(row["duration"]) == pytest.approx(t.finished - t.started)
+    out = searched.cwd / "t.json"
+    searched("export", "interop", "--format", "json", "--out", out, check=0)
+    data = json.loads(out.read_text())
+    assert [d["trial"] for d in data] == list(range(8)) and len({tuple(d) for d in data}) == 1
+    assert data[0]["loss"] == 1.0 and data[4]["loss"] is None and data[4]["acc"] == 0.6

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import os
 import sys
@@ -41,8 +39,9 @@ def register(sub) -> None:
     p.add_argument("-k", type=int, default=1, help="how many (single objective; default 1)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_runs_dir(p)
-    p = add_command(sub, "export", "Every trial with params, state, objective values and "
-                    "timings, as CSV or JSON.",
+    p = add_command(sub, "export", "Every trial with params, state, objective values, every "
+                    "metric it reported (final and last intermediate), ISO-8601 start and end "
+                    "times and duration in seconds, as CSV or JSON.",
                     "  hpsearch export quadratic > trials.csv\n"
                     "  hpsearch export quadratic --format json --out trials.json", export)
     p.add_argument("name")
@@ -53,15 +52,6 @@ def register(sub) -> None:
 
 def _open(args):
     return _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
-
-
-def _load(args):
-    """(experiment, trials) of the experiment named in args."""
-    reader = _open(args)
-    try:
-        return reader.experiment(), reader.trials()
-    finally:
-        reader.close()
 
 
 def _metric_names(exp) -> list[str]:
@@ -216,33 +206,15 @@ def best(args) -> int:
 
 
 def export(args) -> int:
-    exp, trials = _load(args)
-    metrics = _metric_names(exp)
-    records = []
+    from hpsearch.interop.store_view import read_view
+    from hpsearch.report import export as exporting
     from hpsearch.report.data import collect
-    data = collect(runs_dir_of(args) / args.name, use_sacct=False)
-    spent = {b.trial: b for b in budget.trial_budgets(data.trials, data.curves, data.usage)}
-    for t in trials:
-        rec = {"trial": t.id, "state": t.state, "attempts": t.attempt}
-        rec.update({m: v for m, v in zip(metrics, t.objective_values or [None] * len(metrics))})
-        rec.update({f"param_{k}": v for k, v in t.params.items()})
-        rec.update({"started": t.started, "finished": t.finished, "duration": t.duration,
-                    "host": t.host, "exit_code": t.exit_code, "error": t.error,
-                    "trial_dir": t.trial_dir})
-        b = spent.get(t.id)
-        if b is not None:  # budget accounting (docs/early-stopping.md#budget)
-            rec.update({"steps": b.steps, "node_hours": b.node_hours,
-                        "gpu_hours": b.gpu_hours, "segments": b.segments, "rung": b.rung})
-        records.append(rec)
-    if args.format == "json":
-        text = json.dumps(records, indent=1) + "\n"
-    else:
-        buf = io.StringIO()
-        columns = list(dict.fromkeys(k for rec in records for k in rec)) or ["trial"]
-        writer = csv.DictWriter(buf, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(records)
-        text = buf.getvalue()
+    exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
+    view = read_view(exp_dir)
+    data = collect(exp_dir, use_sacct=False)
+    records = exporting.records(view, {b.trial: b for b in budget.trial_budgets(
+        data.trials, data.curves, data.usage)})
+    text = exporting.render(records, args.format)
     if args.out is None:
         sys.stdout.write(text)
         return 0

@@ -1,0 +1,60 @@
+"""`hpsearch export`: one record per trial, as CSV or JSON (read-only on the store).
+
+Columns, in this order: trial, state, attempts; each objective metric (its final value, as
+the trial's result recorded it); param_<name> for each parameter (spec order); for every metric the trial
+reported, objective or not: <metric> (the final value: the objective value, or else the last
+report), <metric>_last and <metric>_last_step (its last intermediate report and that step);
+started and finished (ISO-8601 with UTC offset), duration (seconds), host, exit_code, error,
+trial_dir; then steps, node_hours, gpu_hours, segments, rung (the resource it used,
+hpsearch.report.budget). A value a trial does not have is empty (CSV) or null (JSON).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from hpsearch.interop.optuna_trials import iso
+from hpsearch.interop.store_view import StoreView, last_reports
+from hpsearch.report import budget
+
+
+def records(view: StoreView, budgets: dict[int, budget.TrialBudget]) -> list[dict]:
+    """One dict per trial, every dict with the same keys (see the module docstring)."""
+    objectives = [o.metric for o in view.spec.objectives]
+    names = view.metric_names
+    params = list(dict.fromkeys([p.name for p in view.spec.search.space]  # spec order
+                                + [k for t in view.trials for k in t.params]))
+    out = []
+    for t in view.trials:
+        rec = {"trial": t.id, "state": t.state, "attempts": t.attempt}
+        rec.update(zip(objectives, t.objective_values or [None] * len(objectives)))
+        rec.update({f"param_{k}": t.params.get(k) for k in params})
+        last = last_reports(view.metrics_of(t.id))
+        for name in names:
+            step, value = last.get(name, (None, None))
+            if name not in objectives:
+                rec[name] = value
+            rec[f"{name}_last"], rec[f"{name}_last_step"] = value, step
+        rec.update({"started": iso(t.started), "finished": iso(t.finished),
+                    "duration": t.duration, "host": t.host, "exit_code": t.exit_code,
+                    "error": t.error, "trial_dir": t.trial_dir})
+        b = budgets.get(t.id)
+        if budgets:  # budget accounting (docs/early-stopping.md#budget)
+            rec.update({"steps": b and b.steps, "node_hours": b and b.node_hours,
+                        "gpu_hours": b and b.gpu_hours, "segments": b and b.segments,
+                        "rung": b and b.rung})
+        out.append(rec)
+    return out
+
+
+def render(found: list[dict], fmt: str) -> str:
+    """The records as `fmt` ("csv" or "json") text."""
+    if fmt == "json":
+        return json.dumps(found, indent=1) + "\n"
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(found[0]) if found else ["trial"])
+    writer.writeheader()
+    writer.writerows(found)
+    return buf.getvalue()
