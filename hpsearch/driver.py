@@ -22,8 +22,10 @@ from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
 from hpsearch.faults import fault_point
-from hpsearch.ingest import TrialFiles, objective_values, rotate_logs, with_stderr_tail
+from hpsearch.ingest import (TrialFiles, exit_time, objective_values, rotate_logs,
+                             with_stderr_tail)
 from hpsearch.launching import build_launch
+from hpsearch.outcome import cause
 from hpsearch.pruning.promoter import Promoter
 from hpsearch.pruning.stopper import Stopper
 from hpsearch.search.base import Search
@@ -293,8 +295,9 @@ class Driver:
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
-        with self.store.batch():  # the last metrics and the outcome: one commit
-            self._finalize(ended)
+        live = self.live[ended.trial_id]
+        with self.store.batch(), self.store.ending_at(exit_time(live.trial_dir)):
+            self._finalize(ended)  # the last metrics and the outcome: one commit
             if self.spec.checkpoints.keep_trials is not None:
                 self.checkpoints.doomed += self.checkpoints.mark(None)
         fault_point("after_finish")
@@ -397,7 +400,7 @@ class Driver:
         decision = retry.decide(self.spec.retries, this, earlier,
                                 self.store.checkpoint_steps(tid))
         state = "lost" if failure == "lost" else r.FAILED
-        first = error.splitlines()[0]
+        first = cause(error)
         if decision.retry:
             self.store.finish_attempt(tid, attempt, state, ended.exit_code, error, requeue=True,
                                       failure=failure)

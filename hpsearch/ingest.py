@@ -202,3 +202,12 @@ def with_stderr_tail(error: str, trial_dir: Path, lines: int = 5) -> str:
     except OSError:
         return error
     return error + ("\n" + "\n".join(tail) if tail else "")
+
+
+def exit_time(trial_dir: Path) -> float | None:
+    """When the attempt's process ended: the time of the exit_code file its wrapper shell
+    writes on exit (rotated away before each attempt), None if there is none."""
+    try:
+        return (Path(trial_dir) / "exit_code").stat().st_mtime
+    except OSError:
+        return None

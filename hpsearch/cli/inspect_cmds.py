@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from hpsearch import runs
+from hpsearch import outcome, runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.results import best as best_trials
 from hpsearch.results import best_checkpoint
@@ -75,9 +75,12 @@ def status(args) -> int:
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
     finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
-    print(f"experiment {exp.name}: {exp.status}, {exp.strategy}, {finished}/"
+    shown = outcome.experiment_status(exp.status, driver)
+    print(f"experiment {exp.name}: {shown}, {exp.strategy}, {finished}/"
           f"{exp.trials_requested} finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
           f"; driver: {'pid %d' % driver if driver else 'not running'}")
+    if shown == outcome.INTERRUPTED:
+        print(f"its driver is gone; {outcome.resume_hint(exp.name)}")
     if trouble and driver:
         print(trouble)
     if staged:
@@ -87,7 +90,7 @@ def status(args) -> int:
     for t in trials:
         values = " ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values or []))
         duration = f"{t.duration:.1f}s" if t.duration is not None else ""
-        note = (t.error or "").splitlines()[0] if t.error else ""
+        note = outcome.cause(t.error)
         if not t.leaves and t.job_id in pilot_leaf:  # in a pilot under one leaf: there too
             t = dataclasses.replace(t, leaves=pilot_leaf[t.job_id])
         spent = staged and [str(staged[t.id].steps), "" if staged[t.id].rung is None
@@ -152,7 +155,8 @@ def _status_all(runs_dir: Path) -> int:
             (format_value(top[0].objective_values[0]) if top else "")
         finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
         driver = runs.DriverLock(exp_dir).holder()
-        rows.append([exp.name, exp.status, exp.strategy, f"{finished}/{exp.trials_requested}",
+        rows.append([exp.name, outcome.experiment_status(exp.status, driver), exp.strategy,
+                     f"{finished}/{exp.trials_requested}",
                      str(counts.get("running", 0)), str(counts.get("failed", 0)), best_text,
                      f"pid {driver}" if driver else "-",
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(exp.updated))])

@@ -212,6 +212,7 @@ class Store(Reader):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._depth = 0  # nesting of batch()
+        self._end_time: float | None = None  # ending_at()
         self.filesystem = storage.detect(self.path.parent)
         existed = self.path.exists() and self.path.stat().st_size > 0
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
@@ -248,6 +249,17 @@ class Store(Reader):
         self._depth -= 1
         if self._depth == 0:
             conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def ending_at(self, when: float | None):
+        """finish_attempt() inside records `when` (if not None) as the attempt's end: the time
+        the trial really ended (its exit_code file), not the time the driver saw it, which
+        for an attempt that ended while no driver ran is when a driver came back."""
+        self._end_time = None if when is None else min(when, time.time())
+        try:
+            yield
+        finally:
+            self._end_time = None
 
     def _write(self, sql: str, args: Iterable[Any] = ()) -> None:
         self._write_many([(sql, args)])
@@ -369,7 +381,7 @@ class Store(Reader):
                        failure: str | None = None) -> None:
         """Record how an attempt ended (`failure`: its class, hpsearch.retry). With requeue
         the trial goes back to `queued`."""
-        now = time.time()
+        now = time.time() if self._end_time is None else self._end_time
         trial_state = r.QUEUED if requeue else state
         statements = [
             ("update attempts set state = ?, finished = ?, exit_code = ?, reason = ?,"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpsearch import runs
+from hpsearch import outcome, runs
 from hpsearch.store import STORE_FILE
 from hpsearch.store import rows as r
 from hpsearch.tui.pilots import PilotLine, ended_count, pilot_lines
@@ -174,8 +174,7 @@ class SnapshotSource:
                          nodes=t.nodes or (t.host if t.job_id else None) or None,
                          leaves=leaves,
                          attempt=t.attempt, step=step, latest=latest, best=best,
-                         duration=t.duration, error=(t.error or "").splitlines()[0]
-                         if t.error else None)
+                         duration=t.duration, error=outcome.cause(t.error) or None)
 
     def _best_now(self, completed: int) -> tuple[int | None, tuple[float, ...], int | None]:
         """(best trial id, its values, Pareto front size), cached per completed count."""
@@ -221,11 +220,12 @@ class SnapshotSource:
         first = self.reader.db.execute("select created from trials order by id limit 1"
                                        ).fetchone()
         first = first[0] if first else None
-        running = exp.status == "running"
+        driver = runs.DriverLock(self.exp_dir).holder()
+        running = exp.status == "running"  # or interrupted: its clock runs on
         end = now if running else exp.updated
         elapsed = max(0.0, end - (first or exp.created))
         eta = None
-        if running and 0 < finished < exp.trials_requested and elapsed > 0:
+        if running and driver and 0 < finished < exp.trials_requested and elapsed > 0:
             eta = elapsed / finished * (exp.trials_requested - finished)
         leaves, note = cluster
         if leaves is not None:
@@ -237,7 +237,8 @@ class SnapshotSource:
             leaves = tuple(LeafLine(x.leaf, x.free, x.used, x.down,
                                     tuple(on_leaf.get(x.leaf, ()))) for x in leaves)
         return Snapshot(name=exp.name, strategy=exp.strategy, executor=self.executor,
-                        status=exp.status, driver_pid=runs.DriverLock(self.exp_dir).holder(),
+                        status=outcome.experiment_status(exp.status, driver),
+                        driver_pid=driver,
                         metrics=self.metrics, directions=self.directions,
                         total=exp.trials_requested, counts=counts, elapsed=elapsed, eta=eta,
                         trials=tuple(shown), best=best, best_values=best_values,

@@ -16,6 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from hpsearch import outcome
 from hpsearch.tui.model import Snapshot, TrialLine
 from hpsearch.tui.text import (format_duration, pilot_age, pilot_left, pilot_trials,
                                pilot_where)
@@ -122,8 +123,11 @@ def _header(snap: Snapshot) -> Text:
     text.append(f"  {snap.strategy} · {snap.executor} · ")
     status_style = {"running": "cyan", "completed": "green"}.get(snap.status, "yellow")
     text.append(snap.status, style=status_style)
-    driver = f"driver pid {snap.driver_pid}" if snap.driver_pid else "no driver running"
-    text.append(f" · {driver}", style="dim" if snap.driver_pid else "yellow")
+    if snap.status == outcome.INTERRUPTED:
+        text.append(f" · no driver: hpsearch resume {snap.name}", style="bold yellow")
+    else:
+        driver = f"driver pid {snap.driver_pid}" if snap.driver_pid else "no driver running"
+        text.append(f" · {driver}", style="dim" if snap.driver_pid else "yellow")
     if snap.slurm_trouble and snap.driver_pid:
         text.append(f" · {snap.slurm_trouble}", style="bold red")
     return text
@@ -176,6 +180,18 @@ def _best(snap: Snapshot) -> Text:
     return text
 
 
+def _failure(snap: Snapshot) -> Text | None:
+    """The newest failure's cause ("#3 failed: exit code 1: ValueError: ..."), if any."""
+    failed = [line for line in snap.trials if line.error and line.state in ("failed", "lost")]
+    if not failed:
+        return None
+    last = max(failed, key=lambda line: line.id)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"#{last.id} {last.state}: ", style="bold red")
+    text.append(last.error)
+    return text
+
+
 def _cluster_lines(snap: Snapshot) -> list[Text]:
     lines = [Text("cluster (per leaf switch)", style="bold", no_wrap=True)]
     if snap.cluster is None:
@@ -225,7 +241,10 @@ def render(snap: Snapshot, width: int = 80, height: int = 24,
     """Everything, fitted to width x height (never more lines than height)."""
     top = {"header": _header(snap), "times": _times(snap), "bar": _progress(snap, width),
            "counts": _counts(snap), "best": _best(snap)}
-    drop_order = ["best", "times", "counts", "bar"]
+    failure = _failure(snap)
+    if failure is not None:
+        top["failure"] = failure
+    drop_order = ["failure", "best", "times", "counts", "bar"][0 if failure else 1:]
     cluster = _cluster_lines(snap) if snap.executor == "slurm" else []
     pilots = _pilot_lines(snap)
     bottom = [Text(footer, style="dim", no_wrap=True, overflow="ellipsis")] if footer else []

@@ -1,0 +1,44 @@
+"""How an end is told to a person: the cause of a failed trial, the state of an experiment.
+
+Pure functions over what the store holds; the CLI (`status`, `submit`'s live lines), the
+live view and the report show the same words.
+"""
+
+from __future__ import annotations
+
+import re
+
+INTERRUPTED = "interrupted"
+
+# The line of a stderr tail that names the cause: a Python exception ("ValueError: ..."),
+# or a line that says error/killed/fatal/failed in any runtime's words.
+_EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)"
+                        r"|[\w.]*(Error|Exception))\b.*")
+_WORDS = re.compile(r"(?i)\b(error|killed|fatal|failed|abort|oom|out of memory|panic)\b")
+
+
+def cause(error: str | None, width: int = 160) -> str:
+    """One line that says why a trial failed, from its stored error (its first line, e.g.
+    "exit code 1", then the last lines of its stderr): the first line, and after it the
+    stderr line naming the cause (the last Python exception line, else the last line with
+    words like error/killed/fatal, else the last non-empty line). '' for no error."""
+    if not error:
+        return ""
+    first, *tail = error.splitlines()
+    tail = [line.strip() for line in tail if line.strip()]
+    line = next((x for x in reversed(tail) if _EXCEPTION.match(x)), None) \
+        or next((x for x in reversed(tail) if _WORDS.search(x)), None) \
+        or (tail[-1] if tail else None)
+    told = f"{first}: {line}" if line and line not in first else first
+    return told if len(told) <= width else told[:width - 3] + "..."
+
+
+def experiment_status(status: str, driver_pid: int | None) -> str:
+    """The experiment's status as a person should read it: 'running' in the store with no
+    live driver is 'interrupted' (its driver was killed, its host rebooted), never
+    'running'."""
+    return INTERRUPTED if status == "running" and not driver_pid else status
+
+
+def resume_hint(name: str) -> str:
+    return f"continue it with: hpsearch resume {name}"
