@@ -35,11 +35,15 @@ def test_report_writes_self_contained_html_and_pngs(cli, finished_search: Path):
     proc = cli("report", "tui", "--out", out, check=0)
     assert f"wrote {out / 'report.html'}" in proc.stdout
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["history.png", "importances.png", "learning_curves.png",
-                    "parallel_coordinates.png"]  # one objective: no Pareto front
+    assert pngs == ["history.png", "learning_curves.png", "parallel_coordinates.png",
+                    "slices.png"]  # one objective: no Pareto front, and no note for it
+    page = (out / "report.html").read_text()
+    assert "id='pareto_front'" not in page
+    # one parameter: nothing to rank, and the report says so where the figure would be
+    assert ("<h2 id='importances'>Parameter importances</h2><p class='note left-out'>Not "
+            "drawn: only one parameter varies (x)") in page
     for name in pngs:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    page = (out / "report.html").read_text()
     assert page.count("src='data:image/png;base64,") == 4
     assert not re.search(r"""(src|href)=['"]?(https?:|//)""", page)  # nothing fetched
     assert "<script" not in page

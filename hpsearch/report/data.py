@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
+from hpsearch.report.space import spec_space
 from hpsearch.store import STORE_FILE
 from hpsearch.store import rows as r
 from hpsearch.tui.model import spec_facts
@@ -65,6 +66,7 @@ class ReportData:
     created: float = 0.0
     updated: float = 0.0
     pilots: list[PilotUsage] = field(default_factory=list)
+    space: dict[str, dict] = field(default_factory=dict)  # the spec's search.space entries
 
 
 def attempt_class(state: str | None, reason: str | None) -> str:
@@ -136,6 +138,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None) -> ReportData:
                       status=exp.status, metrics=metrics, directions=tuple(exp.directions),
                       trials=trials, curves=curves, usage=usage, notes=notes,
                       created=exp.created, updated=exp.updated,
+                      space=spec_space(exp.spec_yaml),
                       pilots=[pilot_usage(row, max(1, len(_hosts(row.nodes))),
                                           by_job.get(row.job_id) if row.job_id else None,
                                           spans.get(row.id, []), heartbeat_of(exp_dir, row),

@@ -22,6 +22,7 @@ th { background: #f0f0f0; } td.l, th.l { text-align: left; }
 pre { color: #b00; margin: 0.2em 0 0.6em; white-space: pre-wrap; }
 tr.total td { font-weight: bold; background: #fafafa; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.3em 0 1em; }
+.caption { color: #444; margin-top: -0.6em; font-size: 0.9em; }
 .failed { color: #b00; } .completed { color: #070; } .note { color: #a60; }
 """
 
@@ -165,18 +166,30 @@ def _pilot_table(data: ReportData) -> str:
             "before its end.</p>" + "\n".join(lines))
 
 
+def _figure_section(key: str, title: str, drawn, out_dir: Path) -> str:
+    """One figure's section: its PNG (also written as out_dir/<key>.png) and caption, or a
+    note saying why it is left out; "" where it does not apply. A left-out figure's PNG from
+    an earlier report in out_dir is removed."""
+    path = out_dir / f"{key}.png"
+    if not isinstance(drawn, figures.Drawn):
+        path.unlink(missing_ok=True)
+        if drawn is None:
+            return ""
+        return (f"<h2 id='{key}'>{_e(title)}</h2><p class='note left-out'>Not drawn: "
+                f"{_e(drawn.reason)}.</p>")
+    png = figures.png(drawn.figure)
+    path.write_bytes(png)
+    encoded = base64.b64encode(png).decode("ascii")
+    return (f"<h2 id='{key}'>{_e(title)}</h2>"
+            f"<img alt='{_e(title)}' src='data:image/png;base64,{encoded}'>"
+            + (f"<p class='caption'>{_e(drawn.caption)}</p>" if drawn.caption else ""))
+
+
 def write(data: ReportData, out_dir: Path) -> Path:
     """Write out_dir/report.html and one PNG per figure that has something to show."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    sections = []
-    for key, title, draw in figures.FIGURES:
-        png = draw(data)
-        if png is None:
-            continue
-        (out_dir / f"{key}.png").write_bytes(png)
-        encoded = base64.b64encode(png).decode("ascii")
-        sections.append(f"<h2 id='{key}'>{_e(title)}</h2>"
-                        f"<img alt='{_e(title)}' src='data:image/png;base64,{encoded}'>")
+    sections = "".join(_figure_section(key, title, draw(data), out_dir)
+                       for key, title, draw in figures.FIGURES)
     counts: dict[str, int] = {}
     for t in data.trials:
         counts[t.state] = counts.get(t.state, 0) + 1
@@ -199,7 +212,7 @@ def write(data: ReportData, out_dir: Path) -> Path:
 status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}.</p>
 {notes}
 {_best_rows(data)}
-{''.join(sections)}
+{sections}
 {failures}
 {_budget_table(data)}
 {_resource_table(data)}
