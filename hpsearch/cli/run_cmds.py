@@ -80,9 +80,8 @@ def submit(args) -> int:
     spec, exists = session.new_experiment(args.spec, args.runs_dir and args.runs_dir.absolute(),
                                           args.executor, args.resume)
     if spec.search.strategy == "grid":
-        from hpsearch.search.grid import grid_size
-        sizes = " x ".join(str(len(p.grid_values())) for p in spec.search.space)
-        print(f"grid: {sizes} = {grid_size(spec.search)} points; {spec.search.trials} trials")
+        from hpsearch.search.grid import grid_summary
+        print(f"grid: {grid_summary(spec.search)}; {spec.search.trials} trials")
     if args.best_out:
         args.best_out.unlink(missing_ok=True)  # no stale result while (or if) this one fails
     code = _run(spec, create=not exists, args=args)

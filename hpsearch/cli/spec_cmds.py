@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 from hpsearch.cli.common import add_command, format_params
@@ -59,6 +58,9 @@ def _pruner_line(spec) -> str:
 
 
 def _describe(p) -> str:
+    if p.when is not None:  # conditional: `float in [0.0, 0.99], when optimizer in [sgd]`
+        text = _describe(dataclasses.replace(p, when=None))
+        return f"{text}, when {p.when.parent} in {list(p.when.values)}"
     if p.kind == "fixed":
         return f"fixed {p.value!r}"
     if p.kind == "categorical":
@@ -78,9 +80,8 @@ def plan(args) -> int:
     spec = load_spec(args.spec)
     s = spec.search
     if s.strategy == "grid":
-        sizes = [len(p.grid_values()) for p in s.space]
-        print(f"grid: {' x '.join(map(str, sizes))} = {math.prod(sizes)} points; "
-              f"{s.trials} trials, {s.parallel} in parallel")
+        from hpsearch.search.grid import grid_summary
+        print(f"grid: {grid_summary(s)}; {s.trials} trials, {s.parallel} in parallel")
         shown = s.trials
     else:
         deterministic = s.strategy in ("random", "qmc") and s.seed is not None

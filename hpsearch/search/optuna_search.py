@@ -3,6 +3,11 @@
 The study lives in memory and is rebuilt from the store on every start: finished trials are
 added with their values and the sampler state Optuna keeps in system attrs (CMA-ES, NSGA-II,
 QMC keep theirs there); trials in flight are added as RUNNING and told when they end.
+
+Parameters are suggested define-by-run, one by one in spec order, and a conditional one only
+where its condition holds, so a trial holds exactly its active parameters and the samplers see
+the true structure (TPE groups the parameters that occur together; CMA-ES and GP sample the
+ones outside their intersection space independently, as Optuna does).
 """
 
 from __future__ import annotations
@@ -37,13 +42,27 @@ def distribution(param: Param):
                                step=float(param.step) if param.step is not None else None)
 
 
-def make_sampler(strategy: str, seed: int | None, parallel: int, multi: bool):
+def suggest(trial, name: str, dist) -> Any:
+    """`name`'s value in an Optuna trial, sampled from `dist` (a distribution())."""
+    d = _optuna().distributions
+    if isinstance(dist, d.CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    if isinstance(dist, d.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+
+
+def make_sampler(strategy: str, seed: int | None, parallel: int, multi: bool,
+                 conditional: bool = False):
     samplers = _optuna().samplers
     if strategy == "random":
         return samplers.RandomSampler(seed=seed)
     if strategy == "tpe":
-        # constant_liar keeps parallel workers from sampling next to each other.
-        return samplers.TPESampler(seed=seed, multivariate=True, constant_liar=parallel > 1)
+        # constant_liar keeps parallel workers from sampling next to each other; group
+        # models each set of parameters that occur together (a conditional space), where
+        # plain multivariate TPE would fall back to independent sampling.
+        return samplers.TPESampler(seed=seed, multivariate=True, constant_liar=parallel > 1,
+                                   group=conditional)
     if strategy == "gp":
         return samplers.GPSampler(seed=seed)
     if strategy == "cmaes":
@@ -79,7 +98,8 @@ class OptunaSearch(Search):
         optuna = _optuna()
         TrialState = optuna.trial.TrialState
         sampler = make_sampler(self.spec.strategy, resumed_seed(self.spec.seed, len(trials)),
-                               self.spec.parallel, len(self.directions) > 1)
+                               self.spec.parallel, len(self.directions) > 1,
+                               self.spec.conditional)
         self.study = optuna.create_study(directions=self.directions, sampler=sampler)
         storage, study_id = self.study._storage, self.study._study_id
         for key, value in study_attrs.items():
@@ -90,6 +110,7 @@ class OptunaSearch(Search):
             if t.id != expected:
                 raise RuntimeError(f"store trial ids are not dense: found {t.id}, expected "
                                    f"{expected}")
+            # A conditional trial holds only its active parameters, each with its distribution.
             params = {k: v for k, v in t.params.items() if k in self.distributions}
             if t.state == r.COMPLETED and t.objective_values is not None:
                 state, values = TrialState.COMPLETE, t.objective_values
@@ -101,7 +122,8 @@ class OptunaSearch(Search):
             else:
                 state, values = TrialState.RUNNING, None
             frozen.append(optuna.trial.create_trial(
-                state=state, params=params, distributions=self.distributions, values=values,
+                state=state, params=params, values=values,
+                distributions={k: self.distributions[k] for k in params},
                 system_attrs=t.sampler_attrs, intermediate_values=curve))
         self.study.add_trials(frozen)
         self.asked = len(frozen)
@@ -111,10 +133,10 @@ class OptunaSearch(Search):
             self.rebuild([], {})
         if self.asked >= self.total:
             return None
-        trial = self.study.ask(self.distributions)
+        trial = self.study.ask()
         self.asked += 1
         storage = self.study._storage
-        params: dict[str, Any] = {**self.spec.fixed, **trial.params}
+        params = self.spec.active(lambda p: suggest(trial, p.name, self.distributions[p.name]))
         return Asked(trial.number, params,
                      dict(storage.get_trial_system_attrs(trial._trial_id)),
                      dict(storage.get_study_system_attrs(self.study._study_id)))

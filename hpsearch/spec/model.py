@@ -15,9 +15,28 @@ PLACEMENT_POLICIES = ("leaf-switch", "any")
 PLACEMENT_MODES = ("auto", "switches", "nodelist")
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Equal and of one type: a choice `1` is not `true` or `1.0` (JSON keeps each apart)."""
+    return type(a) is type(b) and a == b
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`when: {parent: value or [values]}`: the parameter exists in a trial only where the
+    categorical `parent`, defined earlier in the space, exists and has one of `values`."""
+
+    parent: str
+    values: tuple
+
+    def holds(self, params: dict[str, Any]) -> bool:
+        return self.parent in params and any(same_value(params[self.parent], v)
+                                             for v in self.values)
+
+
 @dataclass(frozen=True)
 class Param:
-    """One search dimension. kind is float | int | categorical | fixed."""
+    """One search dimension. kind is float | int | categorical | fixed. With `when`, it is
+    conditional: present in a trial only where its condition holds (docs/spec.md)."""
 
     name: str
     kind: str
@@ -27,6 +46,12 @@ class Param:
     step: float | int | None = None
     choices: tuple = ()
     value: Any = None
+    when: Condition | None = None
+
+    def active_in(self, params: dict[str, Any]) -> bool:
+        """Whether this parameter takes part in a trial whose earlier parameters (in spec
+        order, the active ones only) are `params`."""
+        return self.when is None or self.when.holds(params)
 
     def grid_values(self) -> list:
         """Every value this parameter takes in a grid search."""
@@ -98,6 +123,21 @@ class Search:
     @property
     def fixed(self) -> dict[str, Any]:
         return {p.name: p.value for p in self.space if p.kind == "fixed"}
+
+    @property
+    def conditional(self) -> bool:
+        """Whether some parameter exists only in some trials (a `when`)."""
+        return any(p.when is not None for p in self.space)
+
+    def active(self, suggest) -> dict[str, Any]:
+        """A trial's parameters, in spec order, active ones only: `suggest(param)` gives
+        the value of each searched one, asked only once its condition is known to hold
+        (define-by-run); fixed ones take their value."""
+        params: dict[str, Any] = {}
+        for p in self.space:
+            if p.active_in(params):
+                params[p.name] = p.value if p.kind == "fixed" else suggest(p)
+        return params
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from hpsearch.spec import checks
 from hpsearch.spec import model as m
 from hpsearch.spec.loading import read_spec_text
 from hpsearch.spec.pruner import pruner as pruner_spec
+from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES  # noqa: F401 (re-exported)
+from hpsearch.spec.space import is_int as _is_int, is_number as _is_number
+from hpsearch.spec.space import space as space_spec, template_problem
 from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-PARAM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_NAME_RE = PARAM_RE
 SLURM_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
@@ -28,7 +30,6 @@ TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "re
             "retries", "checkpoints", "executor", "launcher", "container", "env",
             "placement")
 SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner")
-PARAM_KEYS = ("type", "low", "high", "log", "step", "choices", "value")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
                  "partition", "account", "qos", "sbatch_extra")
@@ -44,7 +45,6 @@ PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace",
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
 PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
-PARAM_TYPES = ("float", "int", "categorical", "fixed")
 MAX_INT = 2 ** 31 - 1
 
 
@@ -241,12 +241,13 @@ class _Validator:
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise self.fail(path + ("strategy",), f"unknown strategy '{strategy}'; expected one "
                                                   f"of {', '.join(m.STRATEGIES)}{hint}")
-        space = self.space(d["space"], path + ("space",), strategy)
+        space = space_spec(self, d["space"], path + ("space",), strategy)
         parallel = self.optional(d, "parallel", path, lambda v, p: self.integer(v, p, 1), 1)
         seed = self.optional(d, "seed", path, lambda v, p: self.integer(v, p, 0), None)
         trials = self.optional(d, "trials", path, lambda v, p: self.integer(v, p, 1), None)
         if strategy == "grid":
-            size = math.prod(len(p.grid_values()) for p in space)
+            from hpsearch.search.grid import grid_size  # only the combinations that exist
+            size = grid_size(space)
             trials = size if trials is None else min(trials, size)
         elif trials is None:
             raise self.fail(path, f"missing required key 'trials' (how many trials the "
@@ -259,103 +260,6 @@ class _Validator:
                                m.Pruner())
         return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
                         space=space, pruner=pruner)
-
-    def space(self, value: Any, path: KeyPath, strategy: str) -> tuple[m.Param, ...]:
-        self.typed(value, path, lambda v: isinstance(v, dict) and v,
-                   "a non-empty mapping of parameter name to its range")
-        params = []
-        for name, spec in value.items():
-            ppath = path + (name,)
-            if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
-                raise self.fail(ppath, "expected a parameter name made of letters, digits and "
-                                       f"'_' (it is used as {{name}} in command); got "
-                                       f"{checks.shown(name)}")
-            if name in BUILTIN_PLACEHOLDERS:
-                raise self.fail(ppath, f"'{name}' is reserved for hpsearch's own placeholder "
-                                       f"{{{name}}}; choose another name")
-            params.append(self.param(name, spec, ppath, strategy))
-        return tuple(params)
-
-    def param(self, name: str, spec: Any, path: KeyPath, strategy: str) -> m.Param:
-        if isinstance(spec, list):
-            raise self.fail(path, "a list is ambiguous: write {choices: [...]} to search over "
-                                  "it, or {value: [...]} to fix it")
-        if not isinstance(spec, dict):
-            return m.Param(name, "fixed", value=self.plain(spec, path))
-        d = self.mapping(spec, path, PARAM_KEYS)
-        kind = d.get("type")
-        if kind is None:
-            kind = ("categorical" if "choices" in d else "fixed" if "value" in d else
-                    "int" if _is_int(d.get("low")) and _is_int(d.get("high")) and
-                    _is_int(d.get("step", 1)) and not d.get("log") else "float")
-        elif kind not in PARAM_TYPES:
-            raise self.fail(path + ("type",), f"unknown parameter type {checks.shown(kind)}; "
-                                              "expected one of "
-                                              f"{', '.join(PARAM_TYPES)}")
-        allowed = {"fixed": ("type", "value"), "categorical": ("type", "choices"),
-                   "float": ("type", "low", "high", "log", "step"),
-                   "int": ("type", "low", "high", "log", "step")}[kind]
-        for key in d:
-            if key not in allowed:
-                raise self.fail(path + (key,), f"'{key}' does not apply to a {kind} parameter; "
-                                               f"expected only {', '.join(allowed)}")
-        if kind == "fixed":
-            if "value" not in d:
-                raise self.fail(path, "missing required key 'value'")
-            return m.Param(name, "fixed", value=self.plain(d["value"], path + ("value",)))
-        if kind == "categorical":
-            choices = d.get("choices")
-            self.typed(choices, path + ("choices",), lambda v: isinstance(v, list),
-                       "a list of choices")
-            if not choices:
-                raise self.fail(path + ("choices",), "expected at least one choice; got an "
-                                                     "empty list")
-            for i, c in enumerate(choices):
-                self.typed(c, path + ("choices", i), lambda v: v is None or
-                           isinstance(v, (str, int, float, bool)), "a string, number or bool")
-                self.plain(c, path + ("choices", i))
-            if len(set(map(repr, choices))) != len(choices):
-                raise self.fail(path + ("choices",), "duplicate choices; each may appear once")
-            return m.Param(name, "categorical", choices=tuple(choices))
-        return self.numeric(name, kind, d, path, strategy)
-
-    def numeric(self, name: str, kind: str, d: dict, path: KeyPath, strategy: str) -> m.Param:
-        check = _is_int if kind == "int" else _is_number
-        what = "an integer" if kind == "int" else "a number"
-        for key in ("low", "high"):
-            if key not in d:
-                raise self.fail(path, f"missing required key '{key}' for a {kind} parameter")
-            if isinstance(d[key], float) and not math.isfinite(d[key]):
-                raise self.fail(path + (key,), f"expected a finite number; got {d[key]}")
-            self.typed(d[key], path + (key,), check, what)
-        low, high = d["low"], d["high"]
-        if low >= high:
-            raise self.fail(path + ("low",), f"expected low < high; got low={low}, high={high}")
-        log = self.optional(d, "log", path, lambda v, p: self.typed(
-            v, p, lambda x: isinstance(x, bool), "true or false"), False)
-        if log and low <= 0:
-            raise self.fail(path + ("low",), f"a log scale needs low > 0; got low={low}")
-        step = self.optional(d, "step", path, lambda v, p: self.typed(v, p, check, what), None)
-        if step is not None:
-            if step <= 0:
-                raise self.fail(path + ("step",), f"expected step > 0; got {step}")
-            if log:
-                raise self.fail(path + ("step",), "step and log cannot be combined "
-                                                  "(Optuna samples log scales without a step)")
-            span = (high - low) / step
-            if abs(span - round(span)) > 1e-9:
-                raise self.fail(path + ("step",), f"expected a step that divides high - low "
-                                                  f"({high} - {low}); got {step}")
-        if strategy == "grid":
-            if kind == "float" and step is None:
-                raise self.fail(path, "a grid search needs a finite set: give this float "
-                                      "range a 'step', or use 'choices'")
-            if log:
-                raise self.fail(path + ("log",), "a grid search cannot enumerate a log range; "
-                                                 "list the values with 'choices'")
-            if kind == "int" and step is None:
-                step = 1
-        return m.Param(name, kind, low=low, high=high, log=log, step=step)
 
     def objectives(self, value: Any, path: KeyPath) -> tuple[m.Objective, ...]:
         items = value if isinstance(value, list) else [value]
@@ -386,6 +290,9 @@ class _Validator:
                 hint = f"; did you mean {{{close[0]}}}?" if close else ""
                 raise self.fail(("command",), f"placeholder {{{ph}}} names no parameter in "
                                               f"search.space{hint}")
+        found = template_problem(command, search.space)
+        if found:
+            raise self.fail(*found)
         if "params" in used:
             return
         for p in search.space:
@@ -596,14 +503,6 @@ class _Validator:
         except (ValueError, TypeError):
             raise self.fail(path, f"expected a positive duration such as 90, '90s', '10m', '2h' "
                                   f"or '01:30:00'; got {checks.shown(value)}") from None
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _kind(v: Any) -> str:
