@@ -21,6 +21,7 @@ from hpsearch.checkpoints import CheckpointScan
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
+from hpsearch.failfast import FailFast
 from hpsearch.faults import fault_point
 from hpsearch.ingest import (TrialFiles, exit_time, objective_values, rotate_logs,
                              with_stderr_tail)
@@ -74,6 +75,8 @@ class Driver:
         self.stopper = (Stopper(spec, store, executor, search, on_event)
                         if pruner.enabled and not pruner.promotion else None)
         self.promoter = Promoter(spec, store, search, on_event) if pruner.promotion else None
+        self.failfast = FailFast(spec, store.state_counts())
+        self.gave_up: str | None = None  # why search.max_failures stopped the search
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -415,6 +418,10 @@ class Driver:
         if self.promoter:
             self.promoter.finished(tid)
         self.on_event(f"trial {tid} failed: {first} ({failure}; {decision.describe()})")
+        if self.gave_up is None and (why := self.failfast.after_failure(self.store)):
+            self.gave_up = why
+            self.on_event(why)
+            self.request_stop("search.max_failures")
 
     # -- stopping and the end --------------------------------------------------------------
     def _install_signal_handlers(self) -> dict:
@@ -465,6 +472,9 @@ class Driver:
         counts = self.store.state_counts()
         done = sum(counts.get(s, 0) for s in r.FINISHED + (r.PAUSED,))
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if self.gave_up:
+            self.store.set_experiment_status("failed", f"{self.gave_up} ({summary})")
+            return EXIT_INCOMPLETE
         if self.stop_reason:
             self.store.set_experiment_status("cancelled", f"stopped by {self.stop_reason}: "
                                                           f"{summary}")

@@ -36,7 +36,11 @@ def experiment_dir(runs_dir: Path, name: str) -> Path:
 def existing_experiment_dir(runs_dir: Path, name: str) -> Path:
     path = experiment_dir(runs_dir, name)
     if not (path / "store.sqlite").exists():
-        raise NotFound(f"no experiment '{name}' under {runs_dir} (use --runs-dir or "
+        import difflib
+        names = [p.name for p in list_experiments(runs_dir)]
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise NotFound(f"no experiment '{name}' under {runs_dir}{hint} (use --runs-dir or "
                        "HPSEARCH_RUNS_DIR if it lives elsewhere)")
     return path
 

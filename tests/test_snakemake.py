@@ -37,15 +37,19 @@ def snakemake_installed() -> None:
 
 
 def snakemake(workdir: Path, *args: str, env: dict | None = None,
-              timeout: float = 300) -> subprocess.CompletedProcess:
-    """`snakemake -c1 ARGS` in workdir, with this venv's bin first on PATH (hpsearch)."""
-    return subprocess.run([SNAKEMAKE, "-c1", *args], cwd=workdir, env=_env(env),
+              timeout: float = 300, venv_on_path: bool = True) -> subprocess.CompletedProcess:
+    """`snakemake -c1 ARGS` in workdir, with this venv's bin first on PATH (hpsearch), or
+    (venv_on_path=False) this venv's snakemake by its path with the venv not on PATH at all,
+    as `.venv/bin/snakemake -c1` runs without an activated virtualenv."""
+    return subprocess.run([SNAKEMAKE, "-c1", *args], cwd=workdir, env=_env(env, venv_on_path),
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _env(extra: dict | None = None) -> dict:
+def _env(extra: dict | None = None, venv_on_path: bool = True) -> dict:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra or {})}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    venv = str(Path(sys.executable).parent)
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv]
+    env["PATH"] = os.pathsep.join(([venv] if venv_on_path else []) + path)
     env.pop("HPSEARCH_RUNS_DIR", None)
     env.pop("HPSEARCH_FAULT", None)
     return env
@@ -90,8 +94,9 @@ def test_digits_pipeline_runs_end_to_end_then_has_nothing_to_do(tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_module_example_from_the_docs_runs(module_pipeline):
-    proc = snakemake(module_pipeline)
+def test_module_example_from_the_docs_runs_without_an_activated_venv(module_pipeline):
+    assert shutil.which("hpsearch", path=_env(venv_on_path=False)["PATH"]) is None
+    proc = snakemake(module_pipeline, venv_on_path=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     best = json.loads((module_pipeline / "results" / "best.json").read_text())
     assert best["experiment"] == "target" and set(best["params"]) == {"x", "y"}

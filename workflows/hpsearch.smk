@@ -13,7 +13,10 @@
 #   executor    local | slurm (default: the spec's executor)
 #   driver_job  true: the driver runs as its own Slurm job (default false)
 #   log         the search's log (default logs/hpsearch-search.log)
-#   hpsearch    the command to run (default hpsearch, from PATH)
+#   allow_failures  true: a search with some failed trials still succeeds and writes its
+#               best, if it ran to its end and one trial completed (default false)
+#   hpsearch    the command to run (default: `python -m hpsearch` on the interpreter
+#               Snakemake runs on, so no activated virtualenv is needed)
 #
 # The search runs where Snakemake runs (a local rule): hpsearch itself submits the trials,
 # to Slurm with `executor: slurm`. Named inputs beyond `spec` (add them with `use rule ...
@@ -21,12 +24,14 @@
 
 import os
 import shlex
+import sys
 
 import yaml
 
 _SPEC = config["spec"]
 _RUNS = config.get("runs_dir", "hpsearch-runs")
 _BEST = config.get("best", "results/best_params.json")
+_HPSEARCH = config.get("hpsearch") or f"{shlex.quote(sys.executable)} -m hpsearch"
 with open(_SPEC) as _fh:
     _EXPERIMENT = str(yaml.safe_load(_fh)["name"])
 
@@ -37,6 +42,8 @@ def _submit_flags():
         flags += ["--executor", str(config["executor"])]
     if config.get("driver_job"):
         flags += ["--driver-job", "--wait"]
+    if config.get("allow_failures"):
+        flags += ["--allow-failures"]
     return shlex.join(flags)
 
 
@@ -55,7 +62,7 @@ rule search:
     log:
         config.get("log", "logs/hpsearch-search.log"),
     params:
-        hpsearch=config.get("hpsearch", "hpsearch"),
+        hpsearch=_HPSEARCH,
         flags=_submit_flags(),
         env=_input_env,
     localrule: True
@@ -71,7 +78,7 @@ rule export_trials:
     output:
         trials=config.get("trials", "results/trials.json"),
     params:
-        hpsearch=config.get("hpsearch", "hpsearch"),
+        hpsearch=_HPSEARCH,
         experiment=_EXPERIMENT,
         runs_dir=_RUNS,
     localrule: True

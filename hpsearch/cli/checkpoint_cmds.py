@@ -30,6 +30,8 @@ def checkpoints(args) -> int:
     reader = _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
     try:
         exp = reader.experiment()
+        if args.trial is not None:
+            _exists(reader, exp.name, args.trial)
         rows = reader.checkpoints(args.trial, include_deleted=args.all)
     finally:
         reader.close()
@@ -52,6 +54,17 @@ def checkpoints(args) -> int:
                       else "", _size(c.bytes), str(c.attempt or ""), note, c.path])
     _table(["trial", "step", metric, "size", "try", "", "path"], table)
     return 0
+
+
+def _exists(reader, name: str, trial: int) -> None:
+    """NotFound (exit 2) naming the trials there are, if `trial` is not one of them."""
+    from hpsearch.errors import NotFound
+    try:
+        reader.trial(trial)
+    except NotFound:
+        ids = [t.id for t in reader.trials()]
+        there = f"trials {ids[0]} to {ids[-1]}" if ids else "no trials yet"
+        raise NotFound(f"experiment {name} has no trial {trial} ({there})") from None
 
 
 def latest_of(rows) -> set[str]:

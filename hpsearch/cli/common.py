@@ -24,6 +24,21 @@ def add_runs_dir(parser: argparse.ArgumentParser) -> None:
                              "./hpsearch-runs)")
 
 
+def spec_path_to_name(args) -> None:
+    """`hpsearch status spec.yaml` (resume, best, watch, ...): a NAME that is a spec file
+    stands for the experiment it names, in its runs dir unless --runs-dir says otherwise."""
+    name = getattr(args, "name", None)
+    if not isinstance(name, str) or not name.endswith((".yaml", ".yml")) \
+            or not Path(name).is_file():
+        return
+    from hpsearch.spec.validate import load_spec  # exit 2 with its line if the spec is bad
+    spec = load_spec(name, args.runs_dir.absolute() if getattr(args, "runs_dir", None)
+                     else None)
+    args.name = spec.name
+    if hasattr(args, "runs_dir"):
+        args.runs_dir = spec.runs_dir
+
+
 def runs_dir_of(args) -> Path:
     return args.runs_dir.absolute() if args.runs_dir else default_runs_dir()
 
@@ -31,7 +46,16 @@ def runs_dir_of(args) -> Path:
 def format_value(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, bool) or value is None:
+        return yaml_text(value)  # true, false, null: as in the spec
     return str(value)
+
+
+def yaml_text(value) -> str:
+    """A value as it would be written in the spec (flow style): [sgd, adam], true, null."""
+    import yaml
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6, allow_unicode=True)
+    return text.strip().removesuffix("...").strip()
 
 
 def format_params(params: dict) -> str:

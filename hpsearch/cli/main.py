@@ -13,6 +13,7 @@ import sys
 from hpsearch import __version__
 from hpsearch.cli import (checkpoint_cmds, cluster_cmds, inspect_cmds, optuna_cmds, run_cmds,
                           spec_cmds, view_cmds)
+from hpsearch.cli.common import spec_path_to_name
 from hpsearch.errors import EXIT_BAD_INPUT, HpsearchError
 
 EPILOG = """\
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
+        spec_path_to_name(args)
         return args.handler(args)
     except HpsearchError as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)

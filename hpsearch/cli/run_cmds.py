@@ -21,7 +21,9 @@ def register(sub) -> None:
                     "  hpsearch submit spec.yaml --driver-job --wait   # ... and wait for its end\n"
                     "  # in a pipeline rule: continue an interrupted run, block until the end,\n"
                     "  # write the best params only if every trial completed\n"
-                    "  hpsearch submit spec.yaml --resume --wait --best-out results/best.json",
+                    "  hpsearch submit spec.yaml --resume --wait --best-out results/best.json\n"
+                    "  # ... tolerating diverged or out-of-memory trials\n"
+                    "  hpsearch submit spec.yaml --wait --best-out best.json --allow-failures",
                     submit)
     p.add_argument("spec", type=Path)
     _add_run_flags(p)
@@ -63,6 +65,11 @@ def _add_run_flags(p) -> None:
                    help="with --detach or --driver-job: block until the search ends and "
                         "exit with its status (Ctrl-C or SIGTERM cancels it); attached "
                         "runs always wait")
+    p.add_argument("--allow-failures", action="store_true",
+                   help="exit 0 (and write --best-out) when the search ran to its end and "
+                        "at least one trial completed, although others failed (diverged, "
+                        "out of memory); search.max_failures still stops a search whose "
+                        "trials keep failing")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
     p.add_argument("--no-tui", action="store_true",
                    help="attached to a terminal, print progress lines instead of the live "
@@ -84,7 +91,7 @@ def submit(args) -> int:
         print(f"grid: {grid_summary(spec.search)}; {spec.search.trials} trials")
     if args.best_out:
         args.best_out.unlink(missing_ok=True)  # no stale result while (or if) this one fails
-    code = _run(spec, create=not exists, args=args)
+    code = _tolerated(spec, _run(spec, create=not exists, args=args), args.allow_failures)
     if args.best_out:
         _best_out(spec, code, args.best_out)
     return code
@@ -103,7 +110,26 @@ def resume(args) -> int:
     from hpsearch import session
 
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
-    return _run(spec, create=False, args=args)
+    return _tolerated(spec, _run(spec, create=False, args=args), args.allow_failures)
+
+
+def _tolerated(spec, code: int, allow_failures: bool) -> int:
+    """With --allow-failures, a search that ran to its end with at least one completed trial
+    exits 0 although some trials failed (diverged, out of memory); otherwise `code`."""
+    from hpsearch.errors import EXIT_INCOMPLETE
+    from hpsearch.store.store import STORE_FILE, Reader
+    if not allow_failures or code != EXIT_INCOMPLETE:
+        return code
+    reader = Reader(spec.experiment_dir / STORE_FILE)
+    try:
+        exp, counts = reader.experiment(), reader.state_counts()
+    finally:
+        reader.close()
+    if exp.status != "completed" or not counts.get("completed"):
+        return code
+    print(f"{counts.get('failed', 0)} trial(s) failed; exit 0 as --allow-failures asks",
+          file=sys.stderr)
+    return 0
 
 
 def cancel(args) -> int:
@@ -177,10 +203,13 @@ def _summary(spec, elapsed: float) -> None:
     reader = Reader(spec.experiment_dir / STORE_FILE)
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
+        gave_up = [e["message"] for e in reader.events(limit=20) if e["kind"] == "max_failures"]
     finally:
         reader.close()
     print(f"\nexperiment {spec.name}: {exp.status} in {elapsed:.1f}s; " +
           ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    if exp.status == "failed" and gave_up:
+        print(gave_up[-1], file=sys.stderr)
     top = best(trials, exp.directions, 1)
     metrics = [o.metric for o in spec.objectives]
     label = "Pareto front" if len(metrics) > 1 else "best trial"

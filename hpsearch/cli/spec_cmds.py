@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hpsearch.cli.common import add_command, format_params
+from hpsearch.cli.common import add_command, format_params, yaml_text
 from hpsearch.spec.validate import load_spec
 
 
@@ -60,11 +60,11 @@ def _pruner_line(spec) -> str:
 def _describe(p) -> str:
     if p.when is not None:  # conditional: `float in [0.0, 0.99], when optimizer in [sgd]`
         text = _describe(dataclasses.replace(p, when=None))
-        return f"{text}, when {p.when.parent} in {list(p.when.values)}"
+        return f"{text}, when {p.when.parent} in {yaml_text(list(p.when.values))}"
     if p.kind == "fixed":
-        return f"fixed {p.value!r}"
+        return f"fixed {yaml_text(p.value)}"
     if p.kind == "categorical":
-        return f"one of {list(p.choices)}"
+        return f"one of {yaml_text(list(p.choices))}"
     text = f"{p.kind} in [{p.low}, {p.high}]"
     if p.log:
         text += " (log scale)"

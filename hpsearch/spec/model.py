@@ -83,6 +83,21 @@ PROMOTING = ("successive_halving", "hyperband")  # the pruners with a promotion 
 
 
 @dataclass(frozen=True)
+class MaxFailures:
+    """search.max_failures: when a search whose trials keep failing stops (exit 1) instead
+    of spending its budget on the same error. Counted over trials that failed for good
+    (after their retries); a pruned trial is no failure."""
+
+    first: int = 5  # this many trials failed, none completed yet since the driver started
+    fraction: float | None = None  # more than this share of finished trials failed, once
+                                   # `first` (or 5, if first is 0) have finished
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.first) or self.fraction is not None
+
+
+@dataclass(frozen=True)
 class Pruner:
     """Which trials stop early, judged on the objective's intermediate reports (one reported
     step = one unit of resource)."""
@@ -115,6 +130,7 @@ class Search:
     seed: int | None
     space: tuple[Param, ...]
     pruner: Pruner = field(default_factory=Pruner)
+    max_failures: MaxFailures = field(default_factory=MaxFailures)
 
     @property
     def tuned(self) -> tuple[Param, ...]:

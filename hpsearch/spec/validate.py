@@ -14,6 +14,7 @@ from hpsearch.runs import default_runs_dir
 from hpsearch.spec import checks
 from hpsearch.spec import model as m
 from hpsearch.spec.loading import read_spec_text
+from hpsearch.spec.limits import max_failures
 from hpsearch.spec.pruner import pruner as pruner_spec
 from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES  # noqa: F401 (re-exported)
 from hpsearch.spec.space import is_int as _is_int, is_number as _is_number
@@ -29,7 +30,7 @@ DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
             "retries", "checkpoints", "executor", "launcher", "container", "env",
             "placement")
-SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner")
+SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max_failures")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
                  "partition", "account", "qos", "sbatch_extra")
@@ -258,8 +259,10 @@ class _Validator:
         pruner = self.optional(d, "pruner", path, lambda v, p: pruner_spec(self, v, p,
                                                                              objectives),
                                m.Pruner())
+        failures = self.optional(d, "max_failures", path,
+                                 lambda v, p: max_failures(self, v, p), m.MaxFailures())
         return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
-                        space=space, pruner=pruner)
+                        space=space, pruner=pruner, max_failures=failures)
 
     def objectives(self, value: Any, path: KeyPath) -> tuple[m.Objective, ...]:
         items = value if isinstance(value, list) else [value]

@@ -315,7 +315,8 @@ class Store(Reader):
         statements = [
             ("insert into trials (id, state, params, attempt, created, trial_dir, sampler_attrs)"
              " values (?,?,?,?,?,?,?)",
-             (trial_id, r.SUBMITTING, _dumps(params), 1, now, trial_dir, _dumps(sampler_attrs))),
+             (trial_id, r.SUBMITTING, json.dumps(params, allow_nan=True),  # spec order
+              1, now, trial_dir, _dumps(sampler_attrs))),
             ("insert into attempts (trial, attempt, state) values (?,?,?)",
              (trial_id, 1, r.SUBMITTING)),
         ]
@@ -383,12 +384,13 @@ class Store(Reader):
         the trial goes back to `queued`."""
         now = time.time() if self._end_time is None else self._end_time
         trial_state = r.QUEUED if requeue else state
+        # never before it was seen started (a fast trial can exit before that is recorded)
         statements = [
-            ("update attempts set state = ?, finished = ?, exit_code = ?, reason = ?,"
-             " failure = ? where trial = ? and attempt = ?",
+            ("update attempts set state = ?, finished = max(?, coalesce(started, 0)),"
+             " exit_code = ?, reason = ?, failure = ? where trial = ? and attempt = ?",
              (state, now, exit_code, error, failure, trial_id, attempt)),
-            ("update trials set state = ?, finished = ?, exit_code = ?, error = ?,"
-             " objective_values = ? where id = ?",
+            ("update trials set state = ?, finished = max(?, coalesce(started, 0)),"
+             " exit_code = ?, error = ?, objective_values = ? where id = ?",
              (trial_state, None if requeue else now, exit_code, error,
               _dumps(values) if values is not None else None, trial_id)),
             ("insert into events (time, trial, kind, message) values (?,?,?,?)",

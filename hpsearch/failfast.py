@@ -1,0 +1,57 @@
+"""Fail fast: stop a search whose trials keep failing (`search.max_failures`).
+
+A search whose command cannot start (a missing module, a wrong path, a bad container) fails
+every trial the same way; without a limit it spends its whole budget, and a cluster's queue,
+on that one error. Judged after each trial that failed for good (its retries spent), from the
+store's counts: `first` failures since the driver started with no completion since, or more
+than `fraction` of the finished trials failed. The message names the most common cause.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hpsearch.outcome import cause
+from hpsearch.spec.model import Spec
+from hpsearch.store import rows as r
+
+MIN_FINISHED = 5  # a fraction is judged once this many trials finished, if `first` is 0
+
+
+class FailFast:
+    def __init__(self, spec: Spec, counts: dict[str, int]) -> None:
+        """`counts`: the store's trial counts by state when the driver starts."""
+        self.rule, self.name = spec.search.max_failures, spec.name
+        self.completed0, self.failed0 = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
+
+    def after_failure(self, store) -> str | None:
+        """After a trial failed for good: why the search stops (recorded as a
+        `max_failures` event), or None to go on."""
+        why = self.judge(store.state_counts(), store.trials([r.FAILED]))
+        if why:
+            store.add_event("max_failures", why)
+        return why
+
+    def judge(self, counts: dict[str, int], failed: list[r.TrialRow]) -> str | None:
+        """After a trial failed for good: why the search stops, or None to go on.
+        `counts`: the store's counts now; `failed`: its failed trials."""
+        rule = self.rule
+        completed, failures = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
+        finished = completed + failures + counts.get(r.PRUNED, 0)
+        if rule.first and completed == self.completed0 \
+                and failures - self.failed0 >= rule.first:
+            why = (f"{failures - self.failed0} trials failed and none completed since the "
+                   f"driver started (search.max_failures.first: {rule.first})")
+        elif rule.fraction is not None and finished >= (rule.first or MIN_FINISHED) \
+                and failures > rule.fraction * finished:
+            why = (f"{failures} of {finished} finished trials failed, more than "
+                   f"search.max_failures.fraction {rule.fraction:g}")
+        else:
+            return None
+        causes = Counter(cause(t.error) for t in failed if t.error)
+        common = ""
+        if causes:
+            text, n = causes.most_common(1)[0]
+            common = f"; most common cause ({n} of {sum(causes.values())}): {text}"
+        return (f"search stopped: {why}{common}. Fix the cause and continue with: "
+                f"hpsearch resume {self.name}")

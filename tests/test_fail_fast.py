@@ -1,0 +1,120 @@
+"""Fail fast and tolerate failures (issue 15, item 4): `search.max_failures` stops a search
+whose trials keep failing, with exit 1 and the common cause; `--allow-failures` lets a
+pipeline accept a finished search with some failed trials and still write the best.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import event_kinds, read_store
+
+BROKEN = """
+name: {name}
+command: >-
+  test -f {ok} && echo "@hpsearch step=0 loss={{x}}" ||
+  {{ echo "Traceback (most recent call last):" >&2;
+  echo "ModuleNotFoundError: No module named 'torchx'" >&2; exit 1; }}
+search:
+  strategy: random
+  trials: 12
+  parallel: 2
+  seed: 1
+  space:
+    x: {{low: 0.0, high: 1.0}}
+{extra}
+objective: {{metric: loss}}
+executor: {{type: local}}
+"""
+
+GRID = """
+name: {name}
+command: >-
+  if [ {{x}} -ge {bad} ]; then echo "RuntimeError: diverged" >&2; exit 1; fi;
+  echo "@hpsearch step=0 loss={{x}}"
+search:
+  strategy: grid
+  space:
+    x: {{choices: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}}
+{extra}
+objective: {{metric: loss}}
+executor: {{type: local}}
+"""
+
+
+def _counts(cli, name: str) -> dict[str, int]:
+    trials = read_store(cli.runs, name)[1]
+    return {s: sum(t.state == s for t in trials) for s in {t.state for t in trials}}
+
+
+def test_a_search_whose_trials_all_fail_stops_after_five_and_names_the_cause(cli, tmp_path):
+    ok = tmp_path / "data-ready"
+    spec = cli.write_spec(BROKEN.format(name="broken", ok=ok, extra=""))
+    proc = cli("submit", spec, "--no-tui", check=1)
+    assert "search stopped: 5 trials failed and none completed" in proc.stderr + proc.stdout
+    assert "most common cause (5 of 5): exit code 1: ModuleNotFoundError: No module named " \
+           "'torchx'" in proc.stderr, proc.stderr
+    assert "hpsearch resume broken" in proc.stderr
+    exp, trials = read_store(cli.runs, "broken")
+    assert exp.status == "failed"
+    counts = _counts(cli, "broken")
+    assert counts["failed"] == 5 and len(trials) <= 6, counts  # one in flight is cancelled
+    assert "max_failures" in event_kinds(cli.runs, "broken")
+    assert "experiment broken: failed" in cli("status", "broken", check=0).stdout
+
+    ok.write_text("")  # the cause fixed: a resumed driver counts afresh and goes on
+    cli("resume", "broken", "--no-tui", check=1)  # exit 1: the 5 failed trials stay failed
+    exp, trials = read_store(cli.runs, "broken")
+    assert exp.status == "completed"
+    assert _counts(cli, "broken").get("completed") == 12 - 5, _counts(cli, "broken")
+
+
+def test_more_than_a_fraction_failed_stops_the_search(cli):
+    spec = cli.write_spec(GRID.format(name="frac", bad=3, extra="  max_failures: "
+                                      "{first: 0, fraction: 0.5}\n  parallel: 1"))
+    proc = cli("submit", spec, "--no-tui", check=1)
+    # 0,1,2 complete; 3.. fail: after 7 finished, 4 failed > 3.5
+    assert "4 of 7 finished trials failed, more than search.max_failures.fraction 0.5" \
+        in proc.stderr, proc.stderr
+    assert _counts(cli, "frac") == {"completed": 3, "failed": 4}
+
+
+def test_max_failures_false_runs_every_trial(cli):
+    spec = cli.write_spec(GRID.format(name="tolerant", bad=0, extra="  max_failures: false"))
+    cli("submit", spec, "--no-tui", check=1)
+    assert read_store(cli.runs, "tolerant")[0].status == "completed"
+    assert _counts(cli, "tolerant") == {"failed": 10}
+
+
+def test_allow_failures_exits_0_and_writes_the_best_of_a_finished_search(cli, tmp_path):
+    spec = cli.write_spec(GRID.format(name="some", bad=8, extra=""))
+    best = tmp_path / "best.json"
+    proc = cli("submit", spec, "--no-tui", "--best-out", best, check=1)
+    assert not best.exists() and "not writing" in proc.stderr
+    cli("resume", "some", "--no-tui", check=1)  # nothing left to run: still 2 failed
+
+    spec2 = cli.write_spec(GRID.format(name="some2", bad=8, extra=""), "some2.yaml")
+    proc = cli("submit", spec2, "--no-tui", "--best-out", best, "--allow-failures", check=0)
+    assert "2 trial(s) failed; exit 0 as --allow-failures asks" in proc.stderr
+    assert json.loads(best.read_text())["params"] == {"x": 0}
+
+
+def test_allow_failures_does_not_hide_a_search_stopped_for_failures(cli, tmp_path):
+    spec = cli.write_spec(BROKEN.format(name="stillbroken", ok=tmp_path / "never", extra=""))
+    cli("submit", spec, "--no-tui", "--allow-failures", check=1)
+
+
+@pytest.mark.parametrize("value,message", [
+    ("{fraction: 1.5}", "search.max_failures.fraction: expected a fraction of trials, "
+                        "0 <= x < 1; got"),
+    ("{first: -1}", "search.max_failures.first: expected an integer >= 0; got -1"),
+    ("{frist: 3}", "search.max_failures.frist: unknown key 'frist'; did you mean 'first'?"),
+    ("7", "search.max_failures: expected a mapping with keys first, fraction"),
+])
+def test_a_bad_max_failures_is_exit_2_with_its_line(cli, value, message):
+    spec = cli.write_spec(GRID.format(name="bad", bad=8, extra=f"  max_failures: {value}"))
+    proc = cli("submit", spec, check=2)
+    assert message in proc.stderr and "spec.yaml:9:" in proc.stderr, proc.stderr
+    assert not (cli.runs / "bad").exists()
