@@ -96,5 +96,6 @@ def test_without_optuna_dashboard_it_says_what_to_install(cli):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError(\"No module named "
                                         "'optuna_dashboard'\")\n")
-    proc = cli("dashboard", "interop", env={"PYTHONPATH": str(shadow.parent)}, check=2)
+    path = os.pathsep.join(filter(None, [str(shadow.parent), os.environ.get("PYTHONPATH")]))
+    proc = cli("dashboard", "interop", env={"PYTHONPATH": path}, check=2)
     assert "pip install 'hpsearch[dashboard]'" in proc.stderr and proc.stdout == ""
