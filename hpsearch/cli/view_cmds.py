@@ -27,7 +27,8 @@ def register(sub) -> None:
                         "terminal)")
     add_runs_dir(p)
     p = add_command(sub, "report", "Write an HTML report with PNG figures: optimization "
-                    "history, parallel coordinates, parameter importances, learning curves, "
+                    "history, parallel coordinates, objective by parameter, parameter "
+                    "importances, learning curves, "
                     "Pareto front, and node/GPU-hours per trial (from sacct on Slurm).",
                     "  hpsearch report quadratic                 # -> ./quadratic-report/\n"
                     "  hpsearch report quadratic --out /tmp/rep  # report.html + *.png\n"

@@ -76,8 +76,10 @@ def not_drawn_note(data: ReportData) -> str:
     counts = {s: len(ids) for s, ids in not_completed(data).items()}
     if not counts:
         return ""
-    words = " and ".join(f"{n} {s}" for s, n in counts.items())
-    return f"{words} trial(s) have no objective value and are not drawn here."
+    words = [f"{n} {s}" for s, n in counts.items()]
+    told = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    trials = "trial has" if sum(counts.values()) == 1 else "trials have"
+    return f"{told} {trials} no objective value and are not drawn here."
 
 
 def plural(n: int, word: str) -> str:
@@ -138,7 +140,11 @@ def scale_axis(ax, scale: ParamScale, which: str = "x") -> None:
             ax.set_yticks(positions, labels)
             ax.set_ylim(-0.5, len(labels) - 0.5)
     elif scale.log:
+        from matplotlib.ticker import LogFormatterSciNotation
         (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+        # under 2 decades, label some ticks between the powers of ten too: never one label
+        axis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False,
+                                                         minor_thresholds=(2, 0.5)))
     elif scale.kind == "int":
         axis.set_major_locator(MaxNLocator(integer=True))
     (ax.set_xlabel if which == "x" else ax.set_ylabel)(scale.label())

@@ -3,16 +3,28 @@ how the trial ended (completed, pruned, failed, ...), the best completed trial o
 
 from __future__ import annotations
 
+import math
+
 from hpsearch.report.data import ReportData
 from hpsearch.report.figures.common import (NOT_COMPLETED, Drawn, LeftOut, completed,
                                             integer_ticks, new_figure, objective_label,
                                             objective_log)
 from hpsearch.store import rows as r
 
-# How each kind of trial is drawn: colour, line style, and its layer (higher on top).
-STYLES = {r.FAILED: ("black", ":", 1), r.CANCELLED: ("tab:grey", ":", 1),
-          r.PAUSED: ("tab:purple", "-", 2), r.PRUNED: ("tab:orange", "-", 2),
-          "other": ("tab:grey", "--", 2), r.COMPLETED: ("tab:blue", "-", 3)}
+# How each kind of trial is drawn, in the legend's order: colour, line style, layer (higher
+# on top). Failed and cancelled curves (often diverged) do not set the value axis's range.
+STYLES = {r.COMPLETED: ("tab:blue", "-", 3), r.PRUNED: ("tab:orange", "-", 2),
+          r.PAUSED: ("tab:purple", "-", 2), "running or queued": ("tab:grey", "--", 2),
+          r.FAILED: ("black", ":", 1), r.CANCELLED: ("tab:grey", ":", 1)}
+UNRANGED = (r.FAILED, r.CANCELLED)
+
+
+def _range(values: list[float], log: bool) -> tuple[float, float]:
+    """(low, high) of an axis showing `values` with a 5% margin (in log space for a log axis)."""
+    f, g = (math.log10, lambda v: 10 ** v) if log else (float, float)
+    lo, hi = f(min(values)), f(max(values))
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    return g(lo - pad), g(hi + pad)
 
 
 def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
@@ -22,6 +34,10 @@ def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
         return LeftOut(f"no trial reported intermediate values of {data.metrics[0]} "
                        "(trial.report(step, ...) or '@hpsearch step=N ...' lines)")
     state = {t.id: t.state for t in data.trials}
+    kinds: dict[str, list[int]] = {kind: [] for kind in STYLES}
+    for trial in data.curves:
+        kind = state.get(trial)
+        kinds[kind if kind in STYLES else "running or queued"].append(trial)
     done = completed(data)
     best_id = None
     if done and len(data.metrics) == 1:
@@ -29,36 +45,39 @@ def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
         best_id = pick(done, key=lambda t: t.objective_values[0]).id
     fig, ax = new_figure(8, 4.2)
     few = len(data.curves) <= 50
-    counts: dict[str, int] = {}
-    for trial, points in data.curves.items():
-        kind = state.get(trial, "other")
-        kind = kind if kind in STYLES else "other"
+    for kind, trials in kinds.items():
         color, style, layer = STYLES[kind]
         alpha = (0.9 if few else 0.4) if kind == r.COMPLETED else (0.6 if few else 0.25)
-        label = None if kind in counts else kind if kind != "other" else "running or queued"
-        counts[kind] = counts.get(kind, 0) + 1
-        if trial == best_id:
-            continue
-        ax.plot([p[0] for p in points], [p[1] for p in points], style, color=color,
-                alpha=alpha, linewidth=1, zorder=layer, label=label)
-        if kind in NOT_COMPLETED:  # where it ended
-            ax.plot(points[-1][0], points[-1][1], linestyle="none", zorder=layer,
-                    alpha=alpha, markersize=5, **NOT_COMPLETED[kind])
+        for n, trial in enumerate(trials):
+            points = data.curves[trial]
+            ax.plot([p[0] for p in points], [p[1] for p in points], style, color=color,
+                    alpha=alpha, linewidth=1, zorder=layer, label=None if n else kind)
+            if kind in NOT_COMPLETED:  # where it ended
+                ax.plot(points[-1][0], points[-1][1], linestyle="none", zorder=layer,
+                        alpha=alpha, markersize=5, **NOT_COMPLETED[kind])
     if best_id in data.curves:
         points = data.curves[best_id]
         ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:red", linewidth=2.2,
                 zorder=4, label=f"best trial #{best_id}")
-    values = [v for points in data.curves.values() for _, v in points]
-    if objective_log(values):
+    ranged = [v for kind, trials in kinds.items() if kind not in UNRANGED
+              for trial in trials for _, v in data.curves[trial]]
+    values = ranged or [v for points in data.curves.values() for _, v in points]
+    log = objective_log(values)
+    if log:
         ax.set_yscale("log")
+    others = [v for kind in UNRANGED for trial in kinds[kind] for _, v in data.curves[trial]]
+    cut = bool(ranged) and any(not min(ranged) <= v <= max(ranged) for v in others)
+    if cut:
+        ax.set_ylim(*_range(ranged, log))
     ax.legend(loc="best", fontsize=8)
     ax.set_xlabel("step")
     integer_ticks(ax.xaxis)
     ax.set_ylabel(objective_label(data, 0))
     ax.set_title(f"learning curves of {data.metrics[0]} ({len(data.curves)} trials)")
     ax.grid(alpha=0.3)
-    told = ", ".join(f"{n} {k if k != 'other' else 'running or queued'}"
-                     for k, n in counts.items())
+    told = ", ".join(f"{len(trials)} {kind}" for kind, trials in kinds.items() if trials)
     return Drawn(fig, f"Each trial's reported {data.metrics[0]} by step ({told}); "
                       "completed trials are drawn over the others, a marker shows where a "
-                      "failed or pruned trial stopped.")
+                      "failed or pruned trial stopped."
+                 + (" The value axis spans the trials that did not fail; failed or cancelled "
+                    "curves beyond it are cut off." if cut else ""))

@@ -59,7 +59,7 @@ def parallel_coordinates(data: ReportData) -> Drawn | LeftOut | None:
         scale_axis(ax, scale, "y")
         ax.set_ylabel("")
         ax.set_ylim(lo, hi)
-        ax.tick_params(axis="y", labelsize=8)
+        ax.tick_params(axis="y", which="both", labelsize=8)
     objective = columns[len(scales)][1]
     shade = unit[len(scales)]
     import matplotlib
@@ -69,7 +69,7 @@ def parallel_coordinates(data: ReportData) -> Drawn | LeftOut | None:
     for i in better_last:
         host.plot(range(n), [unit[c][i] for c in range(n)], color=cmap(shade[i]),
                   alpha=0.75, linewidth=1.2)
-    labels = [short(s.label(), 22) for s, _ in columns]
+    labels = [short(s.name, 20) + (" (log)" if s.log else "") for s, _ in columns]
     rotate = 20 if max(len(x) for x in labels) > 12 and n > 3 else 0
     host.set_xticks(range(n), labels, rotation=rotate, ha="right" if rotate else "center")
     host.tick_params(axis="x", length=0, pad=8)
