@@ -129,3 +129,14 @@ def test_export_has_every_metric_iso_times_and_durations(searched):
     data = json.loads(out.read_text())
     assert [d["trial"] for d in data] == list(range(8)) and len({tuple(d) for d in data}) == 1
     assert data[0]["loss"] == 1.0 and data[4]["loss"] is None and data[4]["acc"] == 0.6
+
+
+def test_load_reads_a_search_whose_strategy_needs_packages_missing_here(searched, monkeypatch):
+    """Reading needs no sampler: a gp search (torch) copied to a machine without torch
+    still loads, with its own strategy. Simulated by making the grid strategy need a
+    package that does not exist."""
+    from hpsearch.spec import checks
+    monkeypatch.setitem(checks.STRATEGY_MODULES, "grid", (("no_such_module_x", "pip ..."),))
+    exp = hpsearch.load("interop", searched.runs)
+    assert exp.spec.search.strategy == "grid" and len(exp.trials) == 8
+    assert exp.trials_dataframe().shape[0] == 8

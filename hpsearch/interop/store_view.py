@@ -6,6 +6,7 @@ Read through hpsearch.store's Reader only (mode=ro): never blocks or writes the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,7 +84,6 @@ def last_reports(metrics: list[MetricRow]) -> dict[str, tuple[int, float]]:
 def read_view(exp_dir: Path) -> StoreView:
     """Read the experiment in `exp_dir` (its store must exist) and parse its stored spec.
     Raises hpsearch.errors.NotFound / BadInput with a message meant for the user."""
-    from hpsearch.spec.validate import parse_spec
     from hpsearch.store import Reader
 
     exp_dir = Path(exp_dir)
@@ -105,6 +105,29 @@ def read_view(exp_dir: Path) -> StoreView:
         checkpoints = reader.checkpoints(include_deleted=True)
     finally:
         reader.close()
-    spec = parse_spec(exp.spec_yaml, exp.spec_file, Path(exp.base_dir), exp_dir.parent)
-    return StoreView(exp_dir, exp, spec, tuple(trials), tuple(attempts), tuple(metrics),
-                     tuple(checkpoints))
+    return StoreView(exp_dir, exp, stored_spec(exp, exp_dir.parent), tuple(trials),
+                     tuple(attempts), tuple(metrics), tuple(checkpoints))
+
+
+def stored_spec(exp: r.ExperimentRow, runs_dir: Path) -> Spec:
+    """The spec the experiment was submitted with. Its strategy's packages (torch for gp,
+    ...) are needed to run it, not to read it: where they are missing here, the spec is
+    validated as a random search and given its own strategy back."""
+    import yaml
+
+    from hpsearch.errors import BadInput
+    from hpsearch.spec.checks import missing_module
+    from hpsearch.spec.validate import parse_spec
+
+    args = (exp.spec_file, Path(exp.base_dir), runs_dir)
+    try:
+        return parse_spec(exp.spec_yaml, *args)
+    except BadInput:
+        if not missing_module(exp.strategy):
+            raise
+    raw = yaml.safe_load(exp.spec_yaml)
+    raw["search"].update(strategy="random", trials=raw["search"].get("trials")
+                         or exp.trials_requested)  # a grid may omit trials
+    spec = parse_spec(yaml.safe_dump(raw, sort_keys=False), *args)
+    return dataclasses.replace(spec, text=exp.spec_yaml, search=dataclasses.replace(
+        spec.search, strategy=exp.strategy))
