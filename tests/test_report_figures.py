@@ -66,7 +66,8 @@ objective: {metric: val_loss, direction: minimize}
 FAILS = ("""
 import math, sys, time
 lr, dropout = float(sys.argv[1]), float(sys.argv[2])
-if lr > 0.01:
+if lr > 0.01:  # step 0 is never pruned (n_warmup_steps: 1)
+    print("@hpsearch step=0 loss=1000000.0", flush=True)
     sys.exit("diverged: loss is nan")
 final = 0.2 + 0.3 * (math.log10(lr) + 3) ** 2 + 0.5 * (dropout - 0.3) ** 2
 for step in range(6):
@@ -204,6 +205,18 @@ def test_trials_without_a_value_are_not_drawn_among_the_values(searches):
     assert len(failed_band.get_offsets()) == len(failed)
     assert min(x for x, _ in failed_band.get_offsets()) > 0.01  # the failing region shows
     assert _drawn(figures.parallel_coordinates(data)).caption.count("failed") == 1
+
+
+def test_a_diverged_failed_curve_does_not_set_the_value_range(searches):
+    data = searches["fails"]
+    failed = [t.id for t in data.trials if t.state == r.FAILED]
+    assert failed and all(data.curves[t] == [(0, 1e6)] for t in failed)
+    drawn = _drawn(figures.learning_curves(data))
+    ax = drawn.figure.axes[0]
+    assert ax.get_ylim()[1] < 100  # the other curves stay readable
+    assert "cut off" in drawn.caption
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:2] == ["completed", "pruned"] and "failed" in legend
 
 
 def _overlap(texts) -> list[tuple[str, str]]:
