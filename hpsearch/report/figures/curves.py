@@ -43,24 +43,28 @@ def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
     if done and len(data.metrics) == 1:
         pick = min if data.directions[0] == "minimize" else max
         best_id = pick(done, key=lambda t: t.objective_values[0]).id
+    from matplotlib.collections import LineCollection
     fig, ax = new_figure(8, 4.2)
     few = len(data.curves) <= 50
     for kind, trials in kinds.items():
         color, style, layer = STYLES[kind]
         alpha = (0.9 if few else 0.4) if kind == r.COMPLETED else (0.6 if few else 0.25)
-        for n, trial in enumerate(trials):
-            points = data.curves[trial]
-            ax.plot([p[0] for p in points], [p[1] for p in points], style, color=color,
-                    alpha=alpha, linewidth=1, zorder=layer, label=None if n else kind)
-            if kind in NOT_COMPLETED:  # where it ended
-                ax.plot(points[-1][0], points[-1][1], linestyle="none", zorder=layer,
-                        alpha=alpha, markersize=5, **NOT_COMPLETED[kind])
+        if not trials:
+            continue
+        ax.add_collection(LineCollection([data.curves[t] for t in trials], colors=color,
+                                         linestyles=style, alpha=alpha, linewidths=1,
+                                         zorder=layer, label=kind))
+        if kind in NOT_COMPLETED:  # where each ended
+            ax.plot([data.curves[t][-1][0] for t in trials],
+                    [data.curves[t][-1][1] for t in trials], linestyle="none", zorder=layer,
+                    alpha=alpha, markersize=5, **NOT_COMPLETED[kind])
     if best_id in data.curves:
         points = data.curves[best_id]
         ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:red", linewidth=2.2,
                 zorder=4, label=f"best trial #{best_id}")
     ranged = [v for kind, trials in kinds.items() if kind not in UNRANGED
               for trial in trials for _, v in data.curves[trial]]
+    ax.autoscale_view()
     values = ranged or [v for points in data.curves.values() for _, v in points]
     log = objective_log(values)
     if log:

@@ -66,10 +66,11 @@ def parallel_coordinates(data: ReportData) -> Drawn | LeftOut | None:
     cmap = matplotlib.colormaps["viridis_r" if data.directions[0] == "minimize" else "viridis"]
     better_last = sorted(range(len(done)), key=lambda i: objective[i],
                          reverse=data.directions[0] == "minimize")  # best drawn on top
-    for i in better_last:
-        host.plot(range(n), [unit[c][i] for c in range(n)], color=cmap(shade[i]),
-                  alpha=0.75, linewidth=1.2)
-    labels = [short(s.name, 20) + (" (log)" if s.log else "") for s, _ in columns]
+    from matplotlib.collections import LineCollection
+    host.add_collection(LineCollection(
+        [list(zip(range(n), [unit[c][i] for c in range(n)])) for i in better_last],
+        colors=[cmap(shade[i]) for i in better_last], alpha=0.75, linewidths=1.2))
+    labels = [short(s.name, 22) + (" (log)" if s.log else "") for s, _ in columns]
     rotate = 20 if max(len(x) for x in labels) > 12 and n > 3 else 0
     host.set_xticks(range(n), labels, rotation=rotate, ha="right" if rotate else "center")
     host.tick_params(axis="x", length=0, pad=8)
