@@ -250,6 +250,11 @@ def test_pareto_front_names_both_objectives(searches):
     assert ax.get_ylabel() == "latency_ms (minimize)"
     assert any(t.get_text().startswith("Pareto front") for t in ax.get_legend().get_texts())
     assert figures.pareto(searches["logcat"]) is None  # one objective: no front, no note
+    history = _drawn(figures.history(searches["multi"])).figure
+    assert [ax.get_ylabel() for ax in history.axes] == ["error (minimize)",
+                                                        "latency_ms (minimize)"]
+    assert any(t.get_text().startswith("on the Pareto front")
+               for t in history.axes[0].get_legend().get_texts())
 
 
 def test_a_left_out_figure_gets_a_note_saying_why(searches, tmp_path: Path):

@@ -25,10 +25,18 @@ def history(data: ReportData) -> Drawn | LeftOut | None:
                            nrows=len(ratios), sharex=True, squeeze=False,
                            gridspec_kw={"height_ratios": ratios})
     xs = [t.id for t in done]
+    front = set()
+    if count > 1:
+        from hpsearch.results import pareto_front
+        front = {t.id for t in pareto_front(done, list(data.directions))}
     for i in range(count):
         ax = axes[i][0]
         ys = [t.objective_values[i] for t in done]
         ax.scatter(xs, ys, s=16, color="tab:blue", label="completed trial", zorder=3)
+        if count > 1:
+            on_front = [(t.id, t.objective_values[i]) for t in done if t.id in front]
+            ax.scatter([x for x, _ in on_front], [y for _, y in on_front], s=22, zorder=4,
+                       color="tab:red", label=f"on the Pareto front ({len(on_front)})")
         if count == 1:
             pick = min if data.directions[0] == "minimize" else max
             line = list(accumulate(ys, pick))
@@ -53,7 +61,8 @@ def history(data: ReportData) -> Drawn | LeftOut | None:
     integer_ticks(bottom.xaxis)
     fig.suptitle(f"optimization history: {data.name} ({plural(len(done), 'completed trial')})")
     caption = ("Each completed trial's objective value by trial number"
-               + (", and the best value so far." if count == 1 else ".")
+               + (", and the best value so far." if count == 1 else
+                  ", the trials on the Pareto front in red.")
                + (" Trials that ended without a value are marked by state in the strip "
                   "below." if others else ""))
     return Drawn(fig, caption)
