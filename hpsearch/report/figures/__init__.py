@@ -19,7 +19,7 @@ from hpsearch.report.figures.slices import slices
 
 FIGURES = [
     ("history", "Optimization history", history),
-    ("pareto_front", "Pareto front", pareto),
+    ("pareto_front", "Objectives and Pareto front", pareto),
     ("parallel_coordinates", "Parallel coordinates", parallel_coordinates),
     ("slices", "Objective by parameter", slices),
     ("importances", "Parameter importances", importance_chart),
