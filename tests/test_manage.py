@@ -22,7 +22,7 @@ import time
 
 from hpsearch.cli.manage_cmds import event_lines
 from tests.helpers import read_store
-from tests.test_status_truth import _running_trials, _wait
+from tests.test_status_truth import FAILING, _running_trials, _wait
 
 TINY = """
 name: tiny
@@ -254,3 +254,14 @@ def test_help_has_examples_and_a_missing_experiment_is_exit_2(cli):
         assert "no experiment 'nope'" in cli(command, "nope", "--yes" if command == "delete"
                                              else "--json", check=2).stderr
     assert not cli.runs.exists()
+
+
+def test_a_failed_trials_stderr_in_its_event_is_indented_under_it(cli):
+    spec = cli.write_spec(FAILING)  # its stderr ends with the ValueError line
+    cli("submit", spec, "--no-tui")
+    lines = cli("events", "failing", "--kind", "failed", "--trial", "0", check=0).stdout
+    head, *rest = lines.splitlines()
+    assert head.split(None, 4)[2:] == ["0", "failed", "attempt 1 failed: exit code 1"]
+    column = head.index("attempt 1")
+    assert rest and all(line.startswith(" " * column) for line in rest), lines
+    assert rest[-1].strip() == "ValueError: loss diverged at lr=10.0"
