@@ -21,6 +21,7 @@ from hpsearch.checkpoints import CheckpointScan
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
 from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
                                      Started, Update)
+from hpsearch.extent import ENQUEUED, Extent
 from hpsearch.failfast import FailFast
 from hpsearch.faults import fault_point
 from hpsearch.ingest import (TrialFiles, exit_time, objective_values, rotate_logs,
@@ -75,8 +76,10 @@ class Driver:
         self.stopper = (Stopper(spec, store, executor, search, on_event)
                         if pruner.enabled and not pruner.promotion else None)
         self.promoter = Promoter(spec, store, search, on_event) if pruner.promotion else None
+        self.extent = Extent(spec, store, search, on_event)  # total, enqueued, timeout
         self.failfast = FailFast(spec, store.state_counts())
         self.gave_up: str | None = None  # why search.max_failures stopped the search
+        self.began = time.time()
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> int:
@@ -101,7 +104,9 @@ class Driver:
     def recover(self) -> None:
         """Rebuild the search from the store and take charge of every trial in flight."""
         trials = self.store.trials()
-        self.search.rebuild(trials, self.store.experiment().study_attrs)
+        self.search.rebuild(trials, self.store.experiment().study_attrs,
+                            self.extent.warm_trials())
+        self.extent.recover(trials)
         if self.stopper:
             self.stopper.recover(trials)
         if self.promoter:
@@ -153,12 +158,16 @@ class Driver:
                 return
             self._fill_slots()
             if not self.live:
-                return  # nothing running, nothing left to launch
+                self.extent.take()  # a request that came at the end (resume --trials)
+                self._fill_slots()
+                if not self.live:
+                    return  # nothing running, nothing left to launch
             self._handle(self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())))
             if time.monotonic() >= next_ingest:
                 for live in list(self.live.values()):
                     self._ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
+                self.extent.take()
                 if self.stopper and self.stopper.untold:  # after each decision's commit
                     self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
@@ -228,7 +237,9 @@ class Driver:
 
     def _new(self) -> Launch | None:
         """A new trial from the search, stored before it is launched."""
-        asked = self.search.ask()
+        point = self.extent.next_point()  # an enqueued point first
+        asked = None if point is None and self.extent.out_of_time() else \
+            self.search.ask(point and point.params, point and {ENQUEUED: point.id})
         if asked is None:
             return self._promoted(end_game=True) if not self.live else None
         launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
@@ -241,6 +252,8 @@ class Driver:
         if self.stopper:
             self.stopper.added(asked.trial_id)
         fault_point("after_insert")
+        if point is not None:  # its request file goes now: the trial says it was asked
+            self.extent.asked(point)
         return launch
 
     def _launch(self, launch: Launch, began: float) -> None:
@@ -298,8 +311,11 @@ class Driver:
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
-        live = self.live[ended.trial_id]
-        with self.store.batch(), self.store.ending_at(exit_time(live.trial_dir)):
+        # An end before this driver began went unseen: its exit_code file's time is its end.
+        # One seen while it ran is recorded when seen, as its start was (their lags cancel).
+        ended_at = exit_time(self.live[ended.trial_id].trial_dir)
+        unseen = ended_at if ended_at is not None and ended_at < self.began else None
+        with self.store.batch(), self.store.ending_at(unseen):
             self._finalize(ended)  # the last metrics and the outcome: one commit
             if self.spec.checkpoints.keep_trials is not None:
                 self.checkpoints.doomed += self.checkpoints.mark(None)
@@ -479,7 +495,8 @@ class Driver:
             self.store.set_experiment_status("cancelled", f"stopped by {self.stop_reason}: "
                                                           f"{summary}")
             return EXIT_INCOMPLETE
-        status = "completed" if done >= self.search.total else "incomplete"
+        status = "completed" if done >= self.search.total or self.extent.timed_out \
+            else "incomplete"
         self.store.set_experiment_status(status, summary)
         return EXIT_OK if status == "completed" and not counts.get(r.FAILED) else EXIT_INCOMPLETE
 

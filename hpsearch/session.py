@@ -89,6 +89,8 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
             raise Conflict(f"experiment '{spec.name}' exists with a different spec; give the "
                            "changed spec another name, or resume the old one with "
                            f"`hpsearch resume {spec.name}`")
+    for other in spec.search.warm_start:  # exit 2 (with did-you-mean) for a missing one
+        runs.existing_experiment_dir(spec.runs_dir, other)
     make_executor(spec).close()  # fail now on an executor that cannot run
     if spec.executor.type == "slurm":
         _check_slurm_reachable(spec)

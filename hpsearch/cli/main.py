@@ -11,8 +11,8 @@ import os
 import sys
 
 from hpsearch import __version__
-from hpsearch.cli import (checkpoint_cmds, cluster_cmds, inspect_cmds, manage_cmds, optuna_cmds,
-                          run_cmds, spec_cmds, view_cmds)
+from hpsearch.cli import (checkpoint_cmds, cluster_cmds, grow_cmds, inspect_cmds, manage_cmds,
+                          optuna_cmds, run_cmds, spec_cmds, view_cmds)
 from hpsearch.cli.common import spec_path_to_name
 from hpsearch.errors import EXIT_BAD_INPUT, HpsearchError
 
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds, cluster_cmds,
-                   checkpoint_cmds, optuna_cmds, manage_cmds):
+                   checkpoint_cmds, optuna_cmds, manage_cmds, grow_cmds):
         module.register(sub)
     return parser
 

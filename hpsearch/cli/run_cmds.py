@@ -36,8 +36,13 @@ def register(sub) -> None:
     p = add_command(sub, "resume", "Continue an experiment after a crash, kill -9, reboot or "
                     "cancel: finished trials are kept, running ones adopted, the rest re-run.",
                     "  hpsearch resume quadratic\n"
-                    "  hpsearch resume quadratic --detach --runs-dir /scratch/me/runs", resume)
+                    "  hpsearch resume quadratic --detach --runs-dir /scratch/me/runs\n"
+                    "  hpsearch resume quadratic --trials 50   # grow (or finish) it: 50 in all",
+                    resume)
     p.add_argument("name")
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="run N trials in all (more than the spec's, or fewer, not below "
+                        "those already asked); a running driver takes it within seconds")
     _add_run_flags(p)
     p = add_command(sub, "cancel", "Stop an experiment: its driver cancels running trials "
                     "(SIGTERM to each process group, SIGKILL after the grace period; "
@@ -110,7 +115,31 @@ def resume(args) -> int:
     from hpsearch import session
 
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
+    if args.trials is not None and _extend(spec, args.trials):
+        return 0  # the running driver takes it
     return _tolerated(spec, _run(spec, create=False, args=args), args.allow_failures)
+
+
+def _extend(spec, total: int) -> bool:
+    """resume --trials: leave the new total for the driver; True if one runs (it takes the
+    request within seconds, and this command starts none)."""
+    from hpsearch import requests, runs
+    from hpsearch.errors import HpsearchError
+    from hpsearch.store.store import STORE_FILE, Reader
+    reader = Reader(spec.experiment_dir / STORE_FILE)
+    try:
+        asked = len(reader.trials())
+    finally:
+        reader.close()
+    if total < max(1, asked):
+        raise HpsearchError(f"--trials {total}: expected the number of trials in all, at "
+                            f"least the {asked} already asked")
+    requests.write(spec.experiment_dir, "trials", {"total": total})
+    driver = runs.DriverLock(spec.experiment_dir).holder()
+    if driver:
+        print(f"experiment {spec.name}: asked its running driver (pid {driver}) to run "
+              f"{total} trials in all; see `hpsearch events {spec.name}`")
+    return bool(driver)
 
 
 def _tolerated(spec, code: int, allow_failures: bool) -> int:

@@ -22,16 +22,28 @@ class Asked:
     study_attrs: dict | None = None  # sampler state kept with the experiment
 
 
+@dataclass(frozen=True)
+class WarmTrial:
+    """A finished trial of another experiment the sampler learns from (search.warm_start)."""
+    params: dict[str, Any]
+    values: list[float]
+
+
 class Search(ABC):
-    total: int  # trials the search runs in all
+    total: int  # trials the search runs in all (the driver may raise it: resume --trials)
+    asked: int  # trials asked so far (those rebuilt from the store included)
 
     @abstractmethod
-    def rebuild(self, trials: list[TrialRow], study_attrs: dict) -> None:
-        """Load the trials already in the store (any state), before any ask."""
+    def rebuild(self, trials: list[TrialRow], study_attrs: dict,
+                warm: list[WarmTrial] = ()) -> None:
+        """Load the trials already in the store (any state), before any ask; `warm`:
+        other experiments' finished trials, known to the sampler but never run or counted."""
 
     @abstractmethod
-    def ask(self) -> Asked | None:
-        """The next trial, or None when every trial has been asked."""
+    def ask(self, fixed: dict[str, Any] | None = None, mark: dict | None = None) -> Asked | None:
+        """The next trial, or None when every trial has been asked. `fixed`: parameters the
+        trial takes as given (an enqueued point), the rest sampled; `mark`: attrs kept in
+        the trial's sampler attrs from then on (which point it was); samplers only."""
 
     @abstractmethod
     def tell(self, trial_id: int, state: str, values: list[float] | None,

@@ -126,11 +126,16 @@ class GridSearch(Search):
         self.total = min(search.trials, self.points.size)
         self.next_id = 0
 
-    def rebuild(self, trials, study_attrs) -> None:
+    @property
+    def asked(self) -> int:
+        return self.next_id
+
+    def rebuild(self, trials, study_attrs, warm=()) -> None:
         # Trial ids are grid indices: resume decodes point next_id, it does not iterate to it.
         self.next_id = max((t.id + 1 for t in trials), default=0)
 
-    def ask(self) -> Asked | None:
+    def ask(self, fixed=None, mark=None) -> Asked | None:
+        assert not fixed, "a grid runs its own points (the spec refuses enqueue for a grid)"
         if self.next_id >= self.total:
             return None
         asked = Asked(self.next_id, self.points[self.next_id])

@@ -17,7 +17,7 @@ import hashlib
 import warnings
 from typing import Any
 
-from hpsearch.search.base import Asked, Search
+from hpsearch.search.base import Asked, Search, WarmTrial
 from hpsearch.spec.model import Objective, Param
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.store import rows as r
@@ -92,9 +92,11 @@ class OptunaSearch(Search):
         self.directions = [o.direction for o in objectives]
         self.distributions = {p.name: distribution(p) for p in search.tuned}
         self.study = None
-        self.asked = 0  # trials in the study (added on rebuild, or asked)
+        self.asked = 0  # this experiment's trials in the study (added on rebuild, or asked)
+        self.offset = 0  # warm-start trials, first in the study: trial id = number - offset
 
-    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict) -> None:
+    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict,
+                warm: list[WarmTrial] = ()) -> None:
         optuna = _optuna()
         TrialState = optuna.trial.TrialState
         sampler = make_sampler(self.spec.strategy, resumed_seed(self.spec.seed, len(trials)),
@@ -104,7 +106,10 @@ class OptunaSearch(Search):
         storage, study_id = self.study._storage, self.study._study_id
         for key, value in study_attrs.items():
             storage.set_study_system_attr(study_id, key, value)
-        frozen = []
+        frozen = [optuna.trial.create_trial(
+            state=TrialState.COMPLETE, params=w.params, values=w.values,
+            distributions={k: self.distributions[k] for k in w.params}) for w in warm]
+        self.offset = len(frozen)
         for expected, t in enumerate(trials):
             curve = {}
             if t.id != expected:
@@ -126,18 +131,22 @@ class OptunaSearch(Search):
                 distributions={k: self.distributions[k] for k in params},
                 system_attrs=t.sampler_attrs, intermediate_values=curve))
         self.study.add_trials(frozen)
-        self.asked = len(frozen)
+        self.asked = len(trials)
 
-    def ask(self) -> Asked | None:
+    def ask(self, fixed: dict[str, Any] | None = None, mark: dict | None = None) -> Asked | None:
         if self.study is None:
             self.rebuild([], {})
         if self.asked >= self.total:
             return None
+        if fixed:
+            self.study.enqueue_trial(fixed)  # the next ask takes these values
         trial = self.study.ask()
         self.asked += 1
         storage = self.study._storage
+        for key, value in (mark or {}).items():  # kept with the trial, told or rebuilt
+            storage.set_trial_system_attr(trial._trial_id, key, value)
         params = self.spec.active(lambda p: suggest(trial, p.name, self.distributions[p.name]))
-        return Asked(trial.number, params,
+        return Asked(trial.number - self.offset, params,
                      dict(storage.get_trial_system_attrs(trial._trial_id)),
                      dict(storage.get_study_system_attrs(self.study._study_id)))
 
@@ -145,15 +154,16 @@ class OptunaSearch(Search):
              intermediate: dict[int, float] | None = None) -> dict | None:
         TrialState = _optuna().trial.TrialState
         storage = self.study._storage
+        number = trial_id + self.offset
         internal = storage.get_trial_id_from_study_id_trial_number(self.study._study_id,
-                                                                   trial_id)
+                                                                   number)
         if intermediate and not storage.get_trial(internal).state.is_finished():
             for step, value in intermediate.items():  # TPE ranks pruned trials by them
                 storage.set_trial_intermediate_value(internal, step, value)
         if state == r.COMPLETED:
-            frozen = self.study.tell(trial_id, values=values, skip_if_finished=True)
+            frozen = self.study.tell(number, values=values, skip_if_finished=True)
         else:
-            frozen = self.study.tell(trial_id, state=TrialState.PRUNED if state == r.PRUNED
+            frozen = self.study.tell(number, state=TrialState.PRUNED if state == r.PRUNED
                                      else TrialState.FAIL, skip_if_finished=True)
         return dict(frozen.system_attrs)
 

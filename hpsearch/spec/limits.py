@@ -1,4 +1,4 @@
-"""Validate `search.max_failures`: when a search whose trials keep failing stops.
+"""Validate `search.max_failures` and `search.timeout`: when a search stops early.
 
     max_failures: {first: 5, fraction: 0.5}   # either key may be left out
     max_failures: false                       # never stop for failures
@@ -6,6 +6,9 @@
 `first` (default 5, 0 turns it off): stop when this many trials have failed and none has
 completed since the driver started. `fraction` (default none): stop when more than this share
 of the finished trials failed, once at least `first` (5 if `first` is 0) have finished.
+
+`timeout`: a time budget from the experiment's creation; past it no new trial is asked (those
+running finish).
 """
 
 from __future__ import annotations
@@ -31,3 +34,18 @@ def max_failures(v: _Validator, value: Any, path: KeyPath) -> m.MaxFailures:
         x, p, lambda f: isinstance(f, (int, float)) and not isinstance(f, bool)
         and math.isfinite(f) and 0 <= f < 1, "a fraction of trials, 0 <= x < 1"), None)
     return m.MaxFailures(first=first, fraction=None if fraction is None else float(fraction))
+
+
+def timeout(v: _Validator, value: Any, path: KeyPath) -> float:
+    """`search.timeout`: seconds (a number), or a Slurm time limit ("2:00:00", "1-12")."""
+    from hpsearch.slurm.parse import parse_time_limit
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        seconds = parse_time_limit(value)
+    else:
+        seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise v.fail(path, "expected a time budget: seconds (a number > 0) or a Slurm time "
+                           f"such as \"2:00:00\" or \"1-12\"; got {value!r}")
+    return seconds

@@ -131,6 +131,9 @@ class Search:
     space: tuple[Param, ...]
     pruner: Pruner = field(default_factory=Pruner)
     max_failures: MaxFailures = field(default_factory=MaxFailures)
+    timeout: float | None = None  # seconds from the experiment's creation; then no new trial
+    enqueue: tuple[dict, ...] = ()  # points asked first (parameters left out are sampled)
+    warm_start: tuple[str, ...] = ()  # experiments whose finished trials the sampler learns
 
     @property
     def tuned(self) -> tuple[Param, ...]:

@@ -11,10 +11,9 @@ from typing import Any, Callable
 
 from hpsearch.errors import BadInput
 from hpsearch.runs import default_runs_dir
-from hpsearch.spec import checks
+from hpsearch.spec import checks, known_points, limits
 from hpsearch.spec import model as m
 from hpsearch.spec.loading import read_spec_text
-from hpsearch.spec.limits import max_failures
 from hpsearch.spec.pruner import pruner as pruner_spec
 from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES  # noqa: F401 (re-exported)
 from hpsearch.spec.space import is_int as _is_int, is_number as _is_number
@@ -30,7 +29,8 @@ DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
             "retries", "checkpoints", "executor", "launcher", "container", "env",
             "placement")
-SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max_failures")
+SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max_failures",
+               "timeout", "enqueue", "warm_start")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
                  "partition", "account", "qos", "sbatch_extra")
@@ -180,7 +180,7 @@ class _Validator:
                                        f"directory); got {checks.shown(name)}")
         command = self.string(top["command"], ("command",), allowed="\n\t")
         objectives = self.objectives(top["objective"], ("objective",))
-        search = self.search(top["search"], ("search",), len(objectives))
+        search = self.search(top["search"], ("search",), len(objectives), name)
         self.check_template(command, search)
         self.check_strategy_objectives(search, objectives)
         workdir = self.optional(top, "workdir", (), self.path, self.base_dir)
@@ -231,7 +231,7 @@ class _Validator:
             out.append((key, str(val)))
         return tuple(out)
 
-    def search(self, value: Any, path: KeyPath, objectives: int) -> m.Search:
+    def search(self, value: Any, path: KeyPath, objectives: int, name: str = "") -> m.Search:
         d = self.mapping(value, path, SEARCH_KEYS)
         for key in ("strategy", "space"):
             if key not in d:
@@ -260,9 +260,16 @@ class _Validator:
                                                                              objectives),
                                m.Pruner())
         failures = self.optional(d, "max_failures", path,
-                                 lambda v, p: max_failures(self, v, p), m.MaxFailures())
+                                 lambda v, p: limits.max_failures(self, v, p),
+                                 m.MaxFailures())
+        budget = self.optional(d, "timeout", path, lambda v, p: limits.timeout(self, v, p))
+        points = self.optional(d, "enqueue", path, lambda v, p: known_points.enqueue(
+            self, v, p, space, strategy), ())
+        warm = self.optional(d, "warm_start", path, lambda v, p: known_points.warm_start(
+            self, v, p, strategy, name), ())
         return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
-                        space=space, pruner=pruner, max_failures=failures)
+                        space=space, pruner=pruner, max_failures=failures, timeout=budget,
+                        enqueue=points, warm_start=warm)
 
     def objectives(self, value: Any, path: KeyPath) -> tuple[m.Objective, ...]:
         items = value if isinstance(value, list) else [value]

@@ -307,6 +307,13 @@ class Store(Reader):
                                (now, None, status, message)))
         self._write_many(statements)
 
+    def set_trials_requested(self, total: int, message: str) -> None:
+        """The search runs `total` trials in all (resume --trials, enqueue beyond it)."""
+        self._write_many([
+            ("update experiment set trials_requested = ?, updated = ?", (total, time.time())),
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (time.time(), None, "extended", message))])
+
     # -- trials ----------------------------------------------------------------------------
     def insert_trial(self, trial_id: int, params: dict, trial_dir: str,
                      sampler_attrs: dict, study_attrs: dict | None = None) -> None:
