@@ -11,7 +11,11 @@ def make_search(spec: Spec) -> Search:
         from hpsearch.search.grid import GridSearch
         return GridSearch(spec.search)
     from hpsearch.search.optuna_search import OptunaSearch
-    return OptunaSearch(spec.search, spec.objectives)
+    search = OptunaSearch(spec.search, spec.objectives)
+    if spec.search.reproducible:
+        from hpsearch.search.ordered import OrderedSearch
+        return OrderedSearch(search)
+    return search
 
 
 __all__ = ["Asked", "Search", "make_search"]

@@ -49,3 +49,16 @@ def timeout(v: _Validator, value: Any, path: KeyPath) -> float:
         raise v.fail(path, "expected a time budget: seconds (a number > 0) or a Slurm time "
                            f"such as \"2:00:00\" or \"1-12\"; got {value!r}")
     return seconds
+
+
+def reproducible(v: _Validator, value: Any, path: KeyPath, seed: int | None,
+                 pruner: m.Pruner) -> bool:
+    """`search.reproducible`: needs a seed; not with a pruner, whose decisions depend on
+    which trials reported first (hpsearch.search.ordered)."""
+    v.typed(value, path, lambda x: isinstance(x, bool), "true or false")
+    if value and seed is None:
+        raise v.fail(path, "a reproducible search needs search.seed")
+    if value and pruner.enabled:
+        raise v.fail(path, "not with search.pruner: a pruner judges a trial against the "
+                           "reports of the trials running beside it, which depend on timing")
+    return value

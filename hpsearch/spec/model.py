@@ -134,6 +134,7 @@ class Search:
     timeout: float | None = None  # seconds from the experiment's creation; then no new trial
     enqueue: tuple[dict, ...] = ()  # points asked first (parameters left out are sampled)
     warm_start: tuple[str, ...] = ()  # experiments whose finished trials the sampler learns
+    reproducible: bool = False  # a seeded parallel search asks the same trials every run
 
     @property
     def tuned(self) -> tuple[Param, ...]:

@@ -30,7 +30,7 @@ TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "re
             "retries", "checkpoints", "executor", "launcher", "container", "env",
             "placement")
 SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max_failures",
-               "timeout", "enqueue", "warm_start")
+               "timeout", "enqueue", "warm_start", "reproducible")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
                  "partition", "account", "qos", "sbatch_extra")
@@ -267,9 +267,11 @@ class _Validator:
             self, v, p, space, strategy), ())
         warm = self.optional(d, "warm_start", path, lambda v, p: known_points.warm_start(
             self, v, p, strategy, name), ())
+        reproducible = self.optional(d, "reproducible", path, lambda v, p: limits.reproducible(
+            self, v, p, seed, pruner), False)
         return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
                         space=space, pruner=pruner, max_failures=failures, timeout=budget,
-                        enqueue=points, warm_start=warm)
+                        enqueue=points, warm_start=warm, reproducible=reproducible)
 
     def objectives(self, value: Any, path: KeyPath) -> tuple[m.Objective, ...]:
         items = value if isinstance(value, list) else [value]
