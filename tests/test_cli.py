@@ -10,14 +10,25 @@ import pytest
 from hpsearch.executors import procs
 from tests.helpers import read_store
 
-COMMANDS = ["validate", "plan", "submit", "resume", "cancel", "status", "best", "export"]
+def _commands() -> list[str]:
+    """Every command the parser has (so a new one cannot go undocumented)."""
+    import argparse
+
+    from hpsearch.cli.main import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
+COMMANDS = _commands()
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help_with_examples_and_exit_codes(cli, command):
+def test_every_command_has_help_with_examples_and_exit_codes_and_a_docs_section(cli, command):
     out = cli(command, "--help", check=0).stdout
     assert "examples:\n  hpsearch " + command in out
     assert "exit codes: 0 ok, 1 trials failed or search incomplete, 2 bad input" in out
+    from tests.conftest import ROOT
+    assert f"\n## {command}\n" in (ROOT / "docs" / "cli.md").read_text()
 
 
 def test_bad_flags_and_unknown_commands_exit_2(cli):

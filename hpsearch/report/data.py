@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpsearch import outcome, runs
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
 from hpsearch.store import STORE_FILE
@@ -135,7 +136,9 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None) -> ReportData:
         notes.append("sacct not asked (--no-sacct): times from the store, 1 node per attempt "
                      "unless its nodes are recorded")
     return ReportData(name=exp.name, strategy=exp.strategy, executor=executor,
-                      status=exp.status, metrics=metrics, directions=tuple(exp.directions),
+                      status=outcome.experiment_status(exp.status,
+                                                       runs.DriverLock(exp_dir).holder()),
+                      metrics=metrics, directions=tuple(exp.directions),
                       trials=trials, curves=curves, usage=usage, notes=notes,
                       created=exp.created, updated=exp.updated,
                       space=spec_space(exp.spec_yaml),
