@@ -40,5 +40,16 @@ def experiment_status(status: str, driver_pid: int | None) -> str:
     return INTERRUPTED if status == "running" and not driver_pid else status
 
 
-def resume_hint(name: str) -> str:
+def resume_hint(name: str, exp_dir=None) -> str:
+    """How to continue an interrupted experiment. With a driver job on record (submit
+    --driver-job), that job may only be pending or requeued: check it before resuming."""
+    from pathlib import Path
+    job = Path(exp_dir) / "driver.job" if exp_dir is not None else None
+    try:
+        job_id = job.read_text().strip() if job is not None else ""
+    except OSError:
+        job_id = ""
+    if job_id:
+        return (f"its driver job {job_id} may still be pending or requeued (squeue -j "
+                f"{job_id}); if it is gone, continue it with: hpsearch resume {name}")
     return f"continue it with: hpsearch resume {name}"

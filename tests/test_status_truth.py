@@ -99,3 +99,12 @@ def test_cause_picks_the_line_that_names_the_failure():
     assert cause("timeout") == "timeout"
     assert cause(None) == "" and cause("") == ""
     assert len(cause("exit code 1\n" + "KeyError: " + "x" * 500)) == 160
+
+
+def test_the_resume_hint_names_a_driver_job_that_may_still_be_queued(tmp_path):
+    from hpsearch.outcome import resume_hint
+    assert resume_hint("x", tmp_path) == "continue it with: hpsearch resume x"
+    (tmp_path / "driver.job").write_text("4242\n")
+    assert resume_hint("x", tmp_path) == ("its driver job 4242 may still be pending or "
+                                          "requeued (squeue -j 4242); if it is gone, continue "
+                                          "it with: hpsearch resume x")

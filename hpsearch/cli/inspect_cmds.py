@@ -80,7 +80,8 @@ def status(args) -> int:
           f"{exp.trials_requested} finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
           f"; driver: {'pid %d' % driver if driver else 'not running'}")
     if shown == outcome.INTERRUPTED:
-        print(f"its driver is gone; {outcome.resume_hint(exp.name)}")
+        hint = outcome.resume_hint(exp.name, runs_dir_of(args) / args.name)
+        print(f"no driver runs it; {hint}")
     if trouble and driver:
         print(trouble)
     if staged:
