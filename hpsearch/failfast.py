@@ -27,14 +27,15 @@ class FailFast:
     def after_failure(self, store) -> str | None:
         """After a trial failed for good: why the search stops (recorded as a
         `max_failures` event), or None to go on."""
-        why = self.judge(store.state_counts(), store.trials([r.FAILED]))
+        why = self.judge(store.state_counts(), lambda: store.trials([r.FAILED]))
         if why:
             store.add_event("max_failures", why)
         return why
 
-    def judge(self, counts: dict[str, int], failed: list[r.TrialRow]) -> str | None:
+    def judge(self, counts: dict[str, int], failed) -> str | None:
         """After a trial failed for good: why the search stops, or None to go on.
-        `counts`: the store's counts now; `failed`: its failed trials."""
+        `counts`: the store's counts now; `failed()`: its failed trials (read only when the
+        search stops, to name the common cause)."""
         rule = self.rule
         completed, failures = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
         finished = completed + failures + counts.get(r.PRUNED, 0)
@@ -48,7 +49,7 @@ class FailFast:
                    f"search.max_failures.fraction {rule.fraction:g}")
         else:
             return None
-        causes = Counter(cause(t.error) for t in failed if t.error)
+        causes = Counter(cause(t.error) for t in failed() if t.error)
         common = ""
         if causes:
             text, n = causes.most_common(1)[0]
