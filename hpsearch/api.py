@@ -11,13 +11,11 @@ trials. Nothing here writes the store (the driver is its only writer).
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch import runs
-from hpsearch.errors import NotFound
 from hpsearch.interop import optuna_trials
 from hpsearch.interop.store_view import AttemptRow, MetricRow, StoreView, read_view
 from hpsearch.results import best as best_trials
@@ -116,11 +114,4 @@ def load(name: str, runs_dir: str | Path | None = None) -> Experiment:
     ./hpsearch-runs, as the command line finds it). Raises hpsearch.errors.NotFound (a
     LookupError-like HpsearchError) naming the runs dir, with close names if there are."""
     where = Path(runs_dir).absolute() if runs_dir is not None else runs.default_runs_dir()
-    try:
-        exp_dir = runs.existing_experiment_dir(where, name)
-    except NotFound as exc:
-        known = [p.name for p in runs.list_experiments(where)]
-        close = difflib.get_close_matches(name, known, n=3)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise NotFound(f"{exc}{hint}") from None
-    return Experiment(read_view(exp_dir))
+    return Experiment(read_view(runs.existing_experiment_dir(where, name)))
