@@ -103,6 +103,7 @@ def test_a_trial_that_gives_up_is_failed_and_the_search_finishes(cli):
           trials: 6
           parallel: 1
           seed: 1
+          max_failures: false   # every trial fails: fail-fast would stop the search at 5
           space:
             x: {low: 0.0, high: 1.0}
         objective: {metric: loss}

@@ -30,7 +30,10 @@ TRIAL_ENV = ("HPSEARCH_EXPERIMENT", "HPSEARCH_TRIAL_ID", "HPSEARCH_ATTEMPT",
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
             "MASTER_ADDR", "MASTER_PORT")
 
-PORT_LOW, PORT_SPAN = 20000, 40000  # master ports are in 20000-59999
+# Master ports are in 20000-32767: below Linux's ephemeral range (32768-60999 by default),
+# from which any outgoing connection on the node (sacct, munge, NFS, another job's) takes its
+# local port; a master port there was seen taken: torchrun's EADDRINUSE killed a DDP trial.
+PORT_LOW, PORT_SPAN = 20000, 12768
 LOCAL_ADDR = "127.0.0.1"
 
 
@@ -63,7 +66,7 @@ class RankLayout:
 
 def port_for(experiment: str, trial_id: int) -> int:
     """The trial's master port: a stable hash of the experiment, plus the trial id, so
-    trials of one experiment never share a port (until 40000 trials apart)."""
+    trials of one experiment never share a port (until 12768 trials apart)."""
     digest = hashlib.sha256(experiment.encode()).digest()
     return PORT_LOW + (int.from_bytes(digest[:8], "big") + trial_id) % PORT_SPAN
 
