@@ -134,3 +134,13 @@ def test_timeout_stops_asking_for_trials_and_the_search_ends_completed(cli):
     assert exp.status == "completed" and 1 <= len(trials) < 10, len(trials)
     assert "search.timeout (1.5 s) reached after" in out
     assert "timeout" in event_kinds(cli.runs, "timed")
+
+
+def test_validate_says_what_the_search_section_asks_for(cli):
+    spec = _spec(cli, "said", extra="  timeout: \"1:00:00\"\n  enqueue:\n    - {x: 0.5}\n"
+                                     "  max_failures: {first: 3, fraction: 0.5}")
+    out = cli("validate", spec, check=0).stdout
+    assert "max_failures: stop after 3 failures with none completed, stop when more than " \
+           "0.5 of finished trials failed" in out
+    assert "timeout: no new trial 3600 s after the experiment's creation" in out
+    assert "enqueue: 1 point(s) asked first: {x: 0.5}" in out

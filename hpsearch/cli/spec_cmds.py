@@ -41,7 +41,29 @@ def validate(args) -> int:
     print("  objective: " + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives))
     if s.pruner.enabled:
         print(f"  {_pruner_line(spec)}")
+    for line in _search_extras(s):
+        print(f"  {line}")
     return 0
+
+
+def _search_extras(s) -> list[str]:
+    """What else the search section asks for: fail-fast, time budget, known points."""
+    f = s.max_failures
+    lines = [("max_failures: " + ", ".join(filter(None, [
+        f"stop after {f.first} failures with none completed" if f.first else "",
+        f"stop when more than {f.fraction:g} of finished trials failed"
+        if f.fraction is not None else ""]))) if f.enabled else "max_failures: off"]
+    if s.timeout is not None:
+        lines.append(f"timeout: no new trial {s.timeout:g} s after the experiment's creation")
+    if s.enqueue:
+        lines.append(f"enqueue: {len(s.enqueue)} point(s) asked first: "
+                     + "; ".join(yaml_text(p) for p in s.enqueue))
+    if s.warm_start:
+        lines.append(f"warm_start: the sampler learns from {', '.join(s.warm_start)}")
+    if s.reproducible:
+        lines.append(f"reproducible: trial k waits for trials 0..k-{s.parallel} "
+                     "(docs/spec.md#what-a-seed-reproduces)")
+    return lines
 
 
 def _pruner_line(spec) -> str:
