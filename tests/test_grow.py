@@ -121,6 +121,7 @@ def test_warm_start_feeds_earlier_trials_to_the_sampler(cli):
     assert "warm start: 11 of 11 completed trials of lowx" in out
     warm = [p["x"] for p in _params(cli, "warm")]
     cold = [p["x"] for p in _params(cli, "cold")]
+    print("warm x:", [round(x, 3) for x in warm], "cold x:", [round(x, 3) for x in cold])
     assert abs(sorted(warm)[2] - 0.7) < 0.15 < abs(sorted(cold)[2] - 0.7), (warm, cold)
     assert [t.id for t in read_store(cli.runs, "warm")[1]] == [0, 1, 2, 3, 4]
     proc = cli("submit", _spec(cli, "typo", extra="  warm_start: [lowxx]"), check=2)
