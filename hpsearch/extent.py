@@ -25,6 +25,7 @@ from hpsearch.spec.known_points import point_problem
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
 
+MAX_TRIALS = 10**9  # a total beyond this is a typo (and would not fit the store's integers)
 ENQUEUED = "hpsearch_enqueued"  # sampler attr: the id of the enqueued point a trial was asked for
 
 
@@ -107,9 +108,10 @@ class Extent:
     def _total(self, request: requests.Request) -> None:
         total = request.data.get("total")
         grid = getattr(self.search, "points", None)
-        if not isinstance(total, int) or isinstance(total, bool) or total < self.search.asked:
-            self._warn(f"resume --trials {total!r} refused: the search has already asked "
-                       f"{self.search.asked} trials")
+        if not isinstance(total, int) or isinstance(total, bool) or total < self.search.asked \
+                or total > MAX_TRIALS:
+            self._warn(f"resume --trials {total!r} refused: expected at least the "
+                       f"{self.search.asked} trials already asked, at most {MAX_TRIALS}")
         elif grid is not None and total > len(grid):
             self._set_total(len(grid), f"resume --trials {total}: the grid has only "
                                        f"{len(grid)} points; running them all")

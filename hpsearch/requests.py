@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = ("trials", "enqueue")
+MAX_BYTES = 65536  # a request is a few hundred bytes; a bigger file is not one
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,14 @@ def pending(exp_dir: Path) -> tuple[list[Request], list[str]]:
         path = folder / name
         kind = name.split("-", 1)[0]
         try:
+            if path.stat().st_size > MAX_BYTES:
+                raise ValueError(f"over {MAX_BYTES} bytes")
             data = json.loads(path.read_text())
             rid = data.pop("id")
             if kind not in KINDS or not isinstance(rid, str):
                 raise ValueError(f"unknown kind {kind!r}")
-        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, AttributeError, TypeError,
+                RecursionError) as exc:  # hostile bytes, nesting, sizes: skipped, not fatal
             notes.append(f"ignored request file {path}: {exc}")
             path.unlink(missing_ok=True)
             continue

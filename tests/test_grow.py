@@ -46,6 +46,8 @@ def test_resume_trials_grows_a_finished_search_and_refuses_to_shrink_below_it(cl
     assert "experiment grow: completed, tpe, 5/5 finished" in cli("status", "grow").stdout
     proc = cli("resume", "grow", "--trials", "4", check=2)
     assert "at least the 5 already asked" in proc.stderr
+    proc = cli("resume", "grow", "--trials", str(10**30), check=2)  # no integer overflow
+    assert "at most 1000000000" in proc.stderr
 
 
 def test_resume_trials_reaches_a_running_driver(cli):

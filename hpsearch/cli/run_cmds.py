@@ -131,9 +131,10 @@ def _extend(spec, total: int) -> bool:
         asked = len(reader.trials())
     finally:
         reader.close()
-    if total < max(1, asked):
+    from hpsearch.extent import MAX_TRIALS
+    if not max(1, asked) <= total <= MAX_TRIALS:
         raise HpsearchError(f"--trials {total}: expected the number of trials in all, at "
-                            f"least the {asked} already asked")
+                            f"least the {asked} already asked, at most {MAX_TRIALS}")
     requests.write(spec.experiment_dir, "trials", {"total": total})
     driver = runs.DriverLock(spec.experiment_dir).holder()
     if driver:
