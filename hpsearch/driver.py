@@ -48,6 +48,7 @@ class _Live:
     files: TrialFiles
     last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
     ckpts: CheckpointScan = field(init=False)
+    adopted: bool = False  # in flight when this driver began: it may have ended unseen
 
     def __post_init__(self) -> None:
         self.ckpts = CheckpointScan(self.trial_dir)
@@ -115,6 +116,8 @@ class Driver:
         for row in trials:
             if row.state == r.QUEUED or row.state == r.CANCELLED:
                 self.queue.append(row.id)
+                if row.state == r.QUEUED and self._withdrawn(row):
+                    self.unlaunched.add(row.id)
             elif row.state in (r.SUBMITTING, r.RUNNING):
                 self._adopt(row)
         if self.store.experiment().status != "running":
@@ -122,8 +125,14 @@ class Driver:
         if self.stopper:  # stops decided before the driver died, or while adopting
             self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
+    def _withdrawn(self, row: r.TrialRow) -> bool:
+        """A queued trial whose attempt was stored but never started (Store.withdraw)."""
+        return any(a["attempt"] == row.attempt and a["state"] == r.SUBMITTING
+                   for a in self.store.attempts(row.id))
+
     def _adopt(self, row: r.TrialRow) -> None:
         live = self._live(row.id, row.attempt, Path(row.trial_dir))
+        live.adopted = True
         self.live[row.id] = live
         runs = sum(1 for a in self.store.attempts(row.id)
                    if row.job_id and a["job_id"] == row.job_id)  # Slurm requeues: same id
@@ -313,7 +322,8 @@ class Driver:
     def finalize(self, ended: Ended) -> None:
         # An end before this driver began went unseen: its exit_code file's time is its end.
         # One seen while it ran is recorded when seen, as its start was (their lags cancel).
-        ended_at = exit_time(self.live[ended.trial_id].trial_dir)
+        live = self.live[ended.trial_id]
+        ended_at = exit_time(live.trial_dir) if live.adopted else None
         unseen = ended_at if ended_at is not None and ended_at < self.began else None
         with self.store.batch(), self.store.ending_at(unseen):
             self._finalize(ended)  # the last metrics and the outcome: one commit
@@ -460,6 +470,10 @@ class Driver:
         self.request_stop(signal.Signals(signum).name)
 
     def _stop_all(self) -> None:
+        withdrawn = self.executor.withdraw()  # never started: resume launches them
+        self.store.withdraw(withdrawn)
+        for trial_id in withdrawn:
+            del self.live[trial_id]
         self.on_event(f"stopping ({self.stop_reason}): cancelling "
                       f"{len(self.live)} running trial(s); press Ctrl-C again to exit "
                       f"without waiting")

@@ -7,6 +7,7 @@ exactly what runs.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -78,11 +79,24 @@ def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path) -> 
 
 
 def prepare_trial_dir(launch: Launch) -> None:
-    """Create the trial dir with params.json and checkpoints/ (idempotent)."""
-    launch.trial_dir.mkdir(parents=True, exist_ok=True)
-    (launch.trial_dir / "checkpoints").mkdir(exist_ok=True)
-    path = launch.trial_dir / "params.json"
-    if not path.exists():
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(launch.params, indent=1, sort_keys=True) + "\n")
-        tmp.replace(path)
+    """Create the trial dir with params.json and checkpoints/ (idempotent). Four file-system
+    calls for a new trial (they cost tenths of a millisecond each on ext4, more on Lustre or
+    NFS). params.json is written whole before the trial starts, and again for every attempt,
+    so one torn by a crash is rewritten before anything reads it."""
+    try:
+        os.mkdir(launch.trial_dir)
+    except FileNotFoundError:
+        launch.trial_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        pass
+    try:
+        os.mkdir(launch.trial_dir / "checkpoints")
+    except FileExistsError:
+        pass
+    data = (json.dumps(launch.params, indent=1, sort_keys=True) + "\n").encode()
+    fd = os.open(launch.trial_dir / "params.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)

@@ -20,7 +20,7 @@ from hpsearch import driver_job, runs
 from hpsearch.driver_job import DRIVER_JOB_FILE
 from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import Search as SearchSpec, Spec
 from hpsearch.spec.validate import load_spec, parse_spec
 from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE, Reader, Store
@@ -43,12 +43,23 @@ def make_executor(spec: Spec, store: Store | None = None) -> Executor:
                            f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
                            key="executor.gpus")
         return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace,
-                             spec.checkpoints.signal, spec.checkpoints.signal_before)
+                             spec.checkpoints.signal, spec.checkpoints.signal_before,
+                             ahead=1 if asks_ahead(spec.search) else 0)
     if ex.pilots is not None and store is not None:
         from hpsearch.executors.pilots import PilotExecutor
         return PilotExecutor(spec, store)
     from hpsearch.executors.slurm import SlurmExecutor
     return SlurmExecutor(spec)
+
+
+def asks_ahead(search: SearchSpec) -> bool:
+    """Whether the driver may ask the next trial while every slot is busy, so that it starts
+    the moment one frees. Only where that cannot change what is run: the sampler does not
+    learn from results (grid, random, qmc: a seeded search asks the same points in the same
+    order), no promotion decides at each free slot, trials are asked in no fixed order
+    (search.reproducible), and no search.timeout could pass while the trial waits."""
+    return (search.strategy in ("grid", "random", "qmc") and not search.pruner.promotion
+            and not search.reproducible and search.timeout is None)
 
 
 def with_executor(spec: Spec, executor_type: str | None) -> Spec:

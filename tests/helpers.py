@@ -70,3 +70,18 @@ def kill_driver_repeatedly(cli, spec: Path, name: str, env: dict, kills: int,
         assert proc.returncode == 0, (proc.stdout, proc.stderr)
         happened.append("submitted again: no kill came after the store was created")
     return happened
+
+
+def wait_for_trials(cli, name: str, predicate, timeout: float = 30, every: float = 0.05):
+    """The experiment's trial rows once predicate(rows) holds; fails after `timeout` s."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rows = read_store(cli.runs, name)[1]
+            if predicate(rows):
+                return rows
+        except Exception:  # the store is not created yet
+            pass
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting on {name}")

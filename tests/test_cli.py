@@ -59,8 +59,9 @@ def test_cancel_with_no_driver_stops_orphaned_trials(cli):
         """)
     crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:2"})
     assert crashed.returncode == -signal.SIGKILL
-    _, rows = read_store(cli.runs, "orphans")
-    assert all(procs.alive(t.pid, t.pid_start) for t in rows)
+    _, stored = read_store(cli.runs, "orphans")
+    rows = [t for t in stored if t.pid is not None]  # a third may wait, asked ahead
+    assert len(rows) == 2 and all(procs.alive(t.pid, t.pid_start) for t in rows)
     out = cli("cancel", "orphans", check=0).stdout
     assert "no driver was running; stopped 2 trial process group(s) or job(s)" in out
     deadline = time.monotonic() + 5
@@ -68,7 +69,7 @@ def test_cancel_with_no_driver_stops_orphaned_trials(cli):
         time.sleep(0.05)
     assert not any(procs.group_alive(t.pid) for t in rows)
     exp, after = read_store(cli.runs, "orphans")
-    assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * 2
+    assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * len(stored)
 
 
 def test_output_into_a_closed_pipe_ends_quietly_with_exit_0(cli):

@@ -60,15 +60,21 @@ def test_a_search_whose_trials_all_fail_stops_after_five_and_names_the_cause(cli
     exp, trials = read_store(cli.runs, "broken")
     assert exp.status == "failed"
     counts = _counts(cli, "broken")
-    assert counts["failed"] == 5 and len(trials) <= 6, counts  # one in flight is cancelled
+    # the one in flight at the fifth failure is cancelled, or failed on its own first; one
+    # more may have waited for a slot (asked ahead, tests/test_ask_ahead.py): it stays
+    # queued, never started
+    assert 5 <= counts["failed"] <= 6, counts
+    assert sum(t.started is not None for t in trials) <= 6, counts
+    assert set(counts) <= {"failed", "cancelled", "queued"}, counts
     assert "max_failures" in event_kinds(cli.runs, "broken")
     assert "experiment broken: failed" in cli("status", "broken", check=0).stdout
 
     ok.write_text("")  # the cause fixed: a resumed driver counts afresh and goes on
-    cli("resume", "broken", "--no-tui", check=1)  # exit 1: the 5 failed trials stay failed
+    cli("resume", "broken", "--no-tui", check=1)  # exit 1: the failed trials stay failed
     exp, trials = read_store(cli.runs, "broken")
     assert exp.status == "completed"
-    assert _counts(cli, "broken").get("completed") == 12 - 5, _counts(cli, "broken")
+    assert _counts(cli, "broken") == {"completed": 12 - counts["failed"],
+                                      "failed": counts["failed"]}
 
 
 def test_more_than_a_fraction_failed_stops_the_search(cli):
@@ -78,7 +84,8 @@ def test_more_than_a_fraction_failed_stops_the_search(cli):
     # 0,1,2 complete; 3.. fail: after 7 finished, 4 failed > 3.5
     assert "4 of 7 finished trials failed, more than search.max_failures.fraction 0.5" \
         in proc.stderr, proc.stderr
-    assert _counts(cli, "frac") == {"completed": 3, "failed": 4}
+    counts = _counts(cli, "frac")  # and the next, asked ahead, waits never started
+    assert counts == {"completed": 3, "failed": 4, "queued": 1}, counts
 
 
 def test_max_failures_false_runs_every_trial(cli):

@@ -135,6 +135,12 @@ class Executor(ABC):
         reports its end, with whatever reason it ended with."""
         self.cancel(trial_id)
 
+    def withdraw(self) -> list[int]:
+        """Take back every attempt submitted but not started (it waits for a slot): the
+        driver is stopping. They are never started, and poll() tells nothing of them; the
+        store has them wait (Store.withdraw), so a resumed driver launches that attempt."""
+        return []
+
     def abandon(self, trial_id: int) -> None:
         """Cancel a requeued job whose trial has no retry left, and forget it: poll() tells
         nothing more of it. Only executors that report Requeued need it."""

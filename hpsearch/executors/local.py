@@ -6,23 +6,24 @@ so a finishing trial frees its slot at once, and processes adopted after a drive
 (no longer our children) are watched the same way; their exit code comes from the
 `exit_code` file the wrapper shell writes on exit.
 
-Processes are spawned on worker threads: fork/exec of a trial can stall for milliseconds on a
-busy machine, and the driver's one thread must keep ingesting and launching meanwhile.
-submit() returns at once; poll() reports the Started (or a launch error) when it happened.
+Processes are spawned on the driver's thread (subprocess uses vfork: well under a millisecond
+here; worker threads cost more in lock hand-offs than they saved, benchmarks/overhead.py).
+With `ahead`, an attempt submitted while every slot is busy waits with its trial dir made and
+starts inside poll() the moment a trial exits 0, before the driver finalizes that one: short
+trials then wait for no bookkeeping. A slot freed by a failure waits for the driver to look
+(a retry, or search.max_failures stopping the search) until its next poll(). poll() reports each start (or launch error).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import queue
 import select
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,9 +67,12 @@ def detect_gpus() -> list[str]:
 class LocalExecutor(Executor):
     def __init__(self, parallel: int, gpus: list[str] | None = None, gpus_per_trial: int = 1,
                  timeout: float | None = None, grace: float = 10.0,
-                 signal_name: str | None = None, signal_before: float = 120.0) -> None:
+                 signal_name: str | None = None, signal_before: float = 120.0,
+                 ahead: int = 0) -> None:
         """signal_name: sent to the trial's process group `signal_before` seconds before its
-        timeout (checkpoints.signal), so it can save and exit to be resumed."""
+        timeout (checkpoints.signal), so it can save and exit to be resumed. ahead: how many
+        attempts may wait, trial dir made, for a slot; each starts the moment one frees,
+        before the driver has finalized the trial that ended (hpsearch.session says when)."""
         self.parallel = parallel
         self.signal = getattr(signal, f"SIG{signal_name}") if signal_name else None
         self.signal_before = signal_before
@@ -76,80 +80,78 @@ class LocalExecutor(Executor):
         self.free_gpus = list(gpus) if gpus else None
         self.gpus_per_trial = max(1, gpus_per_trial)
         self.timeout, self.grace = timeout, grace
+        self.ahead = ahead
         self.host = socket.gethostname()
         self.base_env = dict(os.environ)
         self.running_: dict[int, _Running] = {}
-        self.spawning: dict[int, list[str]] = {}  # trial id -> its GPUs, until spawned
-        self.cancel_on_spawn: set[int] = set()
-        self.spawned: queue.SimpleQueue = queue.SimpleQueue()
-        self.spawner = ThreadPoolExecutor(max_workers=min(parallel, 4),
-                                          thread_name_prefix="hpsearch-spawn")
-        self.wake_read, self.wake_write = os.pipe()
-        os.set_blocking(self.wake_read, False)
+        self.waiting: dict[int, Launch] = {}  # submitted while every slot was busy, in order
+        self.events: list[Started | Ended] = []  # spawns and launch errors, for the next poll
         self.poller = select.poll()
-        self.poller.register(self.wake_read, select.POLLIN)
         self.by_fd: dict[int, int] = {}
 
     # -- Executor ---------------------------------------------------------------------------
     def free_slots(self) -> int:
-        free = self.parallel - len(self.running_) - len(self.spawning)
+        return max(0, self._runnable()) + self.ahead - len(self.waiting)
+
+    def _runnable(self) -> int:
+        """How many more attempts could start now."""
+        free = self.parallel - len(self.running_)
         if self.free_gpus is not None:
             free = min(free, len(self.free_gpus) // self.gpus_per_trial)
-        return max(0, free)
+        return free
 
     def submit(self, launch: Launch) -> None:
-        """Queue the spawn; poll() reports it as Started, or as Ended if it could not start."""
+        """Start it now, or (every slot busy) let it wait for one; poll() reports it as
+        Started when it starts, or as Ended if it could not."""
+        self._start_waiting()  # those submitted earlier first
+        if self._runnable() > 0:
+            self._spawn(launch, prepared=False)
+            return
+        try:
+            prepare_trial_dir(launch)  # now, while slots are busy: not when one frees
+        except OSError as exc:
+            self.events.append(_launch_failed(launch, exc))
+            return
+        self.waiting[launch.trial_id] = launch
+
+    def _spawn(self, launch: Launch, prepared: bool = True) -> None:
+        """Start the attempt's process on the driver's thread (a vfork-exec of /bin/sh:
+        about a millisecond, however large the driver)."""
         gpus = self._take_gpus()
         env = {**self.base_env, **launch.env}
         if self.free_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        self.spawning[launch.trial_id] = gpus
-        self.spawner.submit(self._spawn, launch, env, gpus)
-
-    def _spawn(self, launch: Launch, env: dict[str, str], gpus: list[str]) -> None:
-        """On a worker thread: start the process; hand the outcome to the driver's thread."""
         try:
-            prepare_trial_dir(launch)
+            if not prepared:
+                prepare_trial_dir(launch)
             with open(launch.trial_dir / "stdout.log", "ab") as out, \
                     open(launch.trial_dir / "stderr.log", "ab") as err:
                 popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
                                                                       launch.command)],
                                          cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=err, start_new_session=True)
-            self.spawned.put((launch, gpus, popen, procs.start_time(popen.pid), None))
         except OSError as exc:
-            storage = exc.errno in _STORAGE_ERRNOS and str(exc.filename or "").startswith(
-                str(launch.trial_dir.parent.parent))  # the experiment's dir
-            self.spawned.put((launch, gpus, None, None, ("storage: " if storage else "")
-                              + f"could not start: {exc}"))
-        os.write(self.wake_write, b"x")
+            self._give_back_gpus(gpus)
+            self.events.append(_launch_failed(launch, exc))
+            return
+        timeout = self.timeout * launch.time_factor if self.timeout else None
+        run = _Running(launch.trial_id, launch.attempt, popen.pid, launch.trial_dir, popen,
+                       None, gpus, self._deadline(timeout), timeout=timeout)
+        self._arm_signal(run)
+        self._watch(run)
+        self.events.append(Started(launch.trial_id, launch.attempt, self.host, popen.pid,
+                                   procs.start_time(popen.pid), ",".join(gpus)
+                                   if self.free_gpus is not None else None))
 
-    def _collect_spawned(self) -> list[Started | Ended]:
-        events: list[Started | Ended] = []
-        while True:
-            try:
-                launch, gpus, popen, pid_start, error = self.spawned.get_nowait()
-            except queue.Empty:
-                return events
-            del self.spawning[launch.trial_id]
-            if popen is None:
-                self._give_back_gpus(gpus)
-                storage = error.startswith("storage: ")
-                events.append(Ended(launch.trial_id, launch.attempt, None, "storage_error"
-                                    if storage else "launch_error", error.removeprefix(
-                                        "storage: ")))
-                continue
-            timeout = self.timeout * launch.time_factor if self.timeout else None
-            run = _Running(launch.trial_id, launch.attempt, popen.pid, launch.trial_dir, popen,
-                           None, gpus, self._deadline(timeout), timeout=timeout)
-            self._arm_signal(run)
-            self._watch(run)
-            events.append(Started(launch.trial_id, launch.attempt, self.host, popen.pid,
-                                  pid_start, ",".join(gpus) if self.free_gpus is not None
-                                  else None))
-            if launch.trial_id in self.cancel_on_spawn:
-                self.cancel_on_spawn.discard(launch.trial_id)
-                self._stop(run, "cancelled")
+    def _start_waiting(self) -> None:
+        while self.waiting and self._runnable() > 0:
+            trial_id = next(iter(self.waiting))
+            self._spawn(self.waiting.pop(trial_id))  # prepared by submit()
+
+    def withdraw(self) -> list[int]:
+        withdrawn = list(self.waiting)
+        self.waiting.clear()
+        return withdrawn
 
     def adopt(self, known: Adoptable) -> Started | Ended | None:
         pid = known.pid if procs.alive(known.pid, known.pid_start) else None
@@ -175,19 +177,20 @@ class LocalExecutor(Executor):
                      "the process ended while no driver was running and left no exit code")
 
     def cancel(self, trial_id: int) -> None:
-        if trial_id in self.spawning:
-            self.cancel_on_spawn.add(trial_id)
+        waiting = self.waiting.pop(trial_id, None)
+        if waiting is not None:
+            self.events.append(Ended(trial_id, waiting.attempt, None, "cancelled",
+                                     "cancelled before it started"))
             return
         run = self.running_.get(trial_id)
         if run is not None and run.kill_at is None:
             self._stop(run, "cancelled")
 
     def poll(self, timeout: float) -> list[Started | Ended]:
-        events = self._collect_spawned()
-        if events:
-            timeout = 0.0
+        self._start_waiting()  # into slots the driver has looked at since
+        events, self.events = self.events, []
         now = time.monotonic()
-        wait = timeout
+        wait = 0.0 if events else timeout
         for run in self.running_.values():
             for moment in (run.deadline, run.kill_at, run.signal_at):
                 if moment is not None:
@@ -195,12 +198,6 @@ class LocalExecutor(Executor):
         if any(run.fd is None for run in self.running_.values()):
             wait = min(wait, 0.01)  # no pidfd for some process: fall back to short sleeps
         ready = {fd for fd, _ in self.poller.poll(wait * 1000)}
-        if self.wake_read in ready:
-            try:
-                os.read(self.wake_read, 4096)  # drain wake-ups; spawned() holds the news
-            except BlockingIOError:
-                pass
-        events += self._collect_spawned()
         now = time.monotonic()
         for run in list(self.running_.values()):
             if run.signal_at is not None and now >= run.signal_at and run.kill_at is None:
@@ -212,19 +209,24 @@ class LocalExecutor(Executor):
             code = self._exit_status(run)
             if code is not _STILL_RUNNING:
                 events.append(self._finish(run, code))
+                if code == 0 and run.reason is None:  # its slot at once; the driver
+                    self._start_waiting()  # finalizes after. After a failure it looks first
+                    # (a retry, search.max_failures), and the next poll() starts the rest
             elif run.kill_at is not None and now >= run.kill_at:
                 procs.signal_group(run.pid, signal.SIGKILL)
             elif run.kill_at is None and run.deadline is not None and now >= run.deadline:
                 self._stop(run, "timeout")
+        events += self.events
+        self.events = []
         return events
 
     def close(self) -> None:
-        self.spawner.shutdown(wait=True)
+        """Waiting attempts stay unstarted: the store has them `submitting` with no process,
+        so the next driver launches them."""
+        self.waiting.clear()
         for fd in list(self.by_fd):
             os.close(fd)
         self.by_fd.clear()
-        os.close(self.wake_read)
-        os.close(self.wake_write)
 
     # -- helpers ---------------------------------------------------------------------------
     def _deadline(self, timeout: float | None) -> float | None:
@@ -290,6 +292,14 @@ class LocalExecutor(Executor):
             return int((trial_dir / "exit_code").read_text().strip())
         except (OSError, ValueError):
             return None
+
+
+def _launch_failed(launch: Launch, exc: OSError) -> Ended:
+    """A launch that failed: the machine's storage (stop the search), or the trial's."""
+    storage = exc.errno in _STORAGE_ERRNOS and str(exc.filename or "").startswith(
+        str(launch.trial_dir.parent.parent))  # the experiment's dir
+    return Ended(launch.trial_id, launch.attempt, None,
+                 "storage_error" if storage else "launch_error", f"could not start: {exc}")
 
 
 _STILL_RUNNING = object()

@@ -348,6 +348,14 @@ class Store(Reader):
              (time.time(), trial_id, "attempt", f"attempt {attempt}: {reason}")),
         ])
 
+    def withdraw(self, trial_ids: list[int]) -> None:
+        """Attempts stored but never started (they waited for a slot when the driver
+        stopped): their trials wait, `queued`, and the attempt stays `submitting`, so a
+        resumed driver launches that same attempt."""
+        if trial_ids:
+            self._write_many([("update trials set state = ? where id = ?", (r.QUEUED, tid))
+                              for tid in trial_ids])
+
     def mark_running(self, trial_id: int, attempt: int, host: str, pid: int | None,
                      pid_start: int | None, gpus: str | None, job_id: str | None = None) -> None:
         now = time.time()
