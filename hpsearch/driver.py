@@ -72,6 +72,7 @@ class Driver:
         self.stop_reason: str | None = None
         self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
+        self.unsaved_starts: list[Started] = []  # stored with the next end (_handle)
         self.checkpoints = CheckpointKeeper(spec, store, on_event)
         pruner = spec.search.pruner  # early stopping, or promotion (pause and resume)
         self.stopper = (Stopper(spec, store, executor, search, on_event)
@@ -181,8 +182,14 @@ class Driver:
                     self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _handle(self, events: list[Started | Update | Requeued | Ended]) -> None:
+        # Starts seen with an end are stored in that end's commit (finalize): one commit
+        # fewer per trial when the next trial started as the last one ended (asked ahead).
+        defer = any(isinstance(e, Ended) and e.reason != "storage_error" for e in events)
         for event in events:
-            if isinstance(event, Started):
+            if isinstance(event, Started) and defer:
+                fault_point("after_launch")  # the process runs; its pid is not stored yet
+                self.unsaved_starts.append(event)
+            elif isinstance(event, Started):
                 self._record_started(event)
             elif isinstance(event, Requeued):
                 self._requeued(event)
@@ -199,6 +206,9 @@ class Driver:
                                    f"resume {self.spec.name}`")
             else:
                 self.finalize(event)
+        for started in self.unsaved_starts:  # none of the ends took them (not expected)
+            self._mark_running(started)
+        self.unsaved_starts.clear()
 
     def _fill_slots(self) -> None:
         while self.executor.free_slots() > 0 and not self.stop_reason:
@@ -277,9 +287,15 @@ class Driver:
 
     def _record_started(self, started: Started) -> None:
         fault_point("after_launch")  # the process runs; its pid is not stored yet
+        self._mark_running(started)
+
+    def _mark_running(self, started: Started) -> None:
+        self._store_start(started)
+        fault_point("after_running")
+
+    def _store_start(self, started: Started) -> None:
         self.store.mark_running(started.trial_id, started.attempt, started.host, started.pid,
                                 started.pid_start, started.gpus, started.job_id)
-        fault_point("after_running")
 
     def _live(self, trial_id: int, attempt: int, trial_dir: Path) -> _Live:
         """A trial's in-flight memory: its files are read on from where the store says
@@ -325,10 +341,16 @@ class Driver:
         live = self.live[ended.trial_id]
         ended_at = exit_time(live.trial_dir) if live.adopted else None
         unseen = ended_at if ended_at is not None and ended_at < self.began else None
-        with self.store.batch(), self.store.ending_at(unseen):
-            self._finalize(ended)  # the last metrics and the outcome: one commit
+        starts, self.unsaved_starts = self.unsaved_starts, []
+        with self.store.batch():  # starts seen with this end, its last metrics, its outcome
+            for started in starts:
+                self._store_start(started)
+            with self.store.ending_at(unseen):
+                self._finalize(ended)
             if self.spec.checkpoints.keep_trials is not None:
                 self.checkpoints.doomed += self.checkpoints.mark(None)
+        for _ in starts:
+            fault_point("after_running")
         fault_point("after_finish")
         self.checkpoints.remove_marked()
 

@@ -83,7 +83,8 @@ def test_stopping_withdraws_a_waiting_trial_that_resume_launches_as_its_first_at
     assert proc.wait(timeout=30) == 1
     _, rows = read_store(cli.runs, "stopped")
     assert [t.state for t in rows] == ["cancelled", "queued"]
-    assert not (cli.runs / "stopped" / "trials" / "00001" / "stdout.log").exists()  # never ran
+    log = cli.runs / "stopped" / "trials" / "00001" / "stdout.log"  # made ready, never run
+    assert log.read_bytes() == b"" and rows[1].pid is None and rows[1].started is None
     assert runlog.read_text().split("\n")[:1] == ["0 1"] and "1 1" not in runlog.read_text()
     go.touch()
     cli("resume", "stopped", check=0, timeout=120)

@@ -49,6 +49,28 @@ class _Running:
     timeout: float | None = None     # this attempt's timeout (the retry rules may raise it)
 
 
+class _Ready:
+    """An attempt laid out to start: its trial dir made, its log files open for appending
+    (done when it is submitted, so a slot that frees waits only for the fork)."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        prepare_trial_dir(launch)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        self.out = os.open(launch.trial_dir / "stdout.log", flags, 0o666)
+        try:
+            self.err = os.open(launch.trial_dir / "stderr.log", flags, 0o666)
+        except OSError:
+            os.close(self.out)
+            raise
+
+    def close(self) -> None:
+        for fd in (self.out, self.err):
+            if fd >= 0:
+                os.close(fd)
+        self.out = self.err = -1
+
+
 def detect_gpus() -> list[str]:
     """GPU ids from CUDA_VISIBLE_DEVICES, else from nvidia-smi, else none."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -84,7 +106,7 @@ class LocalExecutor(Executor):
         self.host = socket.gethostname()
         self.base_env = dict(os.environ)
         self.running_: dict[int, _Running] = {}
-        self.waiting: dict[int, Launch] = {}  # submitted while every slot was busy, in order
+        self.waiting: dict[int, _Ready] = {}  # submitted while every slot was busy, in order
         self.events: list[Started | Ended] = []  # spawns and launch errors, for the next poll
         self.poller = select.poll()
         self.by_fd: dict[int, int] = {}
@@ -104,36 +126,36 @@ class LocalExecutor(Executor):
         """Start it now, or (every slot busy) let it wait for one; poll() reports it as
         Started when it starts, or as Ended if it could not."""
         self._start_waiting()  # those submitted earlier first
-        if self._runnable() > 0:
-            self._spawn(launch, prepared=False)
-            return
         try:
-            prepare_trial_dir(launch)  # now, while slots are busy: not when one frees
+            ready = _Ready(launch)  # the trial dir and its log files, before a slot frees
         except OSError as exc:
             self.events.append(_launch_failed(launch, exc))
             return
-        self.waiting[launch.trial_id] = launch
+        if self._runnable() > 0:
+            self._spawn(ready)
+        else:
+            self.waiting[launch.trial_id] = ready
 
-    def _spawn(self, launch: Launch, prepared: bool = True) -> None:
+    def _spawn(self, ready: _Ready) -> None:
         """Start the attempt's process on the driver's thread (a vfork-exec of /bin/sh:
         about a millisecond, however large the driver)."""
+        launch = ready.launch
         gpus = self._take_gpus()
         env = {**self.base_env, **launch.env}
         if self.free_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         try:
-            if not prepared:
-                prepare_trial_dir(launch)
-            with open(launch.trial_dir / "stdout.log", "ab") as out, \
-                    open(launch.trial_dir / "stderr.log", "ab") as err:
-                popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
-                                                                      launch.command)],
-                                         cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=err, start_new_session=True)
+            popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
+                                                                  launch.command)],
+                                     cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=ready.out, stderr=ready.err,
+                                     start_new_session=True)
         except OSError as exc:
             self._give_back_gpus(gpus)
             self.events.append(_launch_failed(launch, exc))
             return
+        finally:
+            ready.close()
         timeout = self.timeout * launch.time_factor if self.timeout else None
         run = _Running(launch.trial_id, launch.attempt, popen.pid, launch.trial_dir, popen,
                        None, gpus, self._deadline(timeout), timeout=timeout)
@@ -145,11 +167,12 @@ class LocalExecutor(Executor):
 
     def _start_waiting(self) -> None:
         while self.waiting and self._runnable() > 0:
-            trial_id = next(iter(self.waiting))
-            self._spawn(self.waiting.pop(trial_id))  # prepared by submit()
+            self._spawn(self.waiting.pop(next(iter(self.waiting))))
 
     def withdraw(self) -> list[int]:
         withdrawn = list(self.waiting)
+        for ready in self.waiting.values():
+            ready.close()
         self.waiting.clear()
         return withdrawn
 
@@ -179,7 +202,8 @@ class LocalExecutor(Executor):
     def cancel(self, trial_id: int) -> None:
         waiting = self.waiting.pop(trial_id, None)
         if waiting is not None:
-            self.events.append(Ended(trial_id, waiting.attempt, None, "cancelled",
+            waiting.close()
+            self.events.append(Ended(trial_id, waiting.launch.attempt, None, "cancelled",
                                      "cancelled before it started"))
             return
         run = self.running_.get(trial_id)
@@ -223,7 +247,7 @@ class LocalExecutor(Executor):
     def close(self) -> None:
         """Waiting attempts stay unstarted: the store has them `submitting` with no process,
         so the next driver launches them."""
-        self.waiting.clear()
+        self.withdraw()
         for fd in list(self.by_fd):
             os.close(fd)
         self.by_fd.clear()
