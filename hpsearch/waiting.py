@@ -21,11 +21,15 @@ from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE, Reader
 
 
+JOB_POLL = 10.0  # seconds between squeue calls about a driver job: 6 a minute, however long
+
+
 def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
     """Block until the experiment's driver has ended; return the search's exit status.
 
-    job_id: the driver's Slurm job (`--driver-job`), watched in squeue (a requeued job stays
-    there); None: a background driver on this host, watched through its lock. SIGINT or
+    job_id: the driver's Slurm job (`--driver-job`), watched in squeue every JOB_POLL
+    seconds (a requeued job stays there), and its end seen up to that much late; None: a
+    background driver on this host, watched through its lock every `poll` seconds. SIGINT or
     SIGTERM here stops the search (as `hpsearch cancel` does) and returns 1, so a pipeline
     that interrupts this rule can resume the experiment later.
     """
@@ -33,8 +37,12 @@ def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
     previous = {sig: signal.signal(sig, lambda s, f: stop.append(signal.Signals(s).name))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        every = JOB_POLL if job_id else poll
         while _driver_alive(spec.experiment_dir, job_id) and not stop:
-            time.sleep(poll)
+            slept = 0.0
+            while slept < every and not stop:  # a signal is answered within `poll`
+                time.sleep(min(poll, every - slept))
+                slept += poll
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -76,9 +76,25 @@ def test_replan_moves_a_pending_job_only_to_other_free_nodes(tmp_path, monkeypat
     clock[0] += 2
     assert plan.replan(0, 1) is None  # node[5-6] are still the best choice
     plan.slurm.busy |= {"node5"}  # someone else took one of them meanwhile
-    clock[0] += 2
+    clock[0] += 6  # past the node state's refresh (executor.poll_interval, 5 s)
     moved = plan.replan(0, 1)
     assert moved.options == ("--nodelist=node[6-7]",) and moved.leaves == ("leaf3",)
+
+
+def test_replanning_many_pending_jobs_reads_node_state_once_per_poll_interval(
+        tmp_path, monkeypatch):
+    """Each pending job re-planned used to read sinfo afresh: 40 pending jobs, 40 sinfo
+    calls per round. The calls per minute must not grow with the jobs in flight."""
+    clock = [100.0]
+    monkeypatch.setattr(planner_mod.time, "monotonic", lambda: clock[0])
+    plan = _planner(tmp_path, busy=set(), nodes=1)
+    for trial in range(40):
+        plan.choose(trial, 1)
+    for _ in range(3):  # three rounds of re-planning, one poll_interval (5 s) apart
+        clock[0] += 5.5
+        for trial in range(40):
+            plan.replan(trial, 1)
+    assert plan.slurm.sinfo_calls == 1 + 3, plan.slurm.sinfo_calls
 
 
 def test_policy_any_and_arrays_place_nothing(tmp_path):

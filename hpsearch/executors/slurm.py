@@ -148,9 +148,10 @@ class SlurmExecutor(Executor):
         return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
 
     def _hold(self, launch: Launch) -> None:
+        """poll() tries it again each time (the planner's node state is cached: sinfo at
+        most once per poll_interval); it asks nothing of sacct or squeue sooner."""
         if launch not in self.held:
             self.held.append(launch)
-        self._soon()
 
     def _cannot_submit(self, launches: list[Launch], exc: SlurmError) -> None:
         """Slurm refused these jobs for good (invalid partition, account...): each attempt
@@ -229,8 +230,9 @@ class SlurmExecutor(Executor):
             self._cancel_unsubmitted(queue, trial_id)
         job = self.jobs.get(trial_id)
         if job is not None and not job.cancel_requested:
-            job.cancel_requested = True
-            self._scancel([job.job_id])
+            job.cancel_requested = True  # poll() cancels all asked for at once
+            if (job.job_id, False) not in self.to_cancel:
+                self.to_cancel.append((job.job_id, False))
             self._soon()
 
     def abandon(self, trial_id: int) -> None:
@@ -252,11 +254,26 @@ class SlurmExecutor(Executor):
             self.to_cancel.extend(p for p in pending if p not in self.to_cancel)
 
     def _retry_cancels(self) -> None:
+        """One scancel for every job asked to stop since the last poll; an array whose every
+        task we track is being cancelled goes by its id, one RPC instead of one per task."""
         pending, self.to_cancel = self.to_cancel, []
-        self._scancel([job_id for job_id, named in pending if not named])
+        self._scancel(self._by_array([job_id for job_id, named in pending if not named]))
         for job_id, named in pending:
             if named:
                 self._scancel([job_id], by_name=True)
+
+    def _by_array(self, job_ids: list[str]) -> list[str]:
+        arrays: dict[str, list[_Job]] = {}
+        for job in self.jobs.values():
+            if (task := parse.array_task(job.job_id)) is not None:
+                arrays.setdefault(task[0], []).append(job)
+        whole = {array for array, jobs in arrays.items()
+                 if all(job.cancel_requested for job in jobs)}
+        ids = []
+        for job_id in job_ids:
+            task = parse.array_task(job_id)
+            ids.append(task[0] if task is not None and task[0] in whole else job_id)
+        return list(dict.fromkeys(ids))
 
     def _cancel_unsubmitted(self, queue: list[Launch], trial_id: int) -> None:
         for launch in queue:  # not submitted yet: it never runs
@@ -275,6 +292,8 @@ class SlurmExecutor(Executor):
         if self.pending:
             events, self.pending = self.pending, []
             return events
+        if self.to_cancel and time.monotonic() >= self.query_after:
+            self._retry_cancels()  # every cancel() since the last poll, in one scancel
         events: list = list(self.unsubmitted)
         self.unsubmitted = []
         if self.waiting and self.health.may_submit():

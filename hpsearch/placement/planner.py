@@ -2,7 +2,8 @@
 
 The planner learns the topology once (the spec's `placement.topology` file, else
 $HPSEARCH_TOPOLOGY, else the tree plugin through `scontrol show topology`), reads live node
-state from sinfo at most once per REFRESH seconds, and remembers the nodes it has named for
+state from sinfo at most once per executor.poll_interval (2 s at least) for all its jobs
+together, and remembers the nodes it has named for
 its own jobs that have not started yet, so two trials submitted in one burst never get the
 same free nodes. The rule itself is hpsearch.placement.policy.place().
 
@@ -24,7 +25,7 @@ from hpsearch.placement.topology import Topology, cluster_topology, leaf_states,
 from hpsearch.slurm.hostlist import expand
 from hpsearch.spec.model import Spec
 
-REFRESH = 2.0  # seconds a sinfo reading is reused
+REFRESH = 2.0  # seconds a sinfo reading is reused, at least (executor.poll_interval if longer)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Planner:
         if self._source and self.cfg.policy != "any":
             self._topology = load_topology(self._source)  # a bad file stops submit (exit 2)
         self._states, self._states_at = None, 0.0
+        self.refresh = max(REFRESH, spec.executor.poll_interval)
 
     # -- what the topology is -------------------------------------------------------------
     @property
@@ -114,7 +116,7 @@ class Planner:
                 or now - max(ask.first, ask.replanned) < self.cfg.replan_after:
             return None
         ask.replanned = now
-        states = self._live(asking=(trial_id, attempt), fresh=True)
+        states = self._live(asking=(trial_id, attempt))
         chosen = place(self.k, states, "leaf-switch", waited=now - ask.first,
                        max_wait=self.cfg.max_wait)
         if not chosen.options:
@@ -129,10 +131,12 @@ class Planner:
         """Its job runs (or ended): its nodes are no longer only promised."""
         self.asks.pop((trial_id, attempt), None)
 
-    def _live(self, asking: tuple[int, int], fresh: bool = False) -> dict:
-        """Per-leaf state, less nodes promised to our other jobs and those `asking` excludes."""
+    def _live(self, asking: tuple[int, int]) -> dict:
+        """Per-leaf state, less nodes promised to our other jobs and those `asking` excludes.
+        One sinfo reading serves every launch and re-plan for `refresh` seconds: the calls
+        per minute do not grow with the jobs in flight."""
         now = time.monotonic()
-        if fresh or self._states is None or now - self._states_at > REFRESH:
+        if self._states is None or now - self._states_at > self.refresh:
             nodes = self.slurm.sinfo_nodes()
             if self.partition:
                 nodes = [n for n in nodes if self.partition in n.partitions]

@@ -253,7 +253,7 @@ class ClusterWatch:
     every `every` seconds (slurmctld is shared, and a slow answer must not freeze the view).
     Errors become a note, not a crash."""
 
-    def __init__(self, every: float = 5.0, slurm=None, topology_file=None) -> None:
+    def __init__(self, every: float = 30.0, slurm=None, topology_file=None) -> None:
         self.every = every
         self.slurm = slurm
         self.topology = None

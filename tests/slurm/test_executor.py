@@ -118,6 +118,25 @@ def test_cancelling_a_search_leaves_no_job_in_squeue(cli, slurm_cluster):
     assert queue == []
 
 
+def test_stopping_a_search_of_array_tasks_cancels_the_array_with_one_rpc(cli, slurm_cluster):
+    """Ctrl-C cancels every trial: one scancel for all of them, naming the array, not each
+    task (slurmctld answers `scancel 5_0 5_1 ...` with one REQUEST_KILL_JOB per task, 40 ms
+    each when busy). Counted by slurmctld itself (sdiag)."""
+    spec, name = _spec(cli, "sl-onekill", command="sleep 300; echo {x}", trials=6,
+                       parallel=6, array=True)
+    proc = cli.popen("submit", spec, env=slurm_cluster.env)
+    rows = _wait_for_job_ids(cli, name, 6)
+    assert len({r.job_id.split("_")[0] for r in rows}) == 1  # one array
+    slurm_cluster.run("sdiag", "-r")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 1
+    _, rows = read_store(cli.runs, name)
+    assert [r.state for r in rows] == ["cancelled"] * 6
+    stats = slurm_cluster.run("sdiag").stdout
+    kills = [line for line in stats.splitlines() if "REQUEST_KILL_JOB" in line]
+    assert kills and int(kills[0].split("count:")[1].split()[0]) == 1, kills
+
+
 def test_ctrl_c_while_the_trials_array_pends_as_a_whole_cancels_it_and_exits(
         cli, slurm_cluster):
     """A job holding all 8 nodes keeps the trials' array pending as a whole (no task split
