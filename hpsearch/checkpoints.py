@@ -93,10 +93,10 @@ class CheckpointScan:
                 continue
             try:
                 mtime = entry.stat().st_mtime
+                if self.seen.get(name) == (mtime, step):
+                    continue  # unchanged: a checkpoint folder is not walked again
                 size = _size(Path(entry.path))
             except FileNotFoundError:
-                continue
-            if self.seen.get(name) == (mtime, step):
                 continue
             self.seen[name] = (mtime, step)
             found.append({"step": step, "path": str(self.folder / name), "bytes": size,

@@ -182,3 +182,31 @@ def test_bad_manifest_lines_are_warned_and_nothing_outside_is_touched(cli):
     con = sqlite3.connect(cli.runs / "bad-manifest" / "store.sqlite")
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     con.close()
+
+
+def test_an_unchanged_checkpoint_folder_is_not_walked_again(tmp_path, monkeypatch):
+    """The driver scans a running trial's checkpoints/ every second. A checkpoint that is a
+    folder (sharded state, thousands of files) was walked in full on every scan, though
+    only its mtime decides whether it is new; now it is walked once, and again only when
+    it changes."""
+    import os
+
+    from hpsearch import checkpoints as ck
+
+    shards = tmp_path / "checkpoints" / "step_100"
+    shards.mkdir(parents=True)
+    for i in range(500):
+        (shards / f"shard{i}.pt").write_bytes(b"x" * 10)
+    scan = ck.CheckpointScan(tmp_path)
+    walked = []
+    real_walk = os.walk
+    monkeypatch.setattr(ck.os, "walk", lambda path: walked.append(path) or real_walk(path))
+    (found,) = scan.new()
+    assert found["step"] == 100 and found["bytes"] == 5000 and len(walked) == 1
+    for _ in range(5):
+        assert scan.new() == []
+    assert len(walked) == 1  # not walked again while unchanged
+    (shards / "shard500.pt").write_bytes(b"x" * 10)
+    os.utime(shards, (1, 1))  # a changed folder (its mtime) is walked again
+    (again,) = scan.new()
+    assert again["bytes"] == 5010 and len(walked) == 2
