@@ -94,8 +94,8 @@ class CpuMeter:
         return out
 
 
-def run_hpsearch(args: argparse.Namespace, runs_dir: Path,
-                 name: str = "overhead") -> tuple[Outcome, list[float]]:
+def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead",
+                 on_event=lambda line: None) -> tuple[Outcome, list[float]]:
     """Run the search through the real driver, store and local executor, as `session.drive`
     builds them. Returns the outcome and, by trial id, the driver's bookkeeping seconds (its
     launch plus its finalize of that trial)."""
@@ -115,7 +115,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path,
         store.create_experiment(spec.name, spec_path.read_text(), str(spec_path),
                                 str(spec_path.parent), spec.search.strategy,
                                 [o.direction for o in spec.objectives], search.total)
-        driver = Driver(spec, store, make_executor(spec), search)
+        driver = Driver(spec, store, make_executor(spec), search, on_event)
         driver.run()
         outcome = cpu.stop(Outcome(time.perf_counter() - began, 0))
         outcome.completed = store.state_counts().get(r.COMPLETED, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -44,12 +45,12 @@ class TrialRow:
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> "TrialRow":
-        data = {f.name: row.get(f.name) for f in fields(cls)}
+        data = {name: row.get(name) for name in _field_names(cls)}
         data["params"] = json.loads(data["params"])
         data["objective_values"] = json.loads(data["objective_values"]) \
             if data["objective_values"] else None
-        data["sampler_attrs"] = json.loads(data["sampler_attrs"] or "{}")
-        data["pruner_attrs"] = json.loads(data["pruner_attrs"] or "{}")
+        data["sampler_attrs"] = _json_object(data["sampler_attrs"])
+        data["pruner_attrs"] = _json_object(data["pruner_attrs"])
         data["stop_request"] = json.loads(data["stop_request"]) if data["stop_request"] else None
         return cls(**data)
 
@@ -121,3 +122,14 @@ class PilotRow:
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> "PilotRow":
         return cls(**{f.name: row.get(f.name) for f in fields(cls)})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A row class's field names, looked up once (dataclasses.fields() per row was a
+    fifth of reading 10,000 trials)."""
+    return tuple(f.name for f in fields(cls))
+
+
+def _json_object(text: str | None) -> dict:
+    return {} if not text or text == "{}" else json.loads(text)

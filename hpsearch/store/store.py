@@ -133,6 +133,14 @@ class Reader:
     def attempts(self, trial_id: int) -> list[dict]:
         return list(self.db["attempts"].rows_where("trial = ?", [trial_id], order_by="attempt"))
 
+    def all_metrics(self) -> list[dict]:
+        """Every trial's metrics in one query, by trial, then as metrics() orders them."""
+        return list(self.db["metrics"].rows_where(order_by="trial, step, name"))
+
+    def all_attempts(self) -> list[dict]:
+        """Every trial's attempts in one query, by trial and attempt."""
+        return list(self.db["attempts"].rows_where(order_by="trial, attempt"))
+
     def checkpoints(self, trial_id: int | None = None,
                     include_deleted: bool = False) -> list[r.CheckpointRow]:
         """Registered checkpoints by trial and step; deleted ones only with include_deleted."""
