@@ -63,8 +63,9 @@ search:
   space:
     x: {{type: float, low: {low}, high: {high}}}
 objective: {{metric: loss, direction: minimize}}
-executor: {{type: local}}
+executor: {executor}
 """
+LOCAL = "{type: local}"
 
 
 def trial_command(sleep: float, x: float) -> str:
@@ -95,13 +96,16 @@ class CpuMeter:
 
 
 def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead",
-                 on_event=lambda line: None) -> tuple[Outcome, list[float]]:
-    """Run the search through the real driver, store and local executor, as `session.drive`
-    builds them. Returns the outcome and, by trial id, the driver's bookkeeping seconds (its
-    launch plus its finalize of that trial)."""
+                 on_event=lambda line: None, executor: str = LOCAL,
+                 resources: str = "") -> tuple[Outcome, list[float]]:
+    """Run the search through the real driver, store and executor (the local one unless
+    `executor` says otherwise, as YAML; `resources` is the spec's resources line), as
+    `session.drive` builds them. Returns the outcome and, by trial id, the driver's
+    bookkeeping seconds (its launch plus its finalize of that trial)."""
     spec_path = runs_dir / f"{name}.yaml"
     spec_path.write_text(SPEC.format(name=name, sleep=f"{args.sleep:g}", trials=args.trials,
-                                     parallel=args.parallel, seed=args.seed, low=LOW, high=HIGH))
+                                     parallel=args.parallel, seed=args.seed, low=LOW, high=HIGH,
+                                     executor=executor) + resources)
     spec = load_spec(spec_path, runs_dir)
     spec = dataclasses.replace(spec, source=spec_path.resolve())
     lock = runs.DriverLock(spec.experiment_dir)
@@ -115,7 +119,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead
         store.create_experiment(spec.name, spec_path.read_text(), str(spec_path),
                                 str(spec_path.parent), spec.search.strategy,
                                 [o.direction for o in spec.objectives], search.total)
-        driver = Driver(spec, store, make_executor(spec), search, on_event)
+        driver = Driver(spec, store, make_executor(spec, store), search, on_event)
         driver.run()
         outcome = cpu.stop(Outcome(time.perf_counter() - began, 0))
         outcome.completed = store.state_counts().get(r.COMPLETED, 0)

@@ -1,4 +1,4 @@
-"""10,000 trials on the local executor: driver memory and bookkeeping stay flat, the store
+"""10,000 trials on the local executor or the emulated Slurm cluster: driver memory and bookkeeping stay flat, the store
 stays small, and the read-only commands answer in under a second.
 
 Runs N short trials (default 10,000 of `sleep 0.01` on 8 slots) through the real driver,
@@ -12,16 +12,24 @@ store and local executor (as benchmarks/overhead.py does), and prints:
   the finished experiment, each a fresh process as a user runs it (median of 3), against
   the same commands on an experiment of 100 trials.
 
+`--executor arrays` or `pilots` runs the big search on the emulated Slurm cluster instead
+(scripts/slurm-cluster.sh start; SLURM_CONF set): job arrays, or pilots of `--pilot-nodes`
+nodes x 4 slots, as many as `--parallel` needs; one CPU a trial. The 100-trial experiment
+the commands are compared against always runs locally (it is the store that differs).
+
 Goals (issue 14): RSS at N at most 1.25 x RSS at 1,000 (+ 10 MiB), bookkeeping last/early
 <= 1.5, each command under 1 s at N.
 
     python benchmarks/scale.py                        # 10,000 trials
     python benchmarks/scale.py --trials 2000 --keep
+    python benchmarks/scale.py --executor pilots --parallel 32 --sleep 0.05
+    python benchmarks/scale.py --executor arrays --parallel 32 --sleep 0.05
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -36,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import overhead  # noqa: E402
 
+SLOTS_PER_NODE = 4  # the emulated cluster's nodes have 4 CPUs; a trial takes one
+RESOURCES = 'resources: {nodes: 1, cpus_per_task: 1, time: "00:05:00"}\n'
 COMMANDS = (("status",), ("best",), ("export", "--format", "csv", "--out", "{out}"),
             ("watch", "--once"))
 
@@ -60,8 +70,21 @@ def run(trials: int, args: argparse.Namespace, runs_dir: Path, name: str):
 
     bench = argparse.Namespace(trials=trials, parallel=args.parallel, sleep=args.sleep,
                                seed=1)
-    outcome, per_trial = overhead.run_hpsearch(bench, runs_dir, name, on_event)
+    if args.executor == "local":
+        outcome, per_trial = overhead.run_hpsearch(bench, runs_dir, name, on_event)
+    else:
+        outcome, per_trial = overhead.run_hpsearch(bench, runs_dir, name, on_event,
+                                                   executor_yaml(args), RESOURCES)
     return outcome, per_trial, rss
+
+
+def executor_yaml(args: argparse.Namespace) -> str:
+    if args.executor == "arrays":
+        return f"{{type: slurm, array: true, poll_interval: {args.poll:g}}}"
+    pilots = math.ceil(args.parallel / (args.pilot_nodes * SLOTS_PER_NODE))
+    return (f"{{type: slurm, poll_interval: {args.poll:g}, pilots: {{nodes: {args.pilot_nodes}, "
+            f"time: \"01:00:00\", max: {pilots}, slots_per_node: {SLOTS_PER_NODE}, "
+            f"idle_timeout: 30, heartbeat: 1}}}}")
 
 
 def command_seconds(runs_dir: Path, name: str, repeat: int = 3) -> dict[str, float]:
@@ -91,18 +114,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=10_000, help="N (default 10000)")
     parser.add_argument("--parallel", type=int, default=8, help="slots (default 8)")
     parser.add_argument("--sleep", type=float, default=0.01, help="trial seconds (0.01)")
+    parser.add_argument("--executor", choices=("local", "arrays", "pilots"), default="local",
+                        help="where the big search runs (default local)")
+    parser.add_argument("--poll", type=float, default=1.0,
+                        help="Slurm executor poll_interval, seconds (default 1)")
+    parser.add_argument("--pilot-nodes", type=int, default=2, help="nodes per pilot (2)")
     parser.add_argument("--keep", action="store_true", help="keep the runs dir")
     parser.add_argument("--dir", type=Path, default=None, help="make the runs dir here")
     args = parser.parse_args(argv)
+    if args.executor != "local" and "SLURM_CONF" not in os.environ:
+        parser.error("--executor arrays/pilots: set SLURM_CONF (scripts/slurm-cluster.sh start)")
     if args.trials < 1000:
         parser.error("--trials must be at least 1000 (RSS is compared at 1,000)")
     runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-scale-", dir=args.dir))
     print(f"{os.cpu_count()} CPUs; runs dir {runs_dir} ({overhead._filesystem(runs_dir)}); "
-          f"N = {args.trials} trials of `sleep {args.sleep:g}` on {args.parallel} slots")
+          f"N = {args.trials} trials of `sleep {args.sleep:g}` on {args.parallel} slots; "
+          f"executor {args.executor}"
+          + (f" ({executor_yaml(args)})" if args.executor != "local" else "")
+          + f"; {time.strftime('%Y-%m-%d')}", flush=True)
     try:
         outcome, per_trial, rss = run(args.trials, args, runs_dir, "scale")
-        small_args = argparse.Namespace(trials=100, parallel=args.parallel, sleep=args.sleep,
-                                        seed=1)
+        small_args = argparse.Namespace(trials=100, parallel=min(args.parallel, 8),
+                                        sleep=args.sleep, seed=1)
         overhead.run_hpsearch(small_args, runs_dir, "small")
         big_cmd = command_seconds(runs_dir, "scale")
         small_cmd = command_seconds(runs_dir, "small")
