@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpsearch import retry
+from hpsearch.attempts import Attempts
 from hpsearch.checkpoint_keeper import CheckpointKeeper
 from hpsearch.checkpoints import CheckpointScan
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
@@ -27,7 +28,6 @@ from hpsearch.faults import fault_point
 from hpsearch.ingest import (TrialFiles, exit_time, objective_values, rotate_logs,
                              with_stderr_tail)
 from hpsearch.launching import build_launch
-from hpsearch.outcome import cause
 from hpsearch.pruning.promoter import Promoter
 from hpsearch.pruning.stopper import Stopper
 from hpsearch.search.base import Search
@@ -74,6 +74,7 @@ class Driver:
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.unsaved_starts: list[Started] = []  # stored with the next end (_handle)
         self.checkpoints = CheckpointKeeper(spec, store, on_event)
+        self.attempts = Attempts(spec, store, search)  # failed, requeued, next
         pruner = spec.search.pruner  # early stopping, or promotion (pause and resume)
         self.stopper = (Stopper(spec, store, executor, search, on_event)
                         if pruner.enabled and not pruner.promotion else None)
@@ -117,7 +118,7 @@ class Driver:
         for row in trials:
             if row.state == r.QUEUED or row.state == r.CANCELLED:
                 self.queue.append(row.id)
-                if row.state == r.QUEUED and self._withdrawn(row):
+                if row.state == r.QUEUED and self.attempts.withdrawn(row):
                     self.unlaunched.add(row.id)
             elif row.state in (r.SUBMITTING, r.RUNNING):
                 self._adopt(row)
@@ -125,11 +126,6 @@ class Driver:
             self.store.set_experiment_status("running", "resumed")
         if self.stopper:  # stops decided before the driver died, or while adopting
             self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
-
-    def _withdrawn(self, row: r.TrialRow) -> bool:
-        """A queued trial whose attempt was stored but never started (Store.withdraw)."""
-        return any(a["attempt"] == row.attempt and a["state"] == r.SUBMITTING
-                   for a in self.store.attempts(row.id))
 
     def _adopt(self, row: r.TrialRow) -> None:
         live = self._live(row.id, row.attempt, Path(row.trial_dir))
@@ -221,26 +217,11 @@ class Driver:
     def _again(self) -> Launch:
         """The next attempt of a queued trial (a retry, or one a crash kept from launching)."""
         trial_id = self.queue.pop(0)
-        row = self.store.trial(trial_id)
-        again = trial_id in self.unlaunched  # the crash came before it was launched
+        launch = self.attempts.again(trial_id, trial_id in self.unlaunched)
         self.unlaunched.discard(trial_id)
-        attempt = row.attempt if again else row.attempt + 1
-        history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
-                   if a["attempt"] < attempt]
-        plan = retry.next_overrides(self.spec, history, self.store.checkpoint_steps(trial_id))
-        failure = history[-1].failure if history else None
-        reason = ("launched again: the driver stopped before it was" if again else
-                  "re-run after interruption" if row.state != r.QUEUED else
-                  f"retry after {failure}" if failure else "retry")
-        if not again:  # before the attempt is stored: the last one's exit_code must not
-            rotate_logs(Path(row.trial_dir), row.attempt)  # pass for the new one's on resume
-        self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
-        fault_point("after_retry_stored")
-        launch = dataclasses.replace(build_launch(self.spec, trial_id, attempt, row.params),
-                                     sbatch_extra=plan.sbatch_extra,
-                                     time_factor=plan.time_factor)
         if self.promoter:  # the same segment again
-            launch = _with_env(launch, self.promoter.env(self.promoter.again(trial_id, attempt)))
+            launch = _with_env(launch, self.promoter.env(
+                self.promoter.again(trial_id, launch.attempt)))
         return launch
 
     def _promoted(self, end_game: bool = False) -> Launch | None:
@@ -402,70 +383,29 @@ class Driver:
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
     def _requeued(self, event: Requeued) -> None:
-        """The scheduler requeued the job of a trial's attempt (same job id): that attempt
-        ended, and the job's next run is a new attempt, recorded before it is watched. No
-        job is submitted. If the trial has no retry left for this class, the job is
-        cancelled and the trial failed."""
-        fault_point("before_requeue")
-        tid, attempt, live = event.trial_id, event.attempt, self.live[event.trial_id]
-        ended = Ended(tid, attempt, None, event.reason, event.detail, event.nodes,
-                      event.leaves)
-        failure = retry.classify(ended)
-        earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
-                   if a["attempt"] != attempt]
-        with self.store.batch():  # the ended attempt and the next: one commit
-            self._ingest(live)  # not final: the next run appends to the same files
-            if event.nodes:
-                self.store.update_placement(tid, attempt, None, None, event.nodes,
-                                            event.leaves)
-            decision = retry.decide(self.spec.retries,
-                                    retry.Attempt(attempt, failure, None, event.nodes),
-                                    earlier, self.store.checkpoint_steps(tid))
-            if not decision.retry:
-                self.live.pop(tid)
-                attrs = self.search.tell(tid, r.FAILED, None)
-                self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
-                                          sampler_attrs=attrs, failure=failure)
-            else:
-                self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
-                                          requeue=True, failure=failure)
-                self.store.begin_attempt(tid, attempt + 1, f"Slurm requeued job "
-                                                           f"{event.job_id} ({event.reason})")
-                self.store.mark_running(tid, attempt + 1, "", None, None, None, event.job_id)
-                live.attempt = attempt + 1
-        if not decision.retry:
-            self.executor.abandon(tid)
-            self.on_event(f"trial {tid} failed: {event.detail} ({failure}; "
-                          f"{decision.describe()}); job {event.job_id} cancelled")
-            return
-        self.on_event(f"trial {tid} {failure} ({event.detail}); {decision.describe()}: "
-                      f"attempt {attempt + 1} runs in the same job")
+        """The scheduler requeued a trial's job: its next run is the next attempt, or the
+        trial failed and its job is cancelled (Attempts.requeued)."""
+        live = self.live[event.trial_id]
+        verdict = self.attempts.requeued(event, lambda: self._ingest(live))
+        if verdict.retry:
+            live.attempt = event.attempt + 1
+        else:
+            del self.live[event.trial_id]
+            self.executor.abandon(event.trial_id)
+        self.on_event(verdict.message)
 
     def _failed(self, ended: Ended, error: str, failure: str) -> None:
         """Retry the trial if its rule for this failure class allows, else give up and tell
-        the search it failed (so the search never waits for it)."""
-        tid, attempt = ended.trial_id, ended.attempt
-        earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
-                   if a["attempt"] != attempt]
-        this = retry.Attempt(attempt, failure, ended.exit_code, ended.nodes)
-        decision = retry.decide(self.spec.retries, this, earlier,
-                                self.store.checkpoint_steps(tid))
-        state = "lost" if failure == "lost" else r.FAILED
-        first = cause(error)
-        if decision.retry:
-            self.store.finish_attempt(tid, attempt, state, ended.exit_code, error, requeue=True,
-                                      failure=failure)
-            self.queue.append(tid)
-            self.on_event(f"trial {tid} {failure} ({first}); {decision.describe()}")
+        the search, the pruner and the promoter it failed (so none waits for it)."""
+        verdict = self.attempts.failed(ended, error, failure)
+        self.on_event(verdict.message)
+        if verdict.retry:
+            self.queue.append(ended.trial_id)
             return
-        attrs = self.search.tell(tid, r.FAILED, None)
-        self.store.finish_attempt(tid, attempt, r.FAILED, ended.exit_code, error,
-                                  sampler_attrs=attrs, failure=failure)
         if self.stopper:
-            self.stopper.ended(tid, r.FAILED, None)
+            self.stopper.ended(ended.trial_id, r.FAILED, None)
         if self.promoter:
-            self.promoter.finished(tid)
-        self.on_event(f"trial {tid} failed: {first} ({failure}; {decision.describe()})")
+            self.promoter.finished(ended.trial_id)
         if self.gave_up is None and (why := self.failfast.after_failure(self.store)):
             self.gave_up = why
             self.on_event(why)

@@ -1,0 +1,115 @@
+"""An attempt that failed, and the next one: the driver's side of the retry rules.
+
+hpsearch.retry decides from a trial's history (pure); this module reads that history from
+the store, records the decision (write-ahead, like every state change) and builds the next
+attempt's launch. The driver keeps what is its own: its queue, its live trials, and telling
+the pruner, the promoter and the failure budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hpsearch import retry
+from hpsearch.executors.base import Ended, Launch, Requeued
+from hpsearch.faults import fault_point
+from hpsearch.ingest import rotate_logs
+from hpsearch.launching import build_launch
+from hpsearch.outcome import cause
+from hpsearch.search.base import Search
+from hpsearch.spec.model import Spec
+from hpsearch.store import rows as r
+from hpsearch.store.store import Store
+
+
+@dataclass
+class Verdict:
+    retry: bool
+    message: str  # for the driver's event line
+
+
+class Attempts:
+    def __init__(self, spec: Spec, store: Store, search: Search) -> None:
+        self.spec, self.store, self.search = spec, store, search
+
+    def _decide(self, tid: int, this: retry.Attempt) -> retry.Decision:
+        earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
+                   if a["attempt"] != this.number]
+        return retry.decide(self.spec.retries, this, earlier, self.store.checkpoint_steps(tid))
+
+    def failed(self, ended: Ended, error: str, failure: str) -> Verdict:
+        """Store the attempt's end: retried if the trial's rule for this failure class
+        allows (the driver queues it), else the trial failed and the search is told."""
+        tid, attempt = ended.trial_id, ended.attempt
+        decision = self._decide(tid, retry.Attempt(attempt, failure, ended.exit_code,
+                                                   ended.nodes))
+        first = cause(error)
+        if decision.retry:
+            state = "lost" if failure == "lost" else r.FAILED
+            self.store.finish_attempt(tid, attempt, state, ended.exit_code, error, requeue=True,
+                                      failure=failure)
+            return Verdict(True, f"trial {tid} {failure} ({first}); {decision.describe()}")
+        attrs = self.search.tell(tid, r.FAILED, None)
+        self.store.finish_attempt(tid, attempt, r.FAILED, ended.exit_code, error,
+                                  sampler_attrs=attrs, failure=failure)
+        return Verdict(False, f"trial {tid} failed: {first} ({failure}; "
+                              f"{decision.describe()})")
+
+    def requeued(self, event: Requeued, ingest: Callable[[], None]) -> Verdict:
+        """The scheduler requeued the job of a trial's attempt (same job id): that attempt
+        ended, and the job's next run is a new attempt, stored before it is watched (no job
+        is submitted). Without a retry left for this class the trial failed: the driver
+        cancels the job. `ingest` reads the trial's files (not final: the next run appends
+        to them) inside the same commit."""
+        fault_point("before_requeue")
+        tid, attempt = event.trial_id, event.attempt
+        failure = retry.classify(Ended(tid, attempt, None, event.reason, event.detail,
+                                       event.nodes, event.leaves))
+        with self.store.batch():  # the ended attempt and the next: one commit
+            ingest()
+            if event.nodes:
+                self.store.update_placement(tid, attempt, None, None, event.nodes,
+                                            event.leaves)
+            decision = self._decide(tid, retry.Attempt(attempt, failure, None, event.nodes))
+            if not decision.retry:
+                attrs = self.search.tell(tid, r.FAILED, None)
+                self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
+                                          sampler_attrs=attrs, failure=failure)
+                return Verdict(False, f"trial {tid} failed: {event.detail} ({failure}; "
+                                      f"{decision.describe()}); job {event.job_id} cancelled")
+            self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
+                                      requeue=True, failure=failure)
+            self.store.begin_attempt(tid, attempt + 1, f"Slurm requeued job "
+                                                       f"{event.job_id} ({event.reason})")
+            self.store.mark_running(tid, attempt + 1, "", None, None, None, event.job_id)
+        return Verdict(True, f"trial {tid} {failure} ({event.detail}); {decision.describe()}: "
+                             f"attempt {attempt + 1} runs in the same job")
+
+    def again(self, trial_id: int, unlaunched: bool) -> Launch:
+        """The next attempt of a queued trial, stored before it is launched: a retry (with
+        the overrides its history earns), or, `unlaunched`, the stored attempt a stopped
+        or killed driver never launched."""
+        row = self.store.trial(trial_id)
+        attempt = row.attempt if unlaunched else row.attempt + 1
+        history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
+                   if a["attempt"] < attempt]
+        plan = retry.next_overrides(self.spec, history, self.store.checkpoint_steps(trial_id))
+        failure = history[-1].failure if history else None
+        reason = ("launched again: the driver stopped before it was" if unlaunched else
+                  "re-run after interruption" if row.state != r.QUEUED else
+                  f"retry after {failure}" if failure else "retry")
+        if not unlaunched:  # before the attempt is stored: the last one's exit_code must
+            rotate_logs(Path(row.trial_dir), row.attempt)  # not pass for the new one's
+        self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
+        fault_point("after_retry_stored")
+        return dataclasses.replace(build_launch(self.spec, trial_id, attempt, row.params),
+                                   sbatch_extra=plan.sbatch_extra,
+                                   time_factor=plan.time_factor)
+
+    def withdrawn(self, row: r.TrialRow) -> bool:
+        """A queued trial whose attempt was stored but never started (Store.withdraw)."""
+        return any(a["attempt"] == row.attempt and a["state"] == r.SUBMITTING
+                   for a in self.store.attempts(row.id))
