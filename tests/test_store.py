@@ -131,3 +131,27 @@ def test_a_version_1_store_is_migrated_in_place(tmp_path):
     (row,) = store.trials()
     assert row.state == "completed" and row.nodes is None and row.pending_reason is None
     store.close()
+
+
+def test_a_read_only_command_does_not_import_pandas_or_numpy_and_they_still_import_later(
+        tmp_path):
+    """sqlite-utils imports pandas and numpy when installed (0.25-0.3 s of every command's
+    start); hpsearch.store.lib hides them from that import only. `hpsearch status` on a real
+    store must not load them, and pandas must import normally afterwards (reports use it)."""
+    import subprocess
+    import sys
+    store = Store.create(tmp_path / "runs" / "exp" / "store.sqlite", name="exp",
+                         spec_yaml="name: exp\n", spec_file="exp.yaml", base_dir=str(tmp_path),
+                         strategy="random", directions=["minimize"], trials_requested=1)
+    store.insert_trial(0, {"x": 1.5}, str(tmp_path / "t0"), {})
+    store.close()
+    code = ("import sys\n"
+            "from hpsearch.store.store import Reader\n"
+            f"reader = Reader({str(tmp_path / 'runs' / 'exp' / 'store.sqlite')!r})\n"
+            "assert [t.params for t in reader.trials()] == [{'x': 1.5}]\n"
+            "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))\n"
+            "import pandas, numpy\n"
+            "print(pandas.DataFrame({'a': [1]}).shape, numpy.float64(2.0) * 2)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["[]", "(1, 1) 4.0"]

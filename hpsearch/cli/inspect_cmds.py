@@ -216,7 +216,7 @@ def export(args) -> int:
     from hpsearch.report.data import collect
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
     view = read_view(exp_dir)
-    data = collect(exp_dir, use_sacct=False, trials=list(view.trials))
+    data = collect(exp_dir, use_sacct=False, view=view)
     records = exporting.records(view, {b.trial: b for b in budget.trial_budgets(
         data.trials, data.curves, data.usage)})
     text = exporting.render(records, args.format)

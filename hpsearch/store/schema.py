@@ -5,7 +5,7 @@ Append a function to MIGRATIONS to change the schema; never edit one that has sh
 
 from __future__ import annotations
 
-import sqlite_utils
+from hpsearch.store.lib import sqlite_utils
 
 from hpsearch.faults import fault_point
 

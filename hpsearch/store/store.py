@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-import sqlite_utils
+from hpsearch.store.lib import sqlite_utils
 
 from hpsearch import storage
 from hpsearch.errors import NotFound, StorageError
