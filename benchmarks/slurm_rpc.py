@@ -6,7 +6,8 @@ are submitted (running or pending), resets slurmctld's RPC statistics (`sdiag -r
 counts for --window seconds the RPCs that hpsearch's own commands cause: on slurmctld (sdiag
 by message type: squeue, sinfo, sbatch, scancel, scontrol) and on slurmdbd (sacct, from
 `sacctmgr show stats`). Then it stops the search (`hpsearch cancel`) and counts the RPCs of
-the stop. With --nodes 2 every trial asks for two nodes under one leaf switch
+the stop. With --pilots K the trials run inside pilots of K nodes (2 of them, N/2K slots a
+node, more slots than the emulated nodes' CPUs: the trials only sleep). With --nodes 2 every trial asks for two nodes under one leaf switch
 (`placement: leaf`): most of them wait for a leaf, the case that polled once a second.
 
 Goal (issue 14): the RPCs per minute do not grow with the number in flight (at the largest N
@@ -15,6 +16,7 @@ at most 1.25 x those at the smallest, plus 2), and a stop costs a bounded number
     scripts/slurm-cluster.sh start && export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf
     python benchmarks/slurm_rpc.py                          # N = 25, 200; 60 s windows
     python benchmarks/slurm_rpc.py --in-flight 10 100 --nodes 2 --mode nodelist
+    python benchmarks/slurm_rpc.py --pilots 4                            # 2 pilots of 4 nodes
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ COMMANDS = ("sacct", "squeue", "sinfo", "sbatch", "scancel", "scontrol")
 # completions and epilogs, and other users' sinfo are left out): squeue, scontrol show job,
 # sbatch, scancel. sinfo's node and partition reads are counted as commands (PATH shims).
 CTLD = ("REQUEST_JOB_INFO", "REQUEST_JOB_INFO_SINGLE", "REQUEST_SUBMIT_BATCH_JOB",
-        "REQUEST_KILL_JOB")
+        "REQUEST_KILL_JOB", "REQUEST_JOB_STEP_CREATE")  # a pilot's srun onto its other nodes
 COLUMNS = (*COMMANDS, "ctld RPCs", "dbd RPCs")
 
 SPEC = """\
@@ -54,7 +56,7 @@ search:
 objective: {{metric: loss}}
 resources: {{nodes: {nodes}, cpus_per_task: 1, time: "00:20:00"}}
 placement: {placement}
-executor: {{type: slurm, poll_interval: {poll}}}
+executor: {{type: slurm, poll_interval: {poll}{pilots}}}
 """
 
 
@@ -111,7 +113,11 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> tuple[dict, dict, f
     flight."""
     name = f"rpc-{n}-{args.nodes}"
     spec = work / f"{name}.yaml"
+    pilots = "" if not args.pilots else (
+        f", pilots: {{nodes: {args.pilots}, max: 2, slots_per_node: "
+        f"{-(-n // (2 * args.pilots))}, time: \"00:20:00\", idle_timeout: 60}}")
     spec.write_text(SPEC.format(name=name, trials=n, nodes=args.nodes, poll=args.poll,
+                                pilots=pilots,
                                 placement=f"{{policy: leaf-switch, mode: {args.mode}}}"
                                 if args.nodes > 1 else "any"))
     (work / name).mkdir()
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="placement.mode of multi-node trials (default auto: switches "
                              "with the tree plugin); nodelist holds launches until a leaf "
                              "has room, planning from sinfo")
+    parser.add_argument("--pilots", type=int, default=0, metavar="K",
+                        help="run the trials in 2 pilots of K nodes (default 0: no pilots)")
     parser.add_argument("--window", type=float, default=60.0,
                         help="seconds of steady state measured per N (default 60)")
     parser.add_argument("--settle", type=float, default=10.0,
@@ -176,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                      "export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf")
     print(f"emulated cluster ({os.environ['SLURM_CONF']}), {os.cpu_count()} CPUs; "
           f"trials of {args.nodes} node(s)"
-          + (f" (placement.mode {args.mode})" if args.nodes > 1 else "") + f", poll_interval {args.poll:g} s, "
+          + (f" (placement.mode {args.mode})" if args.nodes > 1 else "")
+          + (f", in 2 pilots of {args.pilots} nodes" if args.pilots else "") + f", poll_interval {args.poll:g} s, "
           f"{args.window:g} s windows")
     work = Path(tempfile.mkdtemp(prefix="hpsearch-rpc-"))
     rows = []

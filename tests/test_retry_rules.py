@@ -152,8 +152,10 @@ def test_command_not_found_is_a_launch_error_retried_once(cli):
 
 
 def test_signal_before_the_time_limit_checkpoints_and_resumes_to_the_same_result(cli):
-    # Each attempt gets SIGUSR2 0.6 s in (timeout 2 s, signal 1.4 s before), saves and exits
-    # 75; the next resumes from its checkpoint. `interrupted: 0`: only progress lets it go on.
+    # Each attempt gets SIGUSR2 1.1 s in (timeout 2.5 s, signal 1.4 s before), saves and
+    # exits 75; the next resumes from its checkpoint. `interrupted: 0`: only progress lets it
+    # go on. 1.1 s: on a loaded 2-core machine the trial's Python start took more than the
+    # 0.6 s this test once gave it, and the signal came before its handler.
     (cli.cwd / "train.py").write_text('''
 import sys, time
 from hpsearch import trial
@@ -162,7 +164,7 @@ steps, total = 20, 0.0
 latest = trial.latest_checkpoint()
 start, total = (0, 0.0) if latest is None else map(float, latest.read_text().split())
 for step in range(int(start), steps):
-    time.sleep(0.1)
+    time.sleep(0.15)
     total += (step * 0.37) % 1.0
     trial.report(step, loss=total)
     with trial.checkpoint(step) as path:
@@ -177,7 +179,7 @@ trial.result(loss=total)
         command: '{python} train.py --x {x}'
         search: {strategy: random, trials: 1, space: {x: {low: 0.0, high: 1.0}}}
         objective: {metric: loss}
-        executor: {type: local, timeout: 2, grace: 5}
+        executor: {type: local, timeout: 2.5, grace: 5}
         checkpoints: {keep_last: 1, signal: USR2, signal_before: 1.4}
         retries: {interrupted: 0}
         """)
