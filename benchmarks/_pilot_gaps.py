@@ -73,9 +73,11 @@ def read_runs(pilots_dir: Path, trial_dirs: dict[int, Path]) -> list[Run]:
     id -> its dir, where the command left its stamps `t0` and `t1`."""
     runs = []
     for pilot in sorted(d for d in pilots_dir.iterdir() if d.name.isdigit()):
-        for ended_file in sorted((pilot / "ended").glob("*.json")):
-            name = ended_file.name
-            started, ended = _read(pilot / "started" / name), _read(ended_file)
+        for ended_file in sorted([*(pilot / "ended").glob("*.json"),
+                                  *(pilot / "done" / "ended").glob("*.json")]):
+            name = ended_file.name  # started/ and ended/, or done/ once the driver stored it
+            started, ended = _read(ended_file.parent.parent / "started" / name), \
+                _read(ended_file)
             if "time" not in started or "time" not in ended:
                 continue
             trial_dir = trial_dirs.get(int(name.split(".")[0]))

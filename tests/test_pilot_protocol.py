@@ -89,6 +89,29 @@ def test_an_assignment_round_trips_and_temporary_files_are_not_assignments(tmp_p
     assert p.where(paths, "7.2.json") == "inbox" and p.where(paths, "8.1.json") is None
 
 
+def test_archive_moves_a_stored_attempts_files_to_done_even_in_a_pilot_dir_without_one(
+        tmp_path):
+    """Once the driver stored an end, the attempt's started/ and ended/ files move to done/
+    (the dirs listed every tick hold only attempts in flight); moving again, or an attempt
+    whose started/ file is missing, is passed over; its cancel/ file goes; a pilot dir made
+    before done/ existed gets it."""
+    paths = p.PilotPaths(tmp_path / "1")
+    for state in p.STATES:  # as an older version made it: no done/
+        paths.dir(state).mkdir(parents=True)
+    for name in ("3.1.json", "4.1.json"):
+        p.write_json(paths.file("ended", name), {"exit_code": 0})
+    p.write_json(paths.file("started", "3.1.json"), {"nodes": "node1"})
+    p.write_json(paths.file("cancel", "3.1.json"), {"time": 1.0})
+    p.archive(paths, "3.1.json")
+    p.archive(paths, "3.1.json")
+    p.archive(paths, "4.1.json")
+    assert p.names(paths.dir("started")) == p.names(paths.dir("ended")) == []
+    assert p.names(paths.dir("cancel")) == []  # the pilot lists it every tick
+    assert p.names(paths.dir("done/started")) == ["3.1.json"]
+    assert p.names(paths.dir("done/ended")) == ["3.1.json", "4.1.json"]
+    assert p.read_json(paths.file("done/ended", "4.1.json")) == {"exit_code": 0}
+
+
 def test_a_claim_and_a_withdrawal_racing_for_each_assignment_never_both_win(tmp_path):
     """The pilot claims, the driver withdraws, at the same time, 300 times: each assignment
     ends in exactly one of claimed/ and withdrawn/, and each side's count of its wins agrees

@@ -56,6 +56,7 @@ class PilotExecutor(Executor):
         self.ready: list[Launch] = []
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
+        self.told: list[tuple[p.PilotPaths, str]] = []  # ends poll() returned (archive them)
         self.beat = p.Beat(p.pilots_dir(spec.experiment_dir) / p.DRIVER_HEARTBEAT,
                            self.cfg.heartbeat)
         self.beat.path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +134,7 @@ class PilotExecutor(Executor):
 
     def poll(self, timeout: float) -> list:
         deadline = time.monotonic() + timeout
+        self._archive()  # the ends the last poll returned: the driver has stored them
         while True:
             events, self.events = self.events, []
             if self.beat.due():
@@ -151,12 +153,21 @@ class PilotExecutor(Executor):
     def release(self) -> None:
         """Nothing more will be bound: every pilot leaves once its trials are done (a pending
         one is cancelled). Waits a little for them to say so, to record their ends."""
+        self._archive()
         for pilot in list(self.fleet.pilots.values()):
             self.fleet.stop(pilot)
         deadline = time.monotonic() + RELEASE_WAIT
         while self.fleet.pilots and time.monotonic() < deadline:
             self.fleet.watch()
             time.sleep(TICK)
+
+    def _archive(self) -> None:
+        """Move the files of ends the driver has stored out of the dirs polled every tick
+        (protocol.archive). Called before the next poll: until then an end may not be
+        stored yet, and a driver killed before it finds the files where adopt() looks."""
+        for paths, name in self.told:
+            p.archive(paths, name)
+        self.told.clear()
 
     # -- binding ----------------------------------------------------------------------------
     def _supply(self) -> None:
@@ -218,6 +229,7 @@ class PilotExecutor(Executor):
     def _ended_from_file(self, trial_id: int, attempt: int, paths: p.PilotPaths, name: str,
                          job_id: str | None) -> Ended:
         data = p.read_json(paths.file("ended", name)) or {}
+        self.told.append((paths, name))
         nodes = data.get("nodes")
         return Ended(trial_id, attempt, data.get("exit_code"), data.get("reason", "lost"),
                      data.get("detail", ""), nodes, self.fleet.planner.leaves(nodes), job_id)

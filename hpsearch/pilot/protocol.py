@@ -14,6 +14,11 @@ idempotent, so either side may be killed at any instant and start again:
     pilots/<n>/started/T.A.json  the attempt runs: its nodes, GPUs, pid
     pilots/<n>/ended/T.A.json    the attempt ended: its exit code, why, on which nodes
     pilots/<n>/cancel/T.A.json   the driver asks the pilot to stop the attempt
+    pilots/<n>/done/started/T.A.json, done/ended/T.A.json
+                                 the driver stored the attempt's end: its started/ and ended/
+                                 files, moved here (kept), so that the two dirs the driver
+                                 lists every tick hold only attempts in flight (and its
+                                 cancel/ file, if any, removed: the pilot lists that dir)
     pilots/<n>/stop              the driver asks the pilot to take no more work and leave
     pilots/<n>/exit.json         the pilot's last word: why it left
 
@@ -37,6 +42,7 @@ PILOTS_DIR = "pilots"
 DRIVER_HEARTBEAT = "driver.json"
 TOPOLOGY = "topology.json"
 STATES = ("inbox", "claimed", "withdrawn", "started", "ended", "cancel")
+DONE = ("done/started", "done/ended")  # archive() moves started/ and ended/ files here
 
 
 def pilots_dir(experiment_dir: Path) -> Path:
@@ -51,7 +57,7 @@ class PilotPaths:
 
     def dir(self, state: str) -> Path:
         """The dir of one assignment state (STATES)."""
-        if state not in STATES:
+        if state not in STATES and state not in DONE:
             raise ValueError(f"unknown assignment state {state!r}")
         return self.root / state
 
@@ -75,7 +81,7 @@ class PilotPaths:
         return self.root / "exit.json"
 
     def make(self) -> None:
-        for state in STATES:
+        for state in STATES + DONE:
             (self.root / state).mkdir(parents=True, exist_ok=True)
 
 
@@ -123,6 +129,27 @@ def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def archive(paths: PilotPaths, name: str) -> None:
+    """Move an attempt's started/ and ended/ files to done/, once the driver has stored its
+    end: listing started/ and ended/ then costs the attempts in flight, not every attempt
+    the pilot ever ran (10,000 trials: 10,000 names a listing, 50 listings a second). Its
+    cancel/ file, if the driver wrote one, is removed: the pilot lists cancel/ every tick.
+    A file already moved, or never written, is passed over; a pilot dir made before done/
+    existed gets it here."""
+    try:
+        os.unlink(paths.file("cancel", name))
+    except FileNotFoundError:
+        pass
+    for state in ("started", "ended"):
+        source, target = paths.file(state, name), paths.file(f"done/{state}", name)
+        try:
+            os.rename(source, target)
+        except FileNotFoundError:
+            if source.exists():  # done/ is missing (a pilot of an older version)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(source, target)
 
 
 def where(paths: PilotPaths, name: str) -> str | None:

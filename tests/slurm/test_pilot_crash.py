@@ -49,9 +49,10 @@ def test_driver_sigkilled_at_20_moments_of_a_pilot_search_runs_every_trial_once(
     assert [t.state for t in trials] == ["completed"] * TRIALS
     assert all(t.objective_values == [t.params["x"]] for t in trials)
     assert all(t.attempt == 1 for t in trials), [(t.id, t.attempt) for t in trials]
-    # Each attempt started in exactly one pilot, once: the pilots' own record.
+    # Each attempt started in exactly one pilot, once: the pilots' own record (started/,
+    # or done/started/ once the driver stored the end).
     started = Counter(name for d in p.pilots_dir(cli.runs / name).glob("[0-9]*")
-                      for name in p.names(d / "started"))
+                      for name in p.names(d / "started") + p.names(d / "done" / "started"))
     assert started == Counter({p.name_of(t, 1): 1 for t in range(TRIALS)}), started
     reader = Reader(cli.runs / name / STORE_FILE)
     try:

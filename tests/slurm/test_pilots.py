@@ -164,6 +164,12 @@ def test_single_node_trials_run_side_by_side_in_one_pilot(cli, slurm_cluster):
         intervals.sort()
         overlapping = any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
         assert overlapping, (node, intervals)  # two slots on the node were used at once
+    # Every end stored: the files left the dirs the driver lists every tick, kept in done/.
+    (pilot_dir,) = p.pilots_dir(cli.runs / name).glob("[0-9]*")
+    assert p.names(pilot_dir / "started") == p.names(pilot_dir / "ended") == []
+    done = {p.name_of(t.id, 1) for t in trials}
+    assert set(p.names(pilot_dir / "done" / "started")) == done
+    assert set(p.names(pilot_dir / "done" / "ended")) == done
 
 
 def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_cluster):
