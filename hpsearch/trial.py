@@ -118,14 +118,16 @@ def result(**metrics: float) -> None:
     write_json_atomic(trial_dir() / "result.json", _clean(metrics))
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:
     """Write JSON so that a reader sees the old file or the whole new one, never a part
-    (a temporary file beside it, flushed to disk, renamed over it)."""
+    (a temporary file beside it, renamed over it; with sync, flushed to disk first, so it is
+    whole after a crash of the host too)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh, allow_nan=True, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if sync:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
