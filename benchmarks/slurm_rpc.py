@@ -115,7 +115,7 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> tuple[dict, dict, f
     spec = work / f"{name}.yaml"
     pilots = "" if not args.pilots else (
         f", pilots: {{nodes: {args.pilots}, max: 2, slots_per_node: "
-        f"{-(-n // (2 * args.pilots))}, time: \"00:20:00\", idle_timeout: 60}}")
+        f"{-(-n // (2 * args.pilots))}, time: \"01:00:00\", idle_timeout: 60}}")
     spec.write_text(SPEC.format(name=name, trials=n, nodes=args.nodes, poll=args.poll,
                                 pilots=pilots,
                                 placement=f"{{policy: leaf-switch, mode: {args.mode}}}"
@@ -125,11 +125,16 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> tuple[dict, dict, f
     env = {**os.environ, "HPSEARCH_RUNS_DIR": str(work / "runs"),
            "PATH": f"{folder}:{os.environ['PATH']}"}
     hps = [sys.executable, "-m", "hpsearch"]
-    driver = subprocess.Popen([*hps, "submit", str(spec), "--no-tui"], env=env, cwd=work,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver_log = work / name / "driver.log"
+    with open(driver_log, "w") as out:
+        driver = subprocess.Popen([*hps, "submit", str(spec), "--no-tui"], env=env, cwd=work,
+                                  stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # every trial asked and handed to Slurm or held
+            if driver.poll() is not None:
+                raise SystemExit(f"hpsearch submit exited {driver.returncode}:\n"
+                                 + driver_log.read_text()[-2000:])
             try:
                 rows = read_store(work / "runs", name)[1]
             except Exception:  # noqa: BLE001 - the store is not created yet

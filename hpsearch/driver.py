@@ -178,13 +178,18 @@ class Driver:
                     self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _handle(self, events: list[Started | Update | Requeued | Ended]) -> None:
-        # Starts seen with an end are stored in that end's commit (finalize): one commit
-        # fewer per trial when the next trial started as the last one ended (asked ahead).
+        # Starts seen with an end are stored in the first end's commit (finalize), wherever
+        # they are in the list (the local executor reports a trial's exit, then the start of
+        # the trial asked ahead): one commit fewer per trial.
         defer = any(isinstance(e, Ended) and e.reason != "storage_error" for e in events)
+        if defer:
+            for event in events:
+                if isinstance(event, Started):
+                    fault_point("after_launch")  # the process runs; its pid is not stored yet
+                    self.unsaved_starts.append(event)
         for event in events:
             if isinstance(event, Started) and defer:
-                fault_point("after_launch")  # the process runs; its pid is not stored yet
-                self.unsaved_starts.append(event)
+                continue
             elif isinstance(event, Started):
                 self._record_started(event)
             elif isinstance(event, Requeued):
@@ -324,10 +329,14 @@ class Driver:
         unseen = ended_at if ended_at is not None and ended_at < self.began else None
         starts, self.unsaved_starts = self.unsaved_starts, []
         with self.store.batch():  # starts seen with this end, its last metrics, its outcome
-            for started in starts:
-                self._store_start(started)
+            for started in starts:  # its own start first; the others after its end, so
+                if started.trial_id == ended.trial_id:  # their recorded start follows it
+                    self._store_start(started)
             with self.store.ending_at(unseen):
                 self._finalize(ended)
+            for started in starts:
+                if started.trial_id != ended.trial_id:
+                    self._store_start(started)
             if self.spec.checkpoints.keep_trials is not None:
                 self.checkpoints.doomed += self.checkpoints.mark(None)
         for _ in starts:

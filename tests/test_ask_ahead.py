@@ -109,3 +109,30 @@ def test_only_searches_whose_trials_cannot_change_ask_ahead(cli, strategy, extra
         spec.write_text(spec.read_text().replace("{low: 0.0, high: 1.0}",
                                                  "{choices: [0.1, 0.2]}"))
     assert asks_ahead(load_spec(spec, cli.runs).search) is expected
+
+
+def test_a_trial_asked_ahead_costs_two_store_commits_and_its_start_follows_the_last_end(
+        cli, monkeypatch):
+    """Its insert, then its start stored in the commit of the end that freed its slot (the
+    local executor reports that exit before the start): 2 commits a trial, not 3. Each start
+    is recorded at or after that end, so the store never shows more than `parallel` trials
+    running at once."""
+    from hpsearch import session
+    from hpsearch.store.store import Store
+
+    commits = Counter()
+    opened = Store.__init__
+
+    def counting(self, *args, **kwargs):
+        opened(self, *args, **kwargs)
+        self.db.conn.set_trace_callback(lambda sql: commits.update([sql.strip() == "COMMIT"]))
+
+    monkeypatch.setattr(Store, "__init__", counting)
+    path, _ = _spec(cli, "commits", trials=30, parallel=3, sleep=0.05)
+    spec, _ = session.new_experiment(path, cli.runs, None, False)
+    assert session.drive(spec, True, lambda line: None) == 0
+    _, rows = read_store(cli.runs, "commits")
+    assert [t.state for t in rows] == ["completed"] * 30
+    assert commits[True] <= 2 * 30 + 10, commits  # + creating, finishing, a few lone starts
+    for t in rows:
+        assert sum(1 for o in rows if o.started <= t.started < o.finished) <= 3
