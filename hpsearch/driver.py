@@ -182,16 +182,14 @@ class Driver:
         # they are in the list (the local executor reports a trial's exit, then the start of
         # the trial asked ahead): one commit fewer per trial.
         defer = any(isinstance(e, Ended) and e.reason != "storage_error" for e in events)
-        if defer:
-            for event in events:
-                if isinstance(event, Started):
-                    fault_point("after_launch")  # the process runs; its pid is not stored yet
-                    self.unsaved_starts.append(event)
         for event in events:
             if isinstance(event, Started) and defer:
-                continue
-            elif isinstance(event, Started):
-                self._record_started(event)
+                fault_point("after_launch")  # the process runs; its pid is not stored yet
+                self.unsaved_starts.append(event)
+        for event in events:
+            if isinstance(event, Started):
+                if not defer:
+                    self._record_started(event)
             elif isinstance(event, Requeued):
                 self._requeued(event)
             elif isinstance(event, Update):
