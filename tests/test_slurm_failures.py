@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT, Backoff, classify, retrying
 
@@ -86,3 +87,42 @@ def test_retrying_retries_transient_only():
     with pytest.raises(SlurmError):
         retrying(lambda: (_ for _ in ()).throw(
             SlurmError(["sbatch"], 1, "Invalid partition name specified")), backoff=fast)
+
+
+def test_the_outage_note_keeps_slurms_reason_however_many_job_ids_were_asked_for():
+    """`hpsearch status` shows the note's one line: the reason Slurm printed last must be in
+    it even when the failed sacct named hundreds of jobs (its command line alone is longer
+    than the line)."""
+    _, _, stderr = (CAPTURED / "transient-sacct-slurmdbd-down.txt").read_text().partition("\n")
+    for count in (2, 500):
+        argv = ["sacct", "--parsable2", "--noheader", "-X", "--format=JobID,JobName,State",
+                "-j", ",".join(str(19863 + i) for i in range(count))]
+        exc = SlurmError(argv, 1, stderr)
+        assert exc.summary.startswith("`sacct` exited 1: slurm_persist_conn_open_without_init")
+        assert exc.summary.endswith("; Problem talking to the database: Connection refused")
+        health = SlurmHealth(interval=1.0)
+        health.query_failed(exc)
+        (note,) = health.take_notes()
+        assert note.kind == "slurm_unreachable" and "\n" not in note.message
+        assert note.message.startswith("Slurm unreachable since ")
+        assert "Problem talking to the database: Connection refused" in note.message
+        assert len(note.message) < 450
+        assert "19863" in str(exc)  # the full message still names the jobs
+
+
+def test_a_timeout_note_says_which_command_and_how_long():
+    health = SlurmHealth(interval=1.0)
+    health.query_failed(SlurmError(["squeue", "-h", "-j", "1,2,3"], None, "",
+                                   "did not finish in 60 s"))
+    (note,) = health.take_notes()
+    assert "`squeue` did not finish in 60 s;" in note.message
+
+
+def test_a_limit_note_keeps_the_limits_name_that_sbatch_prints_first():
+    _, _, stderr = (CAPTURED / "limit-sbatch-maxsubmitjobs.txt").read_text().partition("\n")
+    health = SlurmHealth(interval=1.0)
+    health.submit_failed(SlurmError(["sbatch", "--parsable", "job.sh"], 1, stderr), LIMIT)
+    (note,) = health.take_notes()
+    assert note.message.startswith("sbatch refused by a limit since ")
+    assert ("`sbatch` exited 1: AssocMaxSubmitJobLimit; Batch job submission failed: Job "
+            "violates accounting/QOS policy") in note.message

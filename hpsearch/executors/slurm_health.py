@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from hpsearch.executors.base import Note
+from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import LIMIT, Backoff
 
 MAX_WAIT = 60.0  # seconds: the longest back-off between two tries
@@ -24,6 +25,10 @@ LIMITED, ACCEPTS = "slurm_limit", "slurm_accepts"
 
 
 def _first_line(exc: Exception) -> str:
+    """One line that says why: a SlurmError's summary (the command's name and the reason
+    it printed last), whatever the length of its command line; else the first line."""
+    if isinstance(exc, SlurmError):
+        return exc.summary
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 

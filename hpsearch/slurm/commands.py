@@ -28,6 +28,7 @@ MAX_IDS_PER_CALL = 500  # job ids per sacct/squeue/scancel call
 CLOCK_SKEW = 300.0  # seconds the login node's clock may be ahead of slurmctld's
 _STDERR_TAIL_CHARS = 600
 _COMMAND_CHARS = 300  # of the command line, in an error message
+_SUMMARY_REASON_CHARS = 300  # of what Slurm printed, in SlurmError.summary
 
 
 class SlurmError(HpsearchError):
@@ -49,6 +50,21 @@ class SlurmError(HpsearchError):
         problem = problem or f"exited {returncode}"
         tail = stderr.strip()[-_STDERR_TAIL_CHARS:]
         super().__init__(f"Slurm command `{line}` {problem}" + (f": {tail}" if tail else ""))
+        self.summary = _summary(self.argv[0] if self.argv else "?", problem, tail)
+
+
+def _summary(program: str, problem: str, stderr: str) -> str:
+    """One line for a note: the command's name (not its line, long with many job ids), what
+    went wrong and every line it printed, joined with '; ', each without its `PROGRAM:
+    error: ` prefix; cut from the front where too long, since Slurm's tools end with the
+    reason (`sacct`: "... Problem talking to the database: Connection refused"; `sbatch`:
+    "AssocMaxSubmitJobLimit; Batch job submission failed: ...")."""
+    prefix = f"{program}: error: "
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = "; ".join(line[len(prefix):] if line.startswith(prefix) else line for line in lines)
+    if len(said) > _SUMMARY_REASON_CHARS:
+        said = "..." + said[-_SUMMARY_REASON_CHARS:]
+    return f"`{program}` {problem}" + (f": {said}" if said else "")
 
 
 def _unique(job_ids: Iterable[str]) -> list[str]:

@@ -66,15 +66,20 @@ class SlurmCluster:
         """`sacct --parsable2 --noheader -X -j JOB -o FIELDS` once it shows `rows` records
         (an array's task count), each in a final state. sacct lags the job: slurmctld reports
         to slurmdbd a moment after each change, and an array shows first as `ID_[0-3]`, then
-        as some of its tasks, or even as the bare `ID`, for a few seconds. FIELDS must start
-        with State; returns the records split on '|'."""
+        as some of its tasks, or even as the bare `ID`, for a few seconds. A job that has
+        just ended may show for a few seconds under JobName `allocation`, in its final state
+        but with only its first node (captured/sacct_transient_allocation_name.txt): such a
+        record is waited out too. FIELDS must start with State; returns the records split
+        on '|'."""
         deadline = time.monotonic() + timeout
         while True:
             out = self.run("sacct", "--parsable2", "--noheader", "-X", "-j", job_id,
-                           "-o", fields).stdout
-            records = [line.split("|") for line in out.splitlines() if line]
+                           "-o", f"JobName,{fields}").stdout
+            named = [line.split("|") for line in out.splitlines() if line]
+            records = [r[1:] for r in named]
             if len(records) == rows and all(
-                    r[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING") for r in records):
+                    r[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING") for r in records
+            ) and all(r[0] != "allocation" for r in named):
                 return records
             if time.monotonic() > deadline:
                 pytest.fail(f"sacct did not show job {job_id} as {rows} finished records "
