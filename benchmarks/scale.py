@@ -10,7 +10,9 @@ store and local executor (as benchmarks/overhead.py does), and prints:
 - the store's size per trial (store.sqlite with its -wal) and the trial dirs' per trial;
 - the wall time of `hpsearch status`, `best`, `export --format csv` and `watch --once` on
   the finished experiment, each a fresh process as a user runs it (median of 3), against
-  the same commands on an experiment of 100 trials.
+  the same commands on an experiment of 100 trials;
+- on Slurm, the most job records slurmctld held (sampled every 30 s, _job_records.py)
+  against its MaxJobCount, at which it refuses every user's jobs.
 
 `--executor arrays` or `pilots` runs the big search on the emulated Slurm cluster instead
 (scripts/slurm-cluster.sh start; SLURM_CONF set): job arrays, or pilots of `--pilot-nodes`
@@ -18,7 +20,7 @@ nodes x 4 slots, as many as `--parallel` needs; one CPU a trial. The 100-trial e
 the commands are compared against always runs locally (it is the store that differs).
 
 Goals (issue 14): RSS at N at most 1.25 x RSS at 1,000 (+ 10 MiB), bookkeeping last/early
-<= 1.5, each command under 1 s at N.
+<= 1.5, each command under 1 s at N; on Slurm, job records at most half MaxJobCount.
 
     python benchmarks/scale.py                        # 10,000 trials
     python benchmarks/scale.py --trials 2000 --keep
@@ -43,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import overhead  # noqa: E402
+from _job_records import JobRecords  # noqa: E402
 
 SLOTS_PER_NODE = 4  # the emulated cluster's nodes have 4 CPUs; a trial takes one
 RESOURCES = 'resources: {nodes: 1, cpus_per_task: 1, time: "00:05:00"}\n'
@@ -132,8 +135,13 @@ def main(argv: list[str] | None = None) -> int:
           f"executor {args.executor}"
           + (f" ({executor_yaml(args)})" if args.executor != "local" else "")
           + f"; {time.strftime('%Y-%m-%d')}", flush=True)
+    records = JobRecords() if args.executor != "local" else None
     try:
-        outcome, per_trial, rss = run(args.trials, args, runs_dir, "scale")
+        if records is None:
+            outcome, per_trial, rss = run(args.trials, args, runs_dir, "scale")
+        else:
+            with records:
+                outcome, per_trial, rss = run(args.trials, args, runs_dir, "scale")
         small_args = argparse.Namespace(trials=100, parallel=min(args.parallel, 8),
                                         sleep=args.sleep, seed=1)
         overhead.run_hpsearch(small_args, runs_dir, "small")
@@ -159,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
           f"the last 1,000 ({late / early:.2f} x)")
     print(f"store: {store_bytes / n / 1024:.2f} KiB per trial ({store_bytes / 2**20:.1f} MiB); "
           f"trial dirs: {trial_bytes / n / 1024:.2f} KiB per trial")
+    if records is not None:
+        records_line, records_ok = records.report()
+        print(records_line)
     print()
     print(f"{'command':<28} {'100 trials s':>12} {f'{n:,} trials s':>14}")
     for command in COMMANDS:
@@ -174,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
           for c in COMMANDS),
         ("every trial completed", outcome.completed == n),
     ]
+    if records is not None:
+        verdicts.append(("slurmctld job records at most half MaxJobCount", records_ok))
     for text, ok in verdicts:
         print(f"  {'ok  ' if ok else 'MISS'} {text}")
     return 0

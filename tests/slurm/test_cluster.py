@@ -63,15 +63,10 @@ def test_finished_batch_job_is_listed_completed_by_sacct_with_its_node(
         slurm_cluster: SlurmCluster, tmp_path: Path):
     job = slurm_cluster.sbatch("-J", "hello", "-o", str(tmp_path / "out"),
                                "--wrap", "echo hello from $SLURMD_NODENAME")
-    deadline = time.monotonic() + 30
-    while True:
-        [(state, exit_code, nodes, name)] = slurm_cluster.wait_for_accounting(
-            job, "State,ExitCode,NodeList,JobName")
-        # For a few seconds after a short job ends, sacct may list it under the name
-        # "allocation" (captured/sacct_transient_allocation_name.txt); the state is final.
-        if name != "allocation" or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    # (wait_for_accounting waits out the few seconds in which sacct may list a short job
+    # that just ended under the name "allocation": captured/sacct_transient_allocation_name.txt)
+    [(state, exit_code, nodes, name)] = slurm_cluster.wait_for_accounting(
+        job, "State,ExitCode,NodeList,JobName")
     assert (state, exit_code, name) == ("COMPLETED", "0:0", "hello")
     assert (tmp_path / "out").read_text() == f"hello from {nodes}\n"
 
