@@ -25,8 +25,9 @@ LIMITED, ACCEPTS = "slurm_limit", "slurm_accepts"
 
 
 def _first_line(exc: Exception) -> str:
-    """One line that says why: a SlurmError's summary (the command's name and the reason
-    it printed last), whatever the length of its command line; else the first line."""
+    """One line that says why: a SlurmError's summary (the command's name and what Slurm
+    printed, which ends with the reason), whatever the length of its command line; else
+    the exception's first line."""
     if isinstance(exc, SlurmError):
         return exc.summary
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
