@@ -51,6 +51,21 @@ def test_gpu_slots_give_each_trial_its_own_gpus_with_the_same_ids_on_every_node(
     assert slots.free_for(2) == 1 and slots.take(1).gpus == ("0", "1")
 
 
+def test_a_node_set_aside_takes_no_new_trial_until_its_time_is_up():
+    """A trial lost on n2 (its srun step ended, no exit code): the retry must not go to n2
+    while Slurm may still be finding out that n2 is dead."""
+    slots = Slots(["n1", "n2"], 1)
+    first, second = slots.take(1), slots.take(1)
+    assert (first.nodes, second.nodes) == (("n1",), ("n2",))
+    slots.give_back(second)
+    slots.set_aside("n2", 0.3)
+    assert slots.take(1) is None and slots.free_for(1) == 0  # n1 busy, n2 set aside
+    slots.give_back(first)
+    assert slots.free_for(1) == 1 and slots.take(1).nodes == ("n1",)
+    time.sleep(0.35)
+    assert slots.free_for(1) == 1 and slots.take(1).nodes == ("n2",)
+
+
 def test_slots_refuse_more_gpus_than_the_node_shows():
     with pytest.raises(ValueError, match="2 slot\\(s\\) of 1 GPU\\(s\\) need 2 GPUs per node; "
                                          "the node shows 1 \\(0\\)"):

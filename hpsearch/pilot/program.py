@@ -41,6 +41,11 @@ from hpsearch.slurm.hostlist import compress, expand
 TICK = 0.02  # seconds between looks at the inbox: part of the idle gap between trials on a slot
 MARGIN = 5.0  # seconds kept free before the pilot's end
 HOLD_FAILED_END = 3.0  # seconds a failed trial's end waits: is Slurm ending the whole job?
+# A node where a trial's srun step ended with no exit code from the trial's shell may be
+# dying (its slurmd killed: the step ends about SlurmdTimeout later, before Slurm marks the
+# node DOWN and ends the pilot NODE_FAIL): no new trial goes there for Slurm's default
+# SlurmdTimeout, so that the retry does not spend its attempts on the same node.
+SET_ASIDE_AFTER_LOST = 300.0
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,8 @@ class Pilot:
         self.slots.give_back(grant)
         if event.trial_id in self.remote:
             event = self._remote_end(event, grant)
+            if event.reason == "lost":
+                self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
         clean = (event.reason == "exited" and event.exit_code in (0, 75)) \
             or event.reason in ("cancelled", "timeout")
         if clean or event.trial_id in self.stopped_for_end:

@@ -5,11 +5,14 @@ tasks' CPUs and its GPUs). A trial of n nodes takes the same slot index on n nod
 GPUs have the same ids on each of them (one CUDA_VISIBLE_DEVICES for all its ranks). Slot
 index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Where the leaf switch of each
 node is known, a multi-node trial gets nodes under one leaf (the fullest leaf that holds it,
-so emptier leaves stay whole for later trials), else the fewest leaves. Pure bookkeeping.
+so emptier leaves stay whole for later trials), else the fewest leaves. A node set aside
+(`set_aside`: a trial was lost there) gets no new trial until its time is up. Pure
+bookkeeping.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 
@@ -37,12 +40,22 @@ class Slots:
         self.gpus_per_slot, self.gpu_ids = gpus_per_slot, list(gpu_ids or ())
         self.busy: set[tuple[str, int]] = set()  # (node, slot index) held
         self.leaf_of = leaf_of or {}
+        self.aside: dict[str, float] = {}  # node -> monotonic time it may take trials again
+
+    def set_aside(self, node: str, seconds: float) -> None:
+        """No new trial on `node` for `seconds` (its running trials keep their slots)."""
+        self.aside[node] = time.monotonic() + seconds
+
+    def _usable(self) -> list[str]:
+        now = time.monotonic()
+        return [node for node in self.nodes if self.aside.get(node, 0.0) <= now]
 
     def take(self, nodes_needed: int) -> Grant | None:
         """Slots for one trial of `nodes_needed` nodes, or None if they are not free now.
         Slot 0 on every node before slot 1 on any: trials spread over the nodes."""
+        usable = self._usable()
         for slot in range(self.per_node):
-            free = [node for node in self.nodes if (node, slot) not in self.busy]
+            free = [node for node in usable if (node, slot) not in self.busy]
             if len(free) >= nodes_needed:
                 chosen = self._by_leaf(free, nodes_needed)
                 self.busy.update((node, slot) for node in chosen)
@@ -76,7 +89,8 @@ class Slots:
 
     def free_for(self, nodes_needed: int) -> int:
         """How many more trials of `nodes_needed` nodes could start now."""
-        return sum(sum(1 for node in self.nodes if (node, slot) not in self.busy)
+        usable = self._usable()
+        return sum(sum(1 for node in usable if (node, slot) not in self.busy)
                    // nodes_needed for slot in range(self.per_node))
 
     @property

@@ -244,7 +244,7 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
         cli, slurm_cluster):
     """kill -9 of the slurmd of a pilot's second node: after SlurmdTimeout the node is DOWN
     and the pilot's job ends NODE_FAIL; both of its trials end with it and run again in a new
-    pilot, which Slurm places on other nodes."""
+    pilot, which Slurm places on other nodes, each after one failed attempt."""
     name = f"pl-nodefail-{RUN}"
     text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2],
                           pilot_nodes=2).replace(
@@ -275,13 +275,40 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
     attempts = _attempts(cli.runs, name)
     for tid, got in attempts.items():
         # Slurm ends the whole job: a trial whose end the pilot wrote first (it got SIGTERM)
-        # is preempted; one it could not tell ends as the job did, node_fail.
-        assert len(got) == 2 and got[0]["failure"] in ("node_fail", "preempted"), got
+        # is preempted; one it could not tell ends as the job did, node_fail. The trial on
+        # the dead node may end first, lost: its srun step ends about SlurmdTimeout after the
+        # kill, a moment before Slurm marks the node DOWN; the pilot then sets that node
+        # aside, so the retry does not run (and fail) there again (one retry, not three).
+        assert len(got) == 2 and got[0]["failure"] in ("node_fail", "preempted", "lost"), got
         assert got[1]["state"] == "completed" and got[0]["job_id"] != got[1]["job_id"]
         assert dead not in expand(got[1]["nodes"])
     state = slurm_cluster.run("sacct", "-X", "-P", "-n", "-j", got[0]["job_id"],
                               "-o", "State").stdout.split()
     assert state == ["NODE_FAIL"], state
+
+
+def test_a_trial_lost_on_a_pilot_node_is_retried_on_another_node(cli, slurm_cluster):
+    """The shell of a trial run through srun on a pilot's second node dies (kill -9, as when
+    its node goes): no exit code, so the attempt is lost. The pilot sets that node aside and
+    the retry waits for a slot on the other node instead of running there again (where a
+    dying node would fail it again, spending its attempts)."""
+    name = f"pl-lost-{RUN}"
+    text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2],
+                          pilot_nodes=2).replace(
+        "sleep 0;", 'if [ "$HPSEARCH_ATTEMPT" = 1 ] && [ -n "$SLURM_STEP_ID" ]; then kill -9 $$; '
+        "fi; sleep 8;").replace("slots_per_node: 2", "slots_per_node: 1")
+    proc = cli("submit", cli.write_spec(text, "lost.yaml"), env=slurm_cluster.env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    attempts = _attempts(cli.runs, name)
+    lost = [got for got in attempts.values() if len(got) > 1]
+    assert len(lost) == 1, attempts  # only the trial run through srun killed itself
+    (first, retry), = lost
+    assert first["failure"] == "lost" and retry["state"] == "completed", lost
+    assert first["job_id"] == retry["job_id"], lost  # the same pilot
+    assert retry["nodes"] != first["nodes"], lost  # not on the node where it was lost
+    (other,) = [got for got in attempts.values() if len(got) == 1]
+    assert other[0]["state"] == "completed" and other[0]["nodes"] == retry["nodes"]
+    assert retry["started"] >= other[0]["finished"] - 1, attempts  # it waited for that slot
 
 
 def _wait_running(cli, name: str, count: int, timeout: float = 120) -> list:
