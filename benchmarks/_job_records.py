@@ -15,16 +15,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 
-
-def config_value(name: str) -> str:
-    """A value of `scontrol show config` ("" when absent)."""
-    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
-                         check=True).stdout
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == name:
-            return value.strip()
-    return ""
+from hpsearch.slurm.commands import Slurm
 
 
 def count_records() -> int:
@@ -60,8 +51,9 @@ class JobRecords:
     def report(self) -> tuple[str, bool]:
         """A line for the benchmark, and whether the peak stayed under half MaxJobCount."""
         peak = max(self.samples, default=0)
-        limit = int(config_value("MaxJobCount") or 10000)
-        age = config_value("MinJobAge") or "?"
+        slurm = Slurm()  # its config_value reads `scontrol show config` once
+        limit = int(slurm.config_value("MaxJobCount") or 10000)
+        age = slurm.config_value("MinJobAge") or "?"
         return (f"slurmctld job records: peak {peak:,} of MaxJobCount {limit:,} (MinJobAge "
                 f"{age}; {len(self.samples)} samples, every {self.every:g} s)",
                 peak <= limit / 2)
