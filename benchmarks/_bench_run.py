@@ -11,12 +11,13 @@ from __future__ import annotations
 import multiprocessing
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-from hpsearch import session
+from hpsearch.driver import session
 
 
 def site_packages() -> str:

@@ -20,8 +20,8 @@ or described, so a Branin trial imports nothing else.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 For each size S (default 1 MiB, 64 MiB, 1 GiB), a trial dir gets a stdout.log of S bytes
 (log lines, one `@hpsearch step=...` report every 100 lines) and a metrics.jsonl. The
-driver's reader (hpsearch.ingest.TrialFiles, as the driver uses it every second per running
+driver's reader (hpsearch.ingest.trial_files.TrialFiles, as the driver uses it every second per running
 trial) reads it once (the catch-up, MAX_READ bytes a call while the trial runs), then R
 rounds of: the trial appends A bytes (default 64 KiB, with its reports) and the reader
 reads what is new. Printed per S: the median wall time of one read of A new bytes, of one
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from hpsearch.ingest import TrialFiles  # noqa: E402
+from hpsearch.ingest.trial_files import TrialFiles  # noqa: E402
 
 NOISE = b"epoch 3 batch 1200/5000 lr 0.001 throughput 5120 samples/s grad_norm 1.73\n"
 

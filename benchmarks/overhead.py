@@ -41,13 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import optuna  # noqa: E402
 
 import hpsearch  # noqa: E402
-from hpsearch import runs  # noqa: E402
-from hpsearch.driver import Driver  # noqa: E402
-from hpsearch.ingest import STDOUT_PREFIX  # noqa: E402
+from hpsearch.driver.session import driver_for, make_executor  # noqa: E402
+from hpsearch.ingest.trial_files import STDOUT_PREFIX  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
-from hpsearch.session import make_executor  # noqa: E402
 from hpsearch.spec import load_spec  # noqa: E402
 from hpsearch.store import rows as r  # noqa: E402
+from hpsearch.store import runs  # noqa: E402
 from hpsearch.store.store import STORE_FILE, Store  # noqa: E402
 
 LOW, HIGH = 0.0, 1.0  # the one tuned parameter, x; each trial reports loss = x
@@ -119,7 +118,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead
         store.create_experiment(spec.name, spec_path.read_text(), str(spec_path),
                                 str(spec_path.parent), spec.search.strategy,
                                 [o.direction for o in spec.objectives], search.total)
-        driver = Driver(spec, store, make_executor(spec, store), search, on_event)
+        driver = driver_for(spec, store, make_executor(spec, store), search, on_event)
         driver.run()
         outcome = cpu.stop(Outcome(time.perf_counter() - began, 0))
         outcome.completed = store.state_counts().get(r.COMPLETED, 0)

@@ -1,7 +1,7 @@
 """Search quality of hpsearch's samplers: evaluations to reach a target regret, against random.
 
 Each (function, method, seed) is one hpsearch search, run as `hpsearch submit` runs it in the
-foreground (hpsearch.session: the real driver, SQLite store and local executor) in a temporary
+foreground (hpsearch.driver.session: the real driver, SQLite store and local executor) in a temporary
 runs dir: `--trials` trials, `--parallel` in flight, each trial a
 process (`python -S benchmarks/_sq_trial.py FUNCTION {x0} {x1} ...`) that evaluates the test function at its
 parameters x0, x1, ... and prints `@hpsearch result y=<value>`. Functions: Branin (2-d),
@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE))
 import _bench_run as run  # noqa: E402
 import _objectives as objectives  # noqa: E402
 import _sq_stats as st  # noqa: E402
+
 from hpsearch.store import rows as r  # noqa: E402
 from hpsearch.store.store import STORE_FILE, Reader  # noqa: E402
 

@@ -47,7 +47,7 @@ def command(python_prefix: list[str], device: str) -> str:
 def launch(cmd: str, trial_dir: Path, budget: int, attempt: int) -> tuple[float, str, int]:
     """Start like the local executor; returns (seconds to first step, stdout, exit code)."""
     sys.path.insert(0, str(ROOT))
-    from hpsearch.launching import shell_body
+    from hpsearch.launch.attempt import shell_body
     env = {**os.environ, "HPSEARCH_EXPERIMENT": "bench", "HPSEARCH_TRIAL_ID": "0",
            "HPSEARCH_ATTEMPT": str(attempt), "HPSEARCH_TRIAL_DIR": str(trial_dir),
            "HPSEARCH_CHECKPOINT_DIR": str(trial_dir / "checkpoints"),

@@ -38,15 +38,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from _pilot_gaps import gaps, median_p95, read_runs  # noqa: E402
 from _slurm_busy import OtherUsers, foreign_jobs  # noqa: E402
 
-from hpsearch import runs  # noqa: E402
-from hpsearch.driver import Driver  # noqa: E402
+from hpsearch.driver.session import driver_for  # noqa: E402
 from hpsearch.executors.pilots import PilotExecutor  # noqa: E402
 from hpsearch.executors.slurm import SlurmExecutor  # noqa: E402
 from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402
 from hpsearch.spec import load_spec  # noqa: E402
-from hpsearch.store import STORE_FILE, Store  # noqa: E402
+from hpsearch.store import (  # noqa: E402
+    STORE_FILE,
+    Store,
+    runs,  # noqa: E402
+)
 
 MODES = {"jobs": "job per trial", "arrays": "job arrays", "pilots": "pilots"}
 SLOTS_PER_NODE = 4  # the emulated nodes have 4 CPUs; a trial takes one
@@ -101,10 +104,10 @@ def run(args: argparse.Namespace, runs_dir: Path, mode: str) -> dict:
                              spec_yaml=path.read_text(), spec_file=str(path),
                              base_dir=str(path.parent), strategy="random",
                              directions=["minimize"], trials_requested=search.total)
-        executor = (PilotExecutor(spec, store, slurm) if mode == "pilots"
-                    else SlurmExecutor(spec, slurm))
+        executor = (PilotExecutor(spec.slurm_job(), store, slurm) if mode == "pilots"
+                    else SlurmExecutor(spec.slurm_job(), slurm))
         began_wall, began = time.time(), time.perf_counter()
-        driver = Driver(spec, store, executor, search)
+        driver = driver_for(spec, store, executor, search)
         code = driver.run()
         makespan = time.perf_counter() - began
         work: dict[int, float] = {}

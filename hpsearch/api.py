@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpsearch import runs
 from hpsearch.interop import optuna_trials
 from hpsearch.interop.store_view import AttemptRow, MetricRow, StoreView, read_view
-from hpsearch.results import best as best_trials
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
+from hpsearch.store import runs
+from hpsearch.store.results import best as best_trials
 
 if TYPE_CHECKING:
     import pandas
@@ -101,7 +101,7 @@ class Experiment:
     def trials_dataframe(self, attrs: tuple[str, ...] = ("number", "value", "datetime_start",
                                                          "datetime_complete", "duration",
                                                          "params", "user_attrs", "state"),
-                         multi_index: bool = False) -> "pandas.DataFrame":
+                         multi_index: bool = False) -> pandas.DataFrame:
         """Optuna's `study.trials_dataframe()` of optuna_study(): one row per trial, columns
         number, value (values_0, values_1, ... for several objectives), datetime_start,
         datetime_complete, duration, params_*, user_attrs_* (other metrics and hpsearch's

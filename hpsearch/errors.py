@@ -10,7 +10,7 @@ EXIT_BAD_INPUT = 2
 class HpsearchError(Exception):
     """An error with a message meant for the user and an exit code."""
 
-    exit_code = EXIT_BAD_INPUT
+    exit_code: int = EXIT_BAD_INPUT
 
 
 class BadInput(HpsearchError):
@@ -40,3 +40,10 @@ class StorageError(HpsearchError):
     intact (every change is one transaction), and `resume` continues once it is fixed."""
 
     exit_code = EXIT_INCOMPLETE
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """repr(value) as a message quotes it: at most about `limit` characters (a spec value
+    may be a megabyte long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"

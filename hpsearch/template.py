@@ -1,8 +1,9 @@
 """The command template: `{name}` placeholders replaced by shell-quoted values.
 
 Only `{identifier}` is a placeholder: `${VAR}` stays a shell variable, any other brace text
-(awk's `{ print $1 }`, `{a,b}`) is left as written, and `{{name}}` gives a literal `{name}`. Every substituted value goes through shlex.quote, so a value with spaces,
-quotes, `$(...)`, `;` or newlines reaches the trial as one intact argument and runs nothing.
+(awk's `{ print $1 }`, `{a,b}`) is left as written, and `{{name}}` gives a literal `{name}`.
+Every substituted value goes through shlex.quote, so a value with spaces, quotes, `$(...)`,
+`;` or newlines reaches the trial as one intact argument and runs nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Placeholders hpsearch fills itself; a search parameter may not take these names.
 BUILTIN_PLACEHOLDERS = ("trial_id", "trial_dir", "checkpoint_dir", "experiment", "params",

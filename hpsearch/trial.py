@@ -33,14 +33,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import re
 import shutil
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 # Exit status of an attempt that saved its state and wants to be run again (EX_TEMPFAIL):
 # the driver starts a new attempt, which resumes from the latest checkpoint.

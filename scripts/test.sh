@@ -1,13 +1,52 @@
 #!/usr/bin/env bash
 # Quick start, part 2: install hpsearch with its test dependencies into ./.venv and run the
 # whole test suite. Extra arguments go to pytest (e.g. scripts/test.sh -k resume).
+#
+#   scripts/test.sh            # the whole suite, as CI and the README run it (as root it
+#                              # installs the Slurm cluster, ch-run, mpirun, tmux, chromium)
+#   scripts/test.sh --quick    # the inner loop: ruff, mypy, lint-imports, then the tests that
+#                              # need no Slurm cluster, no apt-installed program (chromium,
+#                              # ch-run, tmux, mpirun) and are not marked slow, on 2 workers;
+#                              # no root, no apt. Fails if any of the four fails.
+# The tiers and their markers: docs/testing.md#tiers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=
+if [ "${1:-}" = --quick ]; then
+  quick=1
+  shift
+fi
 scripts/setup.sh test,gp,pipeline,report,bench,dashboard
 # MF-Hartmann learning curves for benchmarks/early_stopping.py: mf-prior-bench 1.10 pins
 # numpy < 2 for parts hpsearch does not use, so it goes in without its dependencies (the
 # benchmark loads only its numpy-only MF-Hartmann module).
 .venv/bin/python -m pip install -q --no-deps mf-prior-bench==1.10.0
+if [ -n "$quick" ]; then
+  failed=()
+  step() {  # step NAME COMMAND...: runs it, times it, remembers a failure and goes on
+    local name=$1 began=$SECONDS
+    shift
+    echo "== $name"
+    if "$@"; then
+      echo "== $name: ok ($((SECONDS - began)) s)"
+    else
+      echo "== $name: FAILED ($((SECONDS - began)) s)"
+      failed+=("$name")
+    fi
+  }
+  step "ruff" .venv/bin/ruff check hpsearch
+  step "mypy" .venv/bin/mypy
+  step "lint-imports" .venv/bin/lint-imports
+  # -n 2 --dist loadfile: two workers, each taking whole files (module fixtures run once).
+  step "pytest (quick tier)" .venv/bin/python -m pytest -q -rs -n 2 --dist loadfile \
+    -m "not cluster and not external and not slow" "$@"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "scripts/test.sh --quick: FAILED: ${failed[*]}" >&2
+    exit 1
+  fi
+  echo "scripts/test.sh --quick: all passed (the whole suite: scripts/test.sh)"
+  exit 0
+fi
 # The Slurm tests run on a real emulated cluster (scripts/slurm-cluster.sh; docs/testing.md).
 # Installing its Debian packages here keeps apt out of the tests' time limits. Not root: the
 # Slurm tests skip and say why (under CI=true they fail instead).

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,118 @@ class Cli:
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path)
+
+
+# --- Tiers (docs/testing.md#tiers) ------------------------------------------------------------
+# Every test is marked at collection, so a new test lands in its tier without anyone marking it:
+#   cluster:  needs the emulated Slurm cluster: anything under tests/slurm/, or any test that
+#             uses the slurm_cluster / slurm_flat_cluster fixture.
+#   external: runs a program that scripts/test.sh installs with apt as root (a browser, a
+#             container runtime, a real terminal, MPI): the test, a fixture it uses, or a
+#             helper of this repository's tests that either calls, names one of EXTERNAL_TOOLS
+#             as a string and looks it up (shutil.which, directly or through a helper).
+#   slow:     marked by hand (@pytest.mark.slow) on long end-to-end tests.
+# `scripts/test.sh --quick` deselects all three; plain `scripts/test.sh` runs everything.
+
+TESTS = Path(__file__).resolve().parent
+CLUSTER_FIXTURES = frozenset({"slurm_cluster", "slurm_flat_cluster"})
+EXTERNAL_TOOLS = frozenset({"chromium", "chromium-browser", "google-chrome", "ch-run", "tmux",
+                            "mpirun"})
+
+
+def _test_side(obj) -> bool:
+    """Whether obj is a function or class defined in a file under tests/."""
+    if inspect.isfunction(obj):
+        return _under_tests(inspect.unwrap(obj).__code__.co_filename)
+    if inspect.isclass(obj):
+        return _under_tests(getattr(sys.modules.get(obj.__module__), "__file__", None))
+    return False
+
+
+@functools.cache
+def _under_tests(filename: str | None) -> bool:
+    return bool(filename) and TESTS in Path(filename).resolve().parents
+
+
+def _code_facts(code: types.CodeType, tools: set[str], names: set[str]) -> None:
+    """The EXTERNAL_TOOLS among code's string constants, and the names it uses, with those
+    of the functions nested in it (no source parsing: the compiled code has both)."""
+    names.update(code.co_names)
+    todo = list(code.co_consts)
+    while todo:
+        const = todo.pop()
+        if isinstance(const, types.CodeType):
+            _code_facts(const, tools, names)
+        elif isinstance(const, (tuple, frozenset)):
+            todo.extend(const)
+        elif isinstance(const, str) and const in EXTERNAL_TOOLS:
+            tools.add(const)
+
+
+@functools.cache
+def _unit(obj) -> tuple[frozenset[str], bool, tuple]:
+    """For a function or class defined under tests/: the tool names it holds as strings,
+    whether it calls `which` (shutil.which or a name `which`), and the functions and
+    classes under tests/ it refers to by name."""
+    tools: set[str] = set()
+    names: set[str] = set()
+    if inspect.isclass(obj):
+        for attr in vars(obj).values():
+            attr = getattr(attr, "__func__", attr)  # staticmethod, classmethod
+            for func in (attr, getattr(attr, "fget", None)):  # property
+                if inspect.isfunction(func):
+                    _code_facts(func.__code__, tools, names)
+        scope = vars(sys.modules[obj.__module__]) if obj.__module__ in sys.modules else {}
+    else:
+        func = inspect.unwrap(obj)
+        _code_facts(func.__code__, tools, names)
+        scope = func.__globals__
+    refs = tuple(scope[n] for n in sorted(names)
+                 if n in scope and scope[n] is not obj and _test_side(scope[n]))
+    return frozenset(tools), "which" in names, refs
+
+
+@functools.cache
+def _looks_up(obj, depth: int = 3) -> bool:
+    """Whether obj calls `which`, itself or through helpers under tests/ (a few levels)."""
+    _, which, refs = _unit(obj)
+    return which or (depth > 0 and any(_looks_up(r, depth - 1) for r in refs))
+
+
+@functools.cache
+def _tools_run_by(root) -> frozenset[str]:
+    """The EXTERNAL_TOOLS that this function (a test or a fixture), or the helpers under
+    tests/ that it reaches, name as a string where they also look a program up."""
+    needed: set[str] = set()
+    seen: set[int] = set()
+    todo = [(root, 0)]
+    while todo:
+        obj, depth = todo.pop()
+        if id(obj) in seen or depth > 4:
+            continue
+        seen.add(id(obj))
+        tools, _, refs = _unit(obj)
+        if tools and _looks_up(obj):
+            needed |= tools
+        todo.extend((r, depth + 1) for r in refs)
+    return frozenset(needed)
+
+
+@functools.cache
+def _under_tests_slurm(filename: str) -> bool:
+    return TESTS / "slurm" in Path(filename).resolve().parents
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if _under_tests_slurm(str(item.path)) or fixtures & CLUSTER_FIXTURES:
+            item.add_marker(pytest.mark.cluster)
+        roots = [getattr(item, "function", None)]
+        info = getattr(item, "_fixtureinfo", None)
+        for name in fixtures:
+            for fixturedef in (info.name2fixturedefs.get(name, ()) if info else ()):
+                roots.append(fixturedef.func)
+        tools = set().union(*(_tools_run_by(r) for r in roots if _test_side(r)))
+        if tools:
+            item.add_marker(pytest.mark.external(*sorted(tools)))

@@ -1,6 +1,6 @@
 """Asking ahead on the local executor: with a sampler that does not learn from results, the
 driver stores the next trial while every slot is busy, and the executor starts it the moment
-a slot frees (hpsearch.session.asks_ahead). It must run the same trials as a search that asks
+a slot frees (hpsearch.driver.session.asks_ahead). It must run the same trials as a search that asks
 only when a slot is free, and a driver killed or stopped while a trial waits loses nothing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from hpsearch.session import asks_ahead
+from hpsearch.driver.session import asks_ahead
 from hpsearch.spec import load_spec
 from tests.helpers import read_store, wait_for_trials
 
@@ -117,7 +117,7 @@ def test_a_trial_asked_ahead_costs_two_store_commits_and_its_start_follows_the_l
     local executor reports that exit before the start): 2 commits a trial, not 3. Each start
     is recorded at or after that end, so the store never shows more than `parallel` trials
     running at once."""
-    from hpsearch import session
+    from hpsearch.driver import session
     from hpsearch.store.store import Store
 
     commits = Counter()

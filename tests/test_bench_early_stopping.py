@@ -17,7 +17,8 @@ sys.path.insert(0, str(BENCH))
 import _es_measure as measure  # noqa: E402
 import _es_problems as problems  # noqa: E402
 import early_stopping  # noqa: E402
-from hpsearch import session  # noqa: E402
+
+from hpsearch.driver import session  # noqa: E402
 
 
 def test_every_problem_and_method_is_a_valid_spec(tmp_path):

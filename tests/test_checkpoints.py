@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from hpsearch.checkpoints import doomed
+from hpsearch.ingest.checkpoints import doomed
 from hpsearch.spec.model import Checkpoints
 from hpsearch.store import rows as r
 from hpsearch.store.store import Reader, Store
@@ -191,7 +191,7 @@ def test_an_unchanged_checkpoint_folder_is_not_walked_again(tmp_path, monkeypatc
     it changes."""
     import os
 
-    from hpsearch import checkpoints as ck
+    from hpsearch.ingest import checkpoints as ck
 
     shards = tmp_path / "checkpoints" / "step_100"
     shards.mkdir(parents=True)

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from hpsearch.executors import procs
+from hpsearch import procs
 from tests.helpers import read_store
+
 
 def _commands() -> list[str]:
     """Every command the parser has (so a new one cannot go undocumented)."""

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_digits_ddp import (TRAIN, _metrics, _trial_env, _without_time,  # noqa: F401
-                                   torch_and_sklearn)
+from tests.test_digits_ddp import TRAIN, _metrics, _trial_env, _without_time, torch_and_sklearn  # noqa: F401
 
 ONE_PROCESS = (sys.executable,)
 TWO_RANKS = (sys.executable, "-m", "torch.distributed.run", "--standalone",

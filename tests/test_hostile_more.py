@@ -18,8 +18,8 @@ import sys
 import pytest
 
 from tests.helpers import read_store
-from tests.test_shared_storage import _dead_pid, _write_lock
 from tests.test_hostile_output import _one_trial_spec
+from tests.test_shared_storage import _dead_pid, _write_lock
 from tests.test_spec_hostile import GOOD
 
 SPACE = "    x: {low: 0.0, high: 1.0}\n"

@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 
-from hpsearch.ingest import TrialFiles
-from hpsearch.lines import MAX_LINE, MAX_READ
+from hpsearch.ingest.lines import MAX_LINE, MAX_READ
+from hpsearch.ingest.trial_files import TrialFiles
 from hpsearch.store.store import Reader, Store
 from tests.helpers import read_store
 

@@ -46,7 +46,7 @@ resources: {{nodes: {nodes}}}
 executor: {{type: slurm, array: false}}
 placement: {{topology: topology.conf, max_wait: 60, replan_after: 1{extra}}}
 """, "spec.yaml", tmp_path)
-    return Planner(spec, TableSlurm(busy))
+    return Planner(spec.slurm_job(), TableSlurm(busy))
 
 
 def test_two_trials_in_one_burst_never_get_the_same_nodes(tmp_path):
@@ -116,7 +116,7 @@ executor: slurm
 placement: {topology: topology.conf}
 """, "spec.yaml", tmp_path)
     with pytest.raises(BadInput, match="topology.conf:1"):
-        Planner(spec, TableSlurm(set()))
+        Planner(spec.slurm_job(), TableSlurm(set()))
 
 
 @pytest.mark.parametrize("placement, message", [

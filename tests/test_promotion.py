@@ -157,6 +157,7 @@ def test_every_hyperband_bracket_ends_with_its_best_trial_fully_trained():
     rung. Before the end game went bracket by bracket, the top bracket (which starts at
     max_resource) counted as 'someone finished' and the others' best stayed paused."""
     import random
+
     from hpsearch.pruning.promotion import Promotion
     from hpsearch.spec.model import Pruner
     policy = Promotion(Pruner("hyperband", (("max_resource", 27),), mode="promotion",

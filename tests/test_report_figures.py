@@ -115,7 +115,7 @@ def searches(tmp_path_factory) -> dict[str, report_data.ReportData]:
     return out
 
 
-def _drawn(result) -> "figures.Drawn":
+def _drawn(result) -> figures.Drawn:
     assert isinstance(result, figures.Drawn), result
     figures.png(result.figure)  # drawn as the report draws it: tick labels get their text
     return result

@@ -1,9 +1,9 @@
-"""Request files for the driver (hpsearch.requests) with hostile bytes are skipped with a
+"""Request files for the driver (hpsearch.driver.requests) with hostile bytes are skipped with a
 note and removed, never fatal: not UTF-8, empty, wrong shape, 3 MB of nesting, huge numbers."""
 
 from __future__ import annotations
 
-from hpsearch import requests
+from hpsearch.driver import requests
 
 
 def test_hostile_request_files_are_skipped_with_a_note(tmp_path):

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from hpsearch.executors import procs
+from hpsearch import procs
 from tests.helpers import read_store, wait_for_trials
 
 TRIALS = 6

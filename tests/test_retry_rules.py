@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hpsearch import retry
+from hpsearch.executors import retry
 from hpsearch.executors.base import Ended
 from hpsearch.spec.validate import parse_spec
 from hpsearch.store.store import Reader
@@ -75,19 +75,20 @@ retries: {timeout: {max: 3, time_factor: 2}, out_of_memory: {max: 3, mem_factor:
     history = [A(1, "node_fail", nodes="n[1-2]"), A(2, "out_of_memory", nodes="n3"),
                A(3, "out_of_memory", nodes="n4"), A(4, "timeout", nodes="n5"),
                A(5, "preempted", nodes="n6")]
-    plan = retry.next_overrides(spec, history, {})
+    plan = retry.next_overrides(spec.retries, spec.resources, history, {})
     assert plan.sbatch_extra == ("--exclude=n[1-2,9]", "--mem=9216M", "--time=0-03:00:00")
     assert plan.time_factor == 2.0
     assert plan.describe() == "excluding n[1-2,9]; memory x2.25: 9216M; time limit x2"
-    assert retry.next_overrides(spec, [A(1, "exit", 1)], {}).sbatch_extra == ()
+    assert retry.next_overrides(spec.retries, spec.resources, [A(1, "exit", 1)],
+                                {}).sbatch_extra == ()
     # the options reach the batch script after the spec's, so sbatch takes them
     import dataclasses
 
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
     from hpsearch.slurm.sbatch import batch_script
     launch = dataclasses.replace(build_launch(spec, 0, 6, {"x": 0.5}),
                                  sbatch_extra=plan.sbatch_extra)
-    lines = batch_script(spec, launch).splitlines()
+    lines = batch_script(spec.slurm_job(), launch).splitlines()
     assert lines.index("#SBATCH --mem=9216M") > lines.index("#SBATCH --mem=4G")
     assert lines.index("#SBATCH --exclude=n[1-2,9]") > lines.index("#SBATCH --exclude=n9")
 
@@ -205,7 +206,7 @@ def test_batch_script_passes_the_signal_on_to_the_trial(tmp_path):
     import signal
     import subprocess
 
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
     from hpsearch.slurm.sbatch import batch_script
     (tmp_path / "train.py").write_text('''
 import time
@@ -225,7 +226,7 @@ for step in range(600):
     (tdir / "checkpoints").mkdir(parents=True)
     env = {**launch.env, "HPSEARCH_TRIAL_DIR": str(tdir),
            "HPSEARCH_CHECKPOINT_DIR": str(tdir / "checkpoints")}
-    script = batch_script(spec, dataclasses.replace(launch, env=env, trial_dir=tdir))
+    script = batch_script(spec.slurm_job(), dataclasses.replace(launch, env=env, trial_dir=tdir))
     assert "#SBATCH --signal=B:USR2@90" in script.splitlines()
     (tmp_path / "job.sh").write_text(script)
     shell = subprocess.Popen(["bash", "job.sh"], cwd=tmp_path, start_new_session=True)

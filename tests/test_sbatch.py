@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.launching import build_launch
+from hpsearch.launch.attempt import build_launch
 from hpsearch.slurm.sbatch import batch_script, job_name
 from hpsearch.spec import parse_spec
 
@@ -52,7 +52,7 @@ env: {OMP_NUM_THREADS: 8, WANDB_MODE: offline}
 def _script(extra: str, attempt: int = 1) -> str:
     spec = parse_spec(BASE + extra, "golden.yaml", Path("/work/project"))
     launch = build_launch(spec, 0, attempt, {"lr": 0.1, "tag": "it's a $(test)"})
-    return batch_script(spec, launch)
+    return batch_script(spec.slurm_job(), launch)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -79,7 +79,7 @@ def test_driver_job_is_signalled_before_its_time_limit(time_limit, lead):
     run for `hpsearch resume`, and carries its instance tag in its name."""
     import dataclasses
 
-    from hpsearch.slurm.sbatch import driver_script
+    from hpsearch.driver.slurm_job import driver_script
     spec = dataclasses.replace(parse_spec(BASE, "golden.yaml", Path("/work/project")),
                                instance="abc123")
     text = driver_script(spec, "/usr/bin/python3", time_limit)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch import storage
+from hpsearch import procs
 from hpsearch.errors import BadInput
-from hpsearch.executors import procs
-from hpsearch.lockfile import LOCK_FILE, STALE_AFTER, this_host
+from hpsearch.store import filesystem
+from hpsearch.store.lockfile import LOCK_FILE, STALE_AFTER, this_host
 from hpsearch.store.store import STORE_FILE, Reader, Store
 from tests.helpers import read_store
 
@@ -53,7 +53,7 @@ def _journal_mode(path: Path) -> str:
 
 
 def _write_lock(exp_dir: Path, age: float = 0.0, text: str | None = None, **fields) -> Path:
-    """A lock file as a driver writes it (hpsearch.lockfile), with `fields` changed and its
+    """A lock file as a driver writes it (hpsearch.store.lockfile), with `fields` changed and its
     heartbeat `age` seconds old."""
     host, boot = this_host()
     record = {"format": 1, "experiment": exp_dir.name, "host": host, "boot_id": boot,
@@ -87,12 +87,12 @@ def sleeper():
 @pytest.mark.parametrize("path", ["/dev/shm", "/"])
 def test_statfs_detects_this_machines_mounts(path, monkeypatch):
     monkeypatch.delenv("HPSEARCH_STORAGE", raising=False)
-    found = storage.detect(path)
+    found = filesystem.detect(path)
     # coreutils' `stat -f` asks the same statfs(2): the magic numbers must agree
     magic = int(subprocess.run(["stat", "-f", "-c", "%t", path], capture_output=True,
                                text=True, check=True).stdout, 16)
     assert (found.how, found.magic) == ("statfs", magic)
-    mounted = storage.mount_type(path)  # the fallback, by longest mount point
+    mounted = filesystem.mount_type(path)  # the fallback, by longest mount point
     if found.magic == 0xEF53:  # one magic for ext2, ext3 and ext4
         assert mounted in ("ext2", "ext3", "ext4")
     else:
@@ -100,7 +100,7 @@ def test_statfs_detects_this_machines_mounts(path, monkeypatch):
     if path == "/dev/shm":
         assert (found.fstype, found.network, found.journal_mode) == ("tmpfs", False, "wal")
     # below a mount point, and not yet existing: the filesystem that will hold it
-    assert storage.detect(Path(path) / "no" / "such" / "dir").fstype == found.fstype
+    assert filesystem.detect(Path(path) / "no" / "such" / "dir").fstype == found.fstype
 
 
 def test_mountinfo_fallback_takes_the_longest_mount_point(tmp_path):
@@ -110,24 +110,24 @@ def test_mountinfo_fallback_takes_the_longest_mount_point(tmp_path):
         "40 27 0:50 / /lus rw - lustre 10.0.0.1@tcp:/fs rw\n"
         "41 40 0:51 / /lus/scratch\\040me rw - nfs4 srv:/x rw\n"
         "42 27 0:52 / /lustre rw - tmpfs tmpfs rw\n")
-    assert storage.mount_type("/lus/a/b", str(info)) == "lustre"
-    assert storage.mount_type("/lus/scratch me/runs", str(info)) == "nfs4"
-    assert storage.mount_type("/lustre/x", str(info)) == "tmpfs"  # not under /lus
-    assert storage.mount_type("/home", str(info)) == "ext4"
-    assert storage.is_network("nfs4") and storage.is_network("fuse.sshfs")
-    assert storage.is_network("somethingnew")  # unknown: the safe mode
-    assert not storage.is_network("xfs") and not storage.is_network("overlay")
+    assert filesystem.mount_type("/lus/a/b", str(info)) == "lustre"
+    assert filesystem.mount_type("/lus/scratch me/runs", str(info)) == "nfs4"
+    assert filesystem.mount_type("/lustre/x", str(info)) == "tmpfs"  # not under /lus
+    assert filesystem.mount_type("/home", str(info)) == "ext4"
+    assert filesystem.is_network("nfs4") and filesystem.is_network("fuse.sshfs")
+    assert filesystem.is_network("somethingnew")  # unknown: the safe mode
+    assert not filesystem.is_network("xfs") and not filesystem.is_network("overlay")
 
 
 def test_override_forces_either_mode_and_bad_values_are_refused(monkeypatch):
     monkeypatch.setenv("HPSEARCH_STORAGE", "network")
-    found = storage.detect("/dev/shm")
+    found = filesystem.detect("/dev/shm")
     assert (found.network, found.journal_mode, found.how) == (True, "delete", "HPSEARCH_STORAGE")
     monkeypatch.setenv("HPSEARCH_STORAGE", "local")
-    assert storage.detect("/dev/shm").journal_mode == "wal"
+    assert filesystem.detect("/dev/shm").journal_mode == "wal"
     monkeypatch.setenv("HPSEARCH_STORAGE", "nfs")
     with pytest.raises(BadInput, match="HPSEARCH_STORAGE: 'nfs': expected network, local or auto"):
-        storage.detect("/dev/shm")
+        filesystem.detect("/dev/shm")
 
 
 def test_bad_override_is_exit_2_with_nothing_created(cli):

@@ -9,7 +9,12 @@ import math
 import pytest
 
 from hpsearch.placement.simulate import (
-    POLICIES, Cluster, SimConfig, effective_bandwidth, ring_allreduce_time, simulate,
+    POLICIES,
+    Cluster,
+    SimConfig,
+    effective_bandwidth,
+    ring_allreduce_time,
+    simulate,
     trial_record,
 )
 

@@ -323,13 +323,13 @@ def test_a_search_that_ran_trials_is_never_started_over(cli):
 def test_the_batch_script_builder_refuses_a_line_break_it_is_given(tmp_path):
     """Defence in depth: a value that got past the spec check (here set directly) makes
     the builder raise instead of writing a second #SBATCH line."""
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
     from hpsearch.slurm.sbatch import batch_script
 
     spec = _spec_with(tmp_path, "resources: {partition: gpu}\n")
     launch = build_launch(spec, 1, 1, {"x": 0.5})
-    assert "#SBATCH --partition=gpu\n" in batch_script(spec, launch)
+    assert "#SBATCH --partition=gpu\n" in batch_script(spec.slurm_job(), launch)
     bad = dataclasses.replace(spec, resources=dataclasses.replace(
         spec.resources, partition="gpu\n#SBATCH --uid=0"))
     with pytest.raises(ValueError, match="control character"):
-        batch_script(bad, launch)
+        batch_script(bad.slurm_job(), launch)

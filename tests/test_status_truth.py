@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import time
 
-from hpsearch.outcome import cause
+from hpsearch.ingest.outcome import cause
 from tests.helpers import read_store
 
 SLEEPY = """
@@ -102,7 +102,7 @@ def test_cause_picks_the_line_that_names_the_failure():
 
 
 def test_the_resume_hint_names_a_driver_job_that_may_still_be_queued(tmp_path):
-    from hpsearch.outcome import resume_hint
+    from hpsearch.ingest.outcome import resume_hint
     assert resume_hint("x", tmp_path) == "continue it with: hpsearch resume x"
     (tmp_path / "driver.job").write_text("4242\n")
     assert resume_hint("x", tmp_path) == ("its driver job 4242 may still be pending or "

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from hpsearch.errors import NotFound, StorageError
 from hpsearch.store.schema import SCHEMA_VERSION
 from hpsearch.store.store import Reader, Store
 from tests.helpers import read_store
@@ -155,3 +156,35 @@ def test_a_read_only_command_does_not_import_pandas_or_numpy_and_they_still_impo
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out == ["[]", "(1, 1) 4.0"]
+
+
+@pytest.mark.parametrize("folder", ["runs?x", "runs#y", "runs%3Fz"])
+def test_a_reader_reads_a_store_whose_path_has_uri_characters_and_creates_nothing(
+        tmp_path, folder):
+    """Before: the reader's `file:PATH?mode=ro` URI was cut at a '?' or '#' in the path, so
+    SQLite opened the part before it read-write, creating an empty file there (a stray
+    empty database beside the runs dir), and said the store held no experiment."""
+    path = tmp_path / folder / "exp" / "store.sqlite"
+    _experiment(path).close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    reader = Reader(path)
+    try:
+        assert reader.experiment().name == "e"
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            reader.db.execute("update experiment set status = 'x'")
+    finally:
+        reader.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before == [folder]
+
+
+def test_opening_a_missing_store_for_reading_fails_and_creates_nothing(tmp_path):
+    """A store gone between a reader's check and its open (an experiment started over or
+    deleted meanwhile): every way a reader opens the file fails, none creates it."""
+    from hpsearch.store import store as store_module
+    path = tmp_path / "store.sqlite"
+    with pytest.raises(NotFound):
+        Reader(path)
+    for opener in (store_module._open_read_only, store_module._open_immutable):
+        with pytest.raises((sqlite3.Error, StorageError)):
+            opener(path)
+        assert list(tmp_path.iterdir()) == [], opener.__name__

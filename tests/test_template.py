@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.launching import build_launch
+from hpsearch.launch.attempt import build_launch
 from hpsearch.spec import parse_spec
 from hpsearch.template import placeholders, render, shell_value
 

@@ -42,13 +42,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
-from pilot_stats import (TrialRecord, concurrent_devices, gap_spans,  # noqa: E402
-                         phase_spans, table)
+from pilot_stats import TrialRecord, concurrent_devices, gap_spans, phase_spans, table  # noqa: E402
 
-from hpsearch import runs  # noqa: E402
 from hpsearch.executors.base import Launch  # noqa: E402
-from hpsearch.launching import prepare_trial_dir  # noqa: E402
+from hpsearch.launch.attempt import prepare_trial_dir  # noqa: E402
 from hpsearch.pilot import protocol as p  # noqa: E402
+from hpsearch.store import runs  # noqa: E402
 
 DRIVER_TICK = 0.05  # seconds between the driver's looks at ended/ (PilotExecutor's TICK)
 TRIAL_SCRIPT = HERE / "pilot_trial.py"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_value, runs_dir_of
-from hpsearch.store import STORE_FILE
+from hpsearch.store import STORE_FILE, runs
 
 
 def register(sub) -> None:
@@ -79,8 +78,9 @@ def latest_of(rows) -> set[str]:
 def _size(n: int | None) -> str:
     if n is None:
         return ""
+    size: float = n
     for unit in ("B", "K", "M", "G"):
-        if n < 1024 or unit == "G":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
+        if size < 1024 or unit == "G":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
     return ""

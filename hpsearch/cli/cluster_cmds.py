@@ -6,9 +6,9 @@ import itertools
 import os
 from pathlib import Path
 
-from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import HpsearchError
+from hpsearch.store import runs
 
 
 def register(sub) -> None:
@@ -59,8 +59,8 @@ def _count(nodes: tuple[str, ...], compress) -> str:
 
 
 def _load(args, slurm, runs_dir: Path, names: list[str]):
+    from hpsearch.driver.session import placement_topology
     from hpsearch.placement.topology import cluster_topology
-    from hpsearch.session import placement_topology
 
     stored = (placement_topology(runs_dir, name) for name in names)  # read only if needed
     topo = cluster_topology(slurm, itertools.chain(

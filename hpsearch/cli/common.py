@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hpsearch.runs import default_runs_dir
+from hpsearch.store.runs import default_runs_dir
 
 EXIT_CODES = "exit codes: 0 ok, 1 trials failed or search incomplete, 2 bad input or conflict"
 

@@ -1,14 +1,15 @@
 """`hpsearch enqueue`: points for a search to run first (Optuna's enqueue_trial); with
 `resume --trials N` (run_cmds), how a search grows. Both leave a request for the driver
-(hpsearch.requests): the running one takes it within seconds, else the next `resume`."""
+(hpsearch.driver.requests): the running one takes it within seconds, else the next `resume`."""
 
 from __future__ import annotations
 
 import math
 
-from hpsearch import requests, runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, runs_dir_of, yaml_text
+from hpsearch.driver import requests
 from hpsearch.errors import HpsearchError
+from hpsearch.store import runs
 
 
 def register(sub) -> None:
@@ -24,7 +25,7 @@ def register(sub) -> None:
 
 
 def enqueue(args) -> int:
-    from hpsearch import session
+    from hpsearch.driver import session
     from hpsearch.spec.known_points import point_problem
 
     spec = session.stored_spec(runs_dir_of(args), args.name)

@@ -9,14 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from hpsearch import outcome, runs
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
-from hpsearch.results import best as best_trials
-from hpsearch.results import best_checkpoint
+from hpsearch.ingest import outcome
 from hpsearch.report import budget
-from hpsearch.results import record
-
-from hpsearch.store import STORE_FILE
+from hpsearch.store import STORE_FILE, runs
+from hpsearch.store.results import best as best_trials
+from hpsearch.store.results import best_checkpoint, record
 from hpsearch.tui.pilots import pilot_lines
 
 
@@ -76,9 +74,10 @@ def status(args) -> int:
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
     finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
     shown = outcome.experiment_status(exp.status, driver)
+    by_state = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(f"experiment {exp.name}: {shown}, {exp.strategy}, {finished}/"
-          f"{exp.trials_requested} finished ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
-          f"; driver: {'pid %d' % driver if driver else 'not running'}")
+          f"{exp.trials_requested} finished ({by_state})"
+          f"; driver: {f'pid {driver:d}' if driver else 'not running'}")
     if shown == outcome.INTERRUPTED:
         hint = outcome.resume_hint(exp.name, runs_dir_of(args) / args.name)
         print(f"no driver runs it; {hint}")
@@ -152,8 +151,8 @@ def _status_all(runs_dir: Path) -> int:
         finally:
             reader.close()
         top = best_trials(trials, exp.directions, 1)
-        best_text = ("front of %d" % len(top)) if len(exp.directions) > 1 else \
-            (format_value(top[0].objective_values[0]) if top else "")
+        best_text = f"front of {len(top):d}" if len(exp.directions) > 1 else \
+            (format_value(top[0].values[0]) if top else "")
         finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
         driver = runs.DriverLock(exp_dir).holder()
         rows.append([exp.name, outcome.experiment_status(exp.status, driver), exp.strategy,
@@ -198,7 +197,7 @@ def best(args) -> int:
         print(f"Pareto front of {exp.name}: {len(top)} trial(s) "
               f"({', '.join(f'{d} {m}' for m, d in zip(metrics, exp.directions))})")
     for rank, t in enumerate(top, 1):
-        values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values))
+        values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.values))
         print(f"{rank}. trial {t.id}: {values}")
         print(f"   params: {format_params(t.params)}")
         print(f"   trial dir: {t.trial_dir}")

@@ -9,10 +9,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from hpsearch import __version__
-from hpsearch.cli import (checkpoint_cmds, cluster_cmds, grow_cmds, inspect_cmds, manage_cmds,
-                          optuna_cmds, run_cmds, spec_cmds, view_cmds)
+from hpsearch.cli import (
+    checkpoint_cmds,
+    cluster_cmds,
+    grow_cmds,
+    inspect_cmds,
+    manage_cmds,
+    optuna_cmds,
+    run_cmds,
+    spec_cmds,
+    view_cmds,
+)
 from hpsearch.cli.common import spec_path_to_name
 from hpsearch.errors import EXIT_BAD_INPUT, HpsearchError
 
@@ -33,7 +43,7 @@ docs: docs/cli.md, docs/spec.md
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep one message style
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep one message style
         self.print_usage(sys.stderr)
         print(f"hpsearch: error: {message}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import EXIT_INCOMPLETE, Conflict
-from hpsearch.store import STORE_FILE
+from hpsearch.store import STORE_FILE, runs
 
 TRASH = ".deleting"  # <runs_dir>/.deleting/<name>-<pid>-<random>: folders being removed
 IN_FLIGHT = ("submitting", "running")  # states whose process or job may still write

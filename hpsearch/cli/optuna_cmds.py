@@ -10,10 +10,14 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import EXIT_BAD_INPUT
+from hpsearch.store import runs
+
+if TYPE_CHECKING:
+    from hpsearch.interop.optuna_mirror import SyncResult
 
 STORAGE_HELP = ("an Optuna storage: an RDB URL (sqlite:///mirror.db, postgresql://...) or a "
                 "JournalStorage file (journal:PATH, or a path ending in .log or .jsonl)")
@@ -57,9 +61,9 @@ def register(sub) -> None:
 
 
 def _said(name: str, storage_url: str, study: str):
-    last = []
+    last: list[SyncResult] = []
 
-    def say(result) -> None:
+    def say(result: SyncResult) -> None:
         line = (f"{name}: {result.trials} trials in study '{study}' of {storage_url} "
                 f"({result.added} added, {result.updated} updated)")
         if not last or result.added or result.updated:

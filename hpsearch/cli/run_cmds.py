@@ -83,7 +83,7 @@ def _add_run_flags(p) -> None:
 
 
 def submit(args) -> int:
-    from hpsearch import session
+    from hpsearch.driver import session
 
     if args.best_out and (args.detach or args.driver_job) and not args.wait:
         from hpsearch.errors import HpsearchError  # exit 2, like any bad flag
@@ -103,7 +103,7 @@ def submit(args) -> int:
 
 
 def _best_out(spec, code: int, path: Path) -> None:
-    from hpsearch import waiting
+    from hpsearch.driver import waiting
     if code == 0:
         waiting.write_best(spec, path)
         print(f"best trial written to {path}")
@@ -112,7 +112,7 @@ def _best_out(spec, code: int, path: Path) -> None:
 
 
 def resume(args) -> int:
-    from hpsearch import session
+    from hpsearch.driver import session
 
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
     if args.trials is not None and _extend(spec, args.trials):
@@ -123,15 +123,16 @@ def resume(args) -> int:
 def _extend(spec, total: int) -> bool:
     """resume --trials: leave the new total for the driver; True if one runs (it takes the
     request within seconds, and this command starts none)."""
-    from hpsearch import requests, runs
+    from hpsearch.driver import requests
     from hpsearch.errors import HpsearchError
+    from hpsearch.store import runs
     from hpsearch.store.store import STORE_FILE, Reader
     reader = Reader(spec.experiment_dir / STORE_FILE)
     try:
         asked = len(reader.trials())
     finally:
         reader.close()
-    from hpsearch.extent import MAX_TRIALS
+    from hpsearch.driver.extent import MAX_TRIALS
     if not max(1, asked) <= total <= MAX_TRIALS:
         raise HpsearchError(f"--trials {total}: expected the number of trials in all, at "
                             f"least the {asked} already asked, at most {MAX_TRIALS}")
@@ -163,14 +164,14 @@ def _tolerated(spec, code: int, allow_failures: bool) -> int:
 
 
 def cancel(args) -> int:
-    from hpsearch import session
+    from hpsearch.driver import session
 
     print(session.cancel(runs_dir_of(args), args.name))
     return 0
 
 
 def _run(spec, create: bool, args) -> int:
-    from hpsearch import session
+    from hpsearch.driver import session
 
     exp_dir = spec.experiment_dir
     if args.driver_job:
@@ -208,7 +209,7 @@ def _started_elsewhere(spec, job_id: str | None, wait: bool) -> int:
           flush=True)
     if not wait:
         return 0
-    from hpsearch import waiting
+    from hpsearch.driver import waiting
     started = time.time()
     code = waiting.wait_for_driver(spec, job_id)
     _summary(spec, time.time() - started)
@@ -228,7 +229,7 @@ def _printer(quiet: bool):
 
 
 def _summary(spec, elapsed: float) -> None:
-    from hpsearch.results import best
+    from hpsearch.store.results import best
     from hpsearch.store.store import STORE_FILE, Reader
     reader = Reader(spec.experiment_dir / STORE_FILE)
     try:
@@ -244,7 +245,7 @@ def _summary(spec, elapsed: float) -> None:
     metrics = [o.metric for o in spec.objectives]
     label = "Pareto front" if len(metrics) > 1 else "best trial"
     for t in top:
-        values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values))
+        values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.values))
         print(f"{label}: #{t.id} {values}  ({format_params(t.params)})")
         print(f"  trial dir: {t.trial_dir}")
     if not top:

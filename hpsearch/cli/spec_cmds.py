@@ -22,7 +22,8 @@ def register(sub) -> None:
                     "batch script, then each trial's command inside a pilot.",
                     "  hpsearch plan examples/quadratic/grid.yaml          # every grid point\n"
                     "  hpsearch plan examples/quadratic/spec.yaml --limit 3\n"
-                    "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch script\n"
+                    "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch "
+                    "script\n"
                     "  hpsearch plan pilots.yaml   # executor.pilots: the pilot's batch script",
                     plan)
     p.add_argument("spec", type=Path)
@@ -96,7 +97,7 @@ def _describe(p) -> str:
 
 
 def plan(args) -> int:
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
     from hpsearch.search import make_search
 
     spec = load_spec(args.spec)
@@ -135,7 +136,7 @@ def plan(args) -> int:
                   f"the pilot's allocation:\n  $ {launch.command}")
         elif spec.executor.type == "slurm":
             from hpsearch.slurm.sbatch import batch_script
-            print(batch_script(spec, launch), end="")
+            print(batch_script(spec.slurm_job(), launch), end="")
         else:
             print(f"  $ {launch.command}")
     if limit < shown:
@@ -153,7 +154,7 @@ def _pilot_script(spec) -> str:
     cfg = spec.executor.pilots
     name = pilot_name(spec.name, 1, spec.instance)
     script = batch_script(pilots_dir(spec.experiment_dir) / "submitit",
-                          pilot_job_parameters(spec, name))
+                          pilot_job_parameters(spec.slurm_job(), name))
     return (f"\npilots: trials run in pilot jobs, up to {cfg.max} at a time, each of "
             f"{cfg.nodes} nodes x {cfg.slots_per_node} slots for {cfg.time}; pilot 1's batch "
             "script:\n# placement options (--switches, --nodelist) are chosen from live node "

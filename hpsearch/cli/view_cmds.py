@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hpsearch import runs
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
+from hpsearch.store import runs
 
 
 def register(sub) -> None:

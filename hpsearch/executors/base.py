@@ -8,25 +8,11 @@ store *before* acting on it, so an executor never needs a store of its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Launch:
-    """One attempt of one trial, ready to run."""
-
-    trial_id: int
-    attempt: int
-    command: str          # a POSIX shell command line, parameter values already quoted
-    env: dict[str, str]   # HPSEARCH_* and spec env, added to the executor's environment
-    trial_dir: Path
-    workdir: Path
-    params: dict = field(default_factory=dict, compare=False)
-    # What the retry rules changed for this attempt (hpsearch.retry): sbatch options that win
-    # over the spec's (--exclude, --mem, --time), and the factor on the local timeout.
-    sbatch_extra: tuple[str, ...] = field(default=(), compare=False)
-    time_factor: float = field(default=1.0, compare=False)
+from hpsearch.launch.attempt import Launch  # noqa: F401 - re-exported: part of the seam
 
 
 @dataclass(frozen=True)
@@ -116,14 +102,16 @@ class Executor(ABC):
     @abstractmethod
     def submit(self, launch: Launch) -> Started | None:
         """Start one attempt. Called only after the store holds it as `submitting`. The
-        executor lays out the trial dir first (hpsearch.launching.prepare_trial_dir), where
+        executor lays out the trial dir first (hpsearch.launch.attempt.prepare_trial_dir), where
         and when it suits it. Returns Started if it started synchronously, or None if poll()
         will report it."""
 
     @abstractmethod
-    def poll(self, timeout: float) -> list[Started | Update | Requeued | Ended]:
+    def poll(self, timeout: float) -> Sequence[Started | Update | Requeued | Ended | Note]:
         """Wait up to `timeout` seconds for news; return attempts that started (if submit
-        returned None for them), were requeued by the scheduler, or ended. A trial's Started always comes before its Ended."""
+        returned None for them), were requeued by the scheduler, or ended, and Notes for the
+        store. A trial's Started always comes before its Ended. (A Sequence: an executor
+        may return a list of fewer kinds, e.g. the local executor's Started and Ended.)"""
 
     @abstractmethod
     def cancel(self, trial_id: int) -> None:

@@ -11,7 +11,8 @@ here; worker threads cost more in lock hand-offs than they saved, benchmarks/ove
 With `ahead`, an attempt submitted while every slot is busy waits with its trial dir made and
 starts inside poll() the moment a trial exits 0, before the driver finalizes that one: short
 trials then wait for no bookkeeping. A slot freed by a failure waits for the driver to look
-(a retry, or search.max_failures stopping the search) until its next poll(). poll() reports each start (or launch error).
+(a retry, or search.max_failures stopping the search) until its next poll(). poll() reports
+each start (or launch error).
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors import procs
+from hpsearch import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
-from hpsearch.launching import prepare_trial_dir, shell_body
-
+from hpsearch.launch.attempt import prepare_trial_dir, shell_body
 
 
 @dataclass
@@ -94,7 +94,7 @@ class LocalExecutor(Executor):
         """signal_name: sent to the trial's process group `signal_before` seconds before its
         timeout (checkpoints.signal), so it can save and exit to be resumed. ahead: how many
         attempts may wait, trial dir made, for a slot; each starts the moment one frees,
-        before the driver has finalized the trial that ended (hpsearch.session says when)."""
+        before the driver has finalized the trial that ended (hpsearch.driver.session says when)."""
         self.parallel = parallel
         self.signal = getattr(signal, f"SIG{signal_name}") if signal_name else None
         self.signal_before = signal_before
@@ -226,7 +226,8 @@ class LocalExecutor(Executor):
         for run in list(self.running_.values()):
             if run.signal_at is not None and now >= run.signal_at and run.kill_at is None:
                 run.signal_at = None
-                procs.signal_group(run.pid, self.signal)
+                if self.signal is not None:  # always: signal_at is set only with a signal
+                    procs.signal_group(run.pid, self.signal)
             due = (run.kill_at or run.deadline or float("inf")) <= now
             if run.fd is not None and run.fd not in ready and not due:
                 continue  # its pidfd says it still runs

@@ -14,28 +14,28 @@ import time
 from dataclasses import dataclass, field
 
 from hpsearch.executors.base import Note
+from hpsearch.executors.retry import memory_mb
 from hpsearch.pilot import protocol as p
 from hpsearch.placement.planner import Planner
-from hpsearch.retry import memory_mb
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
 from hpsearch.slurm.parse import parse_time_limit
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import Pilots, SlurmJob
 from hpsearch.store import rows as r
 
-# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.retry).
+# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.executors.retry).
 TRIAL_END_BY_PILOT_STATE = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
                             "TIMEOUT": "preempted", "BOOT_FAIL": "boot_fail"}
 
 
-def pilot_job_parameters(spec: Spec, name: str, options: tuple[str, ...] = ()) -> dict:
-    """submitit's parameters for a pilot job of `spec` named `name`: per node, the CPUs, GPUs
+def pilot_job_parameters(job: SlurmJob, name: str, options: tuple[str, ...] = ()) -> dict:
+    """submitit's parameters for a pilot job of `job` named `name`: per node, the CPUs, GPUs
     and memory of slots_per_node trials; the spec's partition, account and qos; then
     `options` (placement's --switches/--nodelist, chosen at submit time), which win.
     Pure: `hpsearch plan` prints the script these give."""
     from hpsearch.slurm.pilot_jobs import pilot_parameters
-    res, cfg = spec.resources, spec.executor.pilots
+    res, cfg = job.resources, _pilots(job)
     slots = cfg.slots_per_node
     mem = f"{int(memory_mb(res.mem) * slots)}M" if res.mem else None
     queue = {key: value for key, value in (("partition", res.partition),
@@ -45,6 +45,15 @@ def pilot_job_parameters(spec: Spec, name: str, options: tuple[str, ...] = ()) -
     return pilot_parameters(name, cfg.nodes, cfg.time,
                             res.tasks_per_node * res.cpus_per_task * slots,
                             res.gpus_per_node * slots, mem, {**queue, **extra})
+
+
+def _pilots(job: SlurmJob) -> Pilots:
+    """The spec's executor.pilots: set wherever pilots are made (ValueError if not)."""
+    cfg = job.executor.pilots
+    if cfg is None:
+        raise ValueError(f"experiment {job.name}: pilot jobs need executor.pilots in the "
+                         "spec; it has none")
+    return cfg
 
 
 @dataclass
@@ -79,19 +88,19 @@ class PilotJob:
 
 
 class Fleet:
-    def __init__(self, spec: Spec, store, slurm, submitter, health) -> None:
-        self.spec, self.store, self.slurm = spec, store, slurm
+    def __init__(self, job: SlurmJob, store, slurm, submitter, health) -> None:
+        self.job, self.store, self.slurm = job, store, slurm
         self.submitter, self.health = submitter, health
-        self.cfg = spec.executor.pilots
-        self.root = p.pilots_dir(spec.experiment_dir)
+        self.cfg = _pilots(job)
+        self.root = p.pilots_dir(job.experiment_dir)
         self.planner = Planner(dataclasses.replace(
-            spec, resources=dataclasses.replace(spec.resources, nodes=self.cfg.nodes),
-            executor=dataclasses.replace(spec.executor, array=False)), slurm)
+            job, resources=dataclasses.replace(job.resources, nodes=self.cfg.nodes),
+            executor=dataclasses.replace(job.executor, array=False)), slurm)
         self.pilots: dict[int, PilotJob] = {}
         self.notes: list[Note] = []
         self.next_id = 1 + max((row.id for row in store.pilots()), default=0)
         self.next_query = 0.0
-        self.lost_after = max(spec.executor.lost_after, 10 * self.cfg.heartbeat)
+        self.lost_after = max(job.executor.lost_after, 10 * self.cfg.heartbeat)
         for row in store.pilots(live_only=True):
             self._reattach(row)
 
@@ -101,7 +110,7 @@ class Fleet:
         waits for a leaf (asked again later)."""
         pilot_id = self.next_id
         try:
-            placement = self.planner.choose(-pilot_id, 0, self.spec.resources.sbatch_extra)
+            placement = self.planner.choose(-pilot_id, 0, self.job.resources.sbatch_extra)
             if placement.wait:
                 return None
             options = self._leaves_for_pilot(placement.options)
@@ -109,7 +118,7 @@ class Fleet:
             self.health.submit_failed(exc, TRANSIENT)
             return None
         self.next_id += 1
-        name = scripts.pilot_name(self.spec.name, pilot_id, self.spec.instance)
+        name = scripts.pilot_name(self.job.name, pilot_id, self.job.instance)
         pilot = PilotJob(pilot_id, name, p.PilotPaths(self.root / str(pilot_id)))
         pilot.paths.make()
         p.write_json(pilot.paths.config, self._config(pilot_id))
@@ -140,7 +149,7 @@ class Fleet:
         from hpsearch.slurm.pilot_jobs import Held, submit_pilot
         try:
             job_id = submit_pilot(self.root / "submitit",
-                                  pilot_job_parameters(self.spec, pilot.name, options),
+                                  pilot_job_parameters(self.job, pilot.name, options),
                                   lambda text: self.submitter.sbatch(pilot.name, text), main,
                                   pilot.paths.root)
         except Held:
@@ -155,9 +164,9 @@ class Fleet:
                                + (f" ({' '.join(options)})" if options else "")))
 
     def _config(self, pilot_id: int) -> dict:
-        res, ck = self.spec.resources, self.spec.checkpoints
+        res, ck = self.job.resources, self.job.checkpoints
         trial_time = parse_time_limit(res.time) if res.time else None
-        return {"pilot": pilot_id, "experiment": self.spec.name,
+        return {"pilot": pilot_id, "experiment": self.job.name,
                 "time_limit": parse_time_limit(self.cfg.time), "nodes": self.cfg.nodes,
                 "slots_per_node": self.cfg.slots_per_node, "trial_nodes": res.nodes,
                 "trial_tasks_per_node": res.tasks_per_node,
@@ -165,7 +174,7 @@ class Fleet:
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
-                "signal_before": ck.signal_before, "kill_grace": self.spec.executor.grace}
+                "signal_before": ck.signal_before, "kill_grace": self.job.executor.grace}
 
     def retry_held(self) -> None:
         for pilot in list(self.pilots.values()):
@@ -178,7 +187,7 @@ class Fleet:
                          row.job_id, row.state, row.nodes)
         self.pilots[row.id] = pilot
         if pilot.job_id is None:  # the driver died around its sbatch: did Slurm take it?
-            found = retrying(lambda: self.slurm.job_id_by_name(pilot.name, self.spec.created),
+            found = retrying(lambda: self.slurm.job_id_by_name(pilot.name, self.job.created),
                              attempts=20, backoff=Backoff(base=2.0, cap=60.0))
             if found is None:
                 self._ended(pilot, None, "its sbatch never ran (the driver stopped first)")
@@ -214,7 +223,7 @@ class Fleet:
         return ended
 
     def _query(self) -> list[PilotJob]:
-        self.next_query = time.monotonic() + self.spec.executor.poll_interval
+        self.next_query = time.monotonic() + self.job.executor.poll_interval
         jobs = {pilot.job_id: pilot for pilot in self.pilots.values() if pilot.job_id}
         if not jobs:
             return []

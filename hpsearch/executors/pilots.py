@@ -22,11 +22,11 @@ from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started,
 from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
-from hpsearch.launching import prepare_trial_dir
+from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit
-from hpsearch.spec.model import PILOT_RESERVE, Spec
+from hpsearch.spec.model import PILOT_RESERVE, SlurmJob
 
 TICK = 0.02  # seconds between looks at the pilots' files while waiting (part of the gap)
 RELEASE_WAIT = 15.0  # seconds release() waits for the pilots to leave
@@ -42,27 +42,32 @@ class _Bound:
 
 
 class PilotExecutor(Executor):
-    def __init__(self, spec: Spec, store, slurm=None) -> None:
+    def __init__(self, job: SlurmJob, store, slurm=None) -> None:
         if slurm is None:
             from hpsearch.slurm.commands import Slurm
             slurm = Slurm()
-        self.spec, self.cfg = spec, spec.executor.pilots
-        self.parallel = spec.search.parallel
-        health = SlurmHealth(spec.executor.poll_interval)
-        self.fleet = Fleet(spec, store, slurm, Submitter(spec, slurm, health), health)
-        per_pilot = self.cfg.nodes // spec.resources.nodes * self.cfg.slots_per_node
+        cfg = job.executor.pilots
+        if cfg is None:
+            raise ValueError(f"experiment {job.name}: the pilot executor needs executor.pilots "
+                             "in the spec; it has none")
+        self.job, self.cfg = job, cfg
+        self.parallel = job.parallel
+        health = SlurmHealth(job.executor.poll_interval)
+        self.fleet = Fleet(job, store, slurm, Submitter(job, slurm, health), health)
+        per_pilot = self.cfg.nodes // job.resources.nodes * self.cfg.slots_per_node
         self.supply = Supply(self.cfg.max, per_pilot)
         self.per_pilot = per_pilot
         self.ready: list[Launch] = []
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
         self.told: list[tuple[p.PilotPaths, str]] = []  # ends poll() returned (archive them)
-        self.beat = p.Beat(p.pilots_dir(spec.experiment_dir) / p.DRIVER_HEARTBEAT,
+        self.beat = p.Beat(p.pilots_dir(job.experiment_dir) / p.DRIVER_HEARTBEAT,
                            self.cfg.heartbeat)
         self.beat.path.parent.mkdir(parents=True, exist_ok=True)
         self.beat.write(state="running")
-        self.trial_time = parse_time_limit(spec.resources.time) if spec.resources.time else None
-        self.pilot_time = parse_time_limit(self.cfg.time)
+        self.trial_time = parse_time_limit(job.resources.time) if job.resources.time else None
+        self.pilot_time = parse_time_limit(cfg.time)  # None: not a time limit (validate()
+                                                      # refuses it; submit() raises)
 
     # -- Executor ---------------------------------------------------------------------------
     def free_slots(self) -> int:
@@ -75,6 +80,8 @@ class PilotExecutor(Executor):
     def submit(self, launch: Launch) -> None:
         prepare_trial_dir(launch)
         needed = (self.trial_time or 0.0) * launch.time_factor
+        if self.pilot_time is None:
+            raise ValueError(f"executor.pilots.time {self.cfg.time!r} is not a Slurm time limit")
         if needed > self.pilot_time - PILOT_RESERVE:  # a retry rule's longer time limit
             self.events.append(Ended(launch.trial_id, launch.attempt, None, "launch_error",
                                      f"its time limit ({needed:g} s) does not fit in a pilot "
@@ -127,7 +134,7 @@ class PilotExecutor(Executor):
     def _pilot_dirs(self, job_id: str | None) -> list:
         """Every pilot dir; first that of the pilot the store says the attempt was bound to
         (bind_attempt), where its assignment is unless it was taken back and bound again."""
-        dirs = sorted(p.pilots_dir(self.spec.experiment_dir).glob("[0-9]*"),
+        dirs = sorted(p.pilots_dir(self.job.experiment_dir).glob("[0-9]*"),
                       key=lambda d: int(d.name))
         bound = {row.id for row in self.fleet.store.pilots() if job_id and row.job_id == job_id}
         return sorted(dirs, key=lambda d: int(d.name) not in bound)

@@ -16,20 +16,29 @@ submitit itself does for its own script.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
-                                     Started, Update)
+from hpsearch.executors.base import (
+    Adoptable,
+    Ended,
+    Executor,
+    Launch,
+    Note,
+    Requeued,
+    Started,
+    Update,
+)
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
-from hpsearch.launching import prepare_trial_dir
+from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import parse, sbatch
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
 from hpsearch.slurm.hostlist import compress
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import SlurmJob
 
 MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
 ADOPT_TRIES = 20  # Slurm queries tried while adopting a job on resume (back-off up to 60 s)
@@ -66,24 +75,24 @@ class _Job:
 
 
 class SlurmExecutor(Executor):
-    def __init__(self, spec: Spec, slurm=None) -> None:
+    def __init__(self, job: SlurmJob, slurm=None) -> None:
         if slurm is None:
             from hpsearch.slurm.commands import Slurm
             slurm = Slurm()
-        self.spec, self.slurm = spec, slurm
-        self.parallel = spec.search.parallel
-        self.interval = spec.executor.poll_interval
+        self.job, self.slurm = job, slurm
+        self.parallel = job.parallel
+        self.interval = job.executor.poll_interval
         self.wait = self.interval
         self.next_query = 0.0
         self.jobs: dict[int, _Job] = {}  # trial id -> its job in flight
         self.waiting: list[Launch] = []  # single-node launches to submit as one array
         self.unsubmitted: list[Ended] = []  # cancelled while waiting to go in an array
-        self.planner = Planner(spec, slurm)
+        self.planner = Planner(job, slurm)
         self.held: list[Launch] = []  # multi-node launches waiting for a leaf to free up
         self.notes: list[Note] = []
         self.pending: list = []  # events found while adopting, for the next poll()
         self.health = SlurmHealth(self.interval)
-        self.submitter = Submitter(spec, slurm, self.health)
+        self.submitter = Submitter(job, slurm, self.health)
         self.to_cancel: list[tuple[str, bool]] = []  # (job id or name, by name): scancel
                                                     # failed, sent again by poll()
         self.query_after = 0.0  # monotonic time of the next query after a failed one
@@ -94,7 +103,7 @@ class SlurmExecutor(Executor):
 
     def submit(self, launch: Launch) -> Started | None:
         prepare_trial_dir(launch)
-        if self.spec.executor.array and self.spec.resources.nodes == 1 \
+        if self.job.executor.array and self.job.resources.nodes == 1 \
                 and not launch.sbatch_extra:  # a retry with its own options goes alone
             self.waiting.append(launch)  # poll() submits the ready ones as one array
             return None
@@ -105,38 +114,45 @@ class SlurmExecutor(Executor):
         or while Slurm cannot take it (poll() asks again). If Slurm rejects the nodes named,
         the job goes without them; if it rejects the job itself, the attempt fails."""
         if not self.health.may_submit():
-            return self._hold(launch)
+            self._hold(launch)
+            return None
         try:
             placement = self.planner.choose(launch.trial_id, launch.attempt, (
-                *self.spec.resources.sbatch_extra, *launch.sbatch_extra))
+                *self.job.resources.sbatch_extra, *launch.sbatch_extra))
         except SlurmError as exc:  # sinfo or scontrol did not answer
             self.health.submit_failed(exc, TRANSIENT)
-            return self._hold(launch)
+            self._hold(launch)
+            return None
         if placement.wait:
             if launch not in self.held:
                 self.notes.append(Note(launch.trial_id, "placement", f"waiting up to "
-                                       f"{self.spec.placement.max_wait:g} s for "
-                                       f"{self.spec.resources.nodes} free nodes under one leaf"))
-            return self._hold(launch)
+                                       f"{self.job.placement.max_wait:g} s for "
+                                       f"{self.job.resources.nodes} free nodes under one leaf"))
+            self._hold(launch)
+            return None
         name = self.submitter.job_name(launch.trial_id, launch.attempt)
         try:
-            job_id = self.submitter.sbatch(name, sbatch.batch_script(self.spec, launch,
+            job_id = self.submitter.sbatch(name, sbatch.batch_script(self.job, launch,
                                                             placement.options))
             if job_id is None:
-                return self._hold(launch)
+                self._hold(launch)
+                return None
         except SlurmError as exc:
             if not placement.options:
-                return self._cannot_submit([launch], exc)
+                self._cannot_submit([launch], exc)
+                return None
             self.planner.started(launch.trial_id, launch.attempt)
             self.notes.append(Note(launch.trial_id, "placement", f"sbatch refused "
                                    f"{' '.join(placement.options)} ({exc}); submitted "
                                    "without placement"))
             try:
-                job_id = self.submitter.sbatch(name, sbatch.batch_script(self.spec, launch))
+                job_id = self.submitter.sbatch(name, sbatch.batch_script(self.job, launch))
             except SlurmError as again:
-                return self._cannot_submit([launch], again)
+                self._cannot_submit([launch], again)
+                return None
             if job_id is None:
-                return self._hold(launch)
+                self._hold(launch)
+                return None
         else:
             if placement.options:
                 self.notes.append(Note(launch.trial_id, "placement", " ".join(
@@ -288,20 +304,20 @@ class SlurmExecutor(Executor):
                                               "cancelled before it was submitted"))
                 return
 
-    def poll(self, timeout: float) -> list[Started | Update | Requeued | Ended | Note]:
+    def poll(self, timeout: float) -> Sequence[Started | Update | Requeued | Ended | Note]:
         if self.pending:
             events, self.pending = self.pending, []
             return events
         if self.to_cancel and time.monotonic() >= self.query_after:
             self._retry_cancels()  # every cancel() since the last poll, in one scancel
-        events: list = list(self.unsubmitted)
+        news: list[Started | Ended] = list(self.unsubmitted)
         self.unsubmitted = []
         if self.waiting and self.health.may_submit():
-            events += self._submit_waiting()
+            news += self._submit_waiting()
         if self.held and self.health.may_submit():
-            events += [started for launch in list(self.held)
-                       if (started := self._place_and_submit(launch)) is not None]
-        events = self.notes + self.health.take_notes() + events + self.unsubmitted
+            news += [started for launch in list(self.held)
+                     if (started := self._place_and_submit(launch)) is not None]
+        events = [*self.notes, *self.health.take_notes(), *news, *self.unsubmitted]
         self.notes, self.unsubmitted = [], []
         if events:
             return events
@@ -330,11 +346,11 @@ class SlurmExecutor(Executor):
         self.wait = self.interval
         self.next_query = min(self.next_query, time.monotonic() + min(1.0, self.interval))
 
-    def _query(self, jobs: list[_Job]) -> list[Update | Requeued | Ended]:
+    def _query(self, jobs: list[_Job]) -> list[Update | Requeued | Ended | Note]:
         by_id = {job.job_id: job for job in jobs}
         runs = self.slurm.sacct_runs(list(by_id))  # every run: a requeue keeps the job id
         records = None if runs is None else [found[-1] for found in runs.values()]
-        seen: dict[str, object] = {}
+        seen: dict[str, parse.JobRecord] = {}
         if records is not None:
             seen.update((rec.job_id, rec) for rec in records if rec.job_id in by_id)
         waiting = [jid for jid in by_id if jid not in seen or seen[jid].state == "PENDING"
@@ -344,8 +360,9 @@ class SlurmExecutor(Executor):
         queue = {rec.job_id: rec for rec in self.slurm.squeue(waiting)} if waiting else {}
         if waiting:
             self.ctld_asked = time.monotonic()
-        events: list[Update | Requeued | Ended] = []
-        arrays: dict[str, list] = {}  # array id -> its sacct records, asked once per query
+        events: list[Update | Requeued | Ended | Note] = []
+        # array id -> its sacct records, asked once per query
+        arrays: dict[str, list[parse.JobRecord]] = {}
         now = time.monotonic()
         for job_id, job in by_id.items():
             rec = seen.get(job_id)
@@ -369,7 +386,7 @@ class SlurmExecutor(Executor):
                                         "cancelled while its array was pending"))
                 continue
             if rec is None and queued is None:
-                lost_after = self.spec.executor.lost_after
+                lost_after = self.job.executor.lost_after
                 if now - job.last_seen > lost_after and _quiet_for(job.trial_dir) > lost_after:
                     events.append(self._end(job, None, "lost", f"Slurm no longer knows job "
                                             f"{job_id}, and its trial dir has been quiet for "
@@ -378,16 +395,18 @@ class SlurmExecutor(Executor):
             job.last_seen = now
             if queued is not None and (rec is None or not rec.finished):
                 state, reason, nodes = queued.state, queued.reason, queued.nodes
-            else:
+            elif rec is not None:
                 state, reason, nodes = rec.state, None, rec.nodes
+            else:  # not reached: without rec and queued it went on above
+                continue
             if state == "PENDING" or (state == "COMPLETING"
-                                      and len(nodes) < self.spec.resources.nodes):
+                                      and len(nodes) < self.job.resources.nodes):
                 nodes = ()  # squeue shows a pending job's planned nodes, and a completing
                             # one's still busy ones: keep the nodes it ran on
             nodelist = compress(list(nodes)) if nodes else job.nodes
             if state != "PENDING" or (rec is not None and rec.finished):
                 self.planner.started(job.trial_id, job.attempt)
-            if rec is not None and rec.finished and len(nodes) < self.spec.resources.nodes \
+            if rec is not None and rec.finished and len(nodes) < self.job.resources.nodes \
                     and not job.nodes and now - (job.short_since or now) < SHORT_READS_FOR:
                 job.short_since = job.short_since or now  # sacct drops nodes while they
                 self._soon()                              # finish the job: ask again
@@ -403,7 +422,8 @@ class SlurmExecutor(Executor):
                 events.extend(self._replan(job))
         return events
 
-    def _cancelled_before_it_split(self, job_id: str, arrays: dict[str, list]) -> bool:
+    def _cancelled_before_it_split(self, job_id: str,
+                                   arrays: dict[str, list[parse.JobRecord]]) -> bool:
         """Is `job_id` a task of an array whose every task we cancelled while it was still
         pending as a whole? Slurm then keeps one record for the array, cancelled and never
         on a node, under the bare id ("2148") or its range ("2664_[0-2%3]"), and
@@ -416,7 +436,7 @@ class SlurmExecutor(Executor):
         return any(rec.job_id in (task[0], job_id) and rec.state == "CANCELLED"
                    and not rec.nodes for rec in arrays[task[0]])
 
-    def _requeues(self, job: _Job, runs: list) -> list[Requeued]:
+    def _requeues(self, job: _Job, runs: list[parse.JobRecord]) -> list[Requeued]:
         """A Requeued for each run of the job that ended since the last look, the job moved
         on to the attempt of its newest run. `runs`: its sacct records, oldest first."""
         events = []
@@ -445,10 +465,10 @@ class SlurmExecutor(Executor):
             return [Note(job.trial_id, "placement", f"could not move pending job "
                                                     f"{job.job_id} to {nodelist}: {exc}")]
         return [Note(job.trial_id, "placement", f"job {job.job_id} pended past "
-                     f"{self.spec.placement.replan_after:g} s: nodes re-chosen, {nodelist} "
+                     f"{self.job.placement.replan_after:g} s: nodes re-chosen, {nodelist} "
                      f"(leaf {', '.join(placement.leaves)})")]
 
-    def _ended(self, job: _Job, rec, nodelist: str | None) -> Ended:
+    def _ended(self, job: _Job, rec: parse.JobRecord, nodelist: str | None) -> Ended:
         # The nodes seen while it ran: at its end sacct lists only those still completing.
         job.nodes = job.nodes or nodelist
         kind = _ENDED_AS.get(rec.state, rec.state.lower())

@@ -33,7 +33,11 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 
-def _clock(when: float) -> str:
+def _clock(when: float | None) -> str:
+    """Local time of `when` (a back-off's `since`); None, which a failed() back-off never
+    has, reads as now, as time.localtime(None) does."""
+    if when is None:
+        when = time.time()
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
 
 

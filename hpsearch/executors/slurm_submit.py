@@ -21,35 +21,35 @@ from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import SlurmJob
 
 
 class Submitter:
-    def __init__(self, spec: Spec, slurm, health: SlurmHealth) -> None:
-        self.spec, self.slurm, self.health = spec, slurm, health
-        self.arrays_dir = spec.experiment_dir / "slurm"
+    def __init__(self, job: SlurmJob, slurm, health: SlurmHealth) -> None:
+        self.job, self.slurm, self.health = job, slurm, health
+        self.arrays_dir = job.experiment_dir / "slurm"
         self.unsure: set[str] = set()  # names whose sbatch may have submitted them anyway
         self.max_array: int | None = None  # MaxArraySize, asked once
         self.array_cap: int | None = None  # fewer tasks per array after a limit refused one
 
     # -- names ------------------------------------------------------------------------------
     def job_name(self, trial_id: int, attempt: int) -> str:
-        return scripts.job_name(self.spec.name, trial_id, attempt, self.spec.instance)
+        return scripts.job_name(self.job.name, trial_id, attempt, self.job.instance)
 
     def array_name(self, first_trial: int, attempt: int) -> str:
-        return scripts.array_name(self.spec.name, first_trial, attempt, self.spec.instance)
+        return scripts.array_name(self.job.name, first_trial, attempt, self.job.instance)
 
     def find_by_name(self, known: Adoptable) -> str | None:
         """The job of an attempt whose id was never stored, by its name (or its array's
         manifest), among this user's jobs since the experiment was created; else None."""
         found = self.slurm.job_id_by_name(self.job_name(known.trial_id, known.attempt),
-                                          self.spec.created)
+                                          self.job.created)
         if found is not None:
             return found
         for manifest in sorted(self.arrays_dir.glob("*.json")):  # was it in an array?
             tasks = [tuple(t) for t in json.loads(manifest.read_text())]
             if (known.trial_id, known.attempt) in tasks:
-                array_id = self.slurm.job_id_by_name(manifest.stem, self.spec.created)
+                array_id = self.slurm.job_id_by_name(manifest.stem, self.job.created)
                 if array_id is not None:
                     index = tasks.index((known.trial_id, known.attempt))
                     return f"{array_id.split('_')[0]}_{index}"
@@ -100,7 +100,7 @@ class Submitter:
         and the tasks of those no longer `waiting` (cancelled meanwhile) are to cancel."""
         if len(chunk) == 1:
             job_id = self.sbatch(self.job_name(chunk[0].trial_id, chunk[0].attempt),
-                                 scripts.batch_script(self.spec, chunk[0]))
+                                 scripts.batch_script(self.job, chunk[0]))
             return chunk, [job_id] if job_id is not None else [], []
         name = self.array_name(chunk[0].trial_id, chunk[0].attempt)
         manifest = self.arrays_dir / f"{name}.json"
@@ -114,8 +114,8 @@ class Submitter:
         tmp = manifest.with_suffix(".tmp")
         tmp.write_text(json.dumps([[la.trial_id, la.attempt] for la in chunk]))
         os.replace(tmp, manifest)
-        throttle = self.spec.executor.array_throttle or self.spec.search.parallel
-        array_id = self.sbatch(name, scripts.array_script(self.spec, chunk, throttle,
+        throttle = self.job.executor.array_throttle or self.job.parallel
+        array_id = self.sbatch(name, scripts.array_script(self.job, chunk, throttle,
                                                           str(self.arrays_dir)))
         if array_id is None:
             if self.health.submit_kind == LIMIT:
@@ -136,7 +136,7 @@ class Submitter:
         """For a name in `unsure`: its job id, "" if Slurm holds no such job (it was never
         submitted), None if Slurm cannot tell now (it stays unsure)."""
         try:
-            found = self.slurm.job_id_by_name(name, self.spec.created)
+            found = self.slurm.job_id_by_name(name, self.job.created)
         except SlurmError as exc:
             if exc.kind == PERMANENT:
                 raise

@@ -17,9 +17,9 @@ JournalStorage file: `journal:PATH`, or a path ending in .log or .jsonl.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from hpsearch.errors import HpsearchError
 from hpsearch.interop.optuna_trials import TRIAL_ATTR, frozen_trials, optuna

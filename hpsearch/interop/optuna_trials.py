@@ -105,16 +105,16 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
             extra[f"param_{name}"] = value
     reports = view.metrics_of(t.id)
     curve = {m.step: m.value for m in reports if m.name == objectives[0]}
-    user_attrs = {name: value for name, (_, value) in last_reports(reports).items()
-                  if name not in objectives}
+    user_attrs: dict[str, Any] = {name: value for name, (_, value)
+                                  in last_reports(reports).items() if name not in objectives}
     user_attrs.update(extra)
     user_attrs.update({
         TRIAL_ATTR: t.id, "hpsearch_state": t.state, "hpsearch_attempts": t.attempt,
         "hpsearch_job_id": t.job_id, "hpsearch_error": t.error,
         "hpsearch_trial_dir": t.trial_dir, "hpsearch_started": iso(t.started),
         "hpsearch_finished": iso(t.finished)})
-    complete = state == o.trial.TrialState.COMPLETE and t.objective_values is not None
-    if state == o.trial.TrialState.COMPLETE and not complete:
+    values = t.objective_values if state == o.trial.TrialState.COMPLETE else None
+    if state == o.trial.TrialState.COMPLETE and values is None:
         state = o.trial.TrialState.FAIL  # completed without values: cannot be COMPLETE
     start = None if state == o.trial.TrialState.WAITING else \
         _local(t.started if t.started is not None else t.created)
@@ -125,7 +125,7 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
         number=t.id, state=state, value=None, datetime_start=start, datetime_complete=end,
         params=params, distributions=distributions, user_attrs=user_attrs, system_attrs={},
         intermediate_values=curve, trial_id=t.id,
-        values=list(t.objective_values) if complete else None)
+        values=list(values) if values is not None else None)
     frozen._validate()
     return frozen
 

@@ -41,7 +41,7 @@ class AttemptRow:
     job_id: str | None
     exit_code: int | None
     reason: str | None       # why it began or how it ended, as the driver wrote it
-    failure: str | None      # its failure class (hpsearch.retry), if it failed
+    failure: str | None      # its failure class (hpsearch.executors.retry), if it failed
     nodes: str | None
 
 

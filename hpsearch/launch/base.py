@@ -17,7 +17,7 @@ import hashlib
 import re
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -148,7 +148,7 @@ def command_line(launcher_argv: Sequence[str], runtime: ContainerRuntime,
     return " \\\n    ".join(shell_join(p) for p in parts if p)
 
 
-def exports(pairs: dict[str, str | int]) -> str:
+def exports(pairs: Mapping[str, str | int]) -> str:
     """`export A=x B=y`; values are literal ints or shell words written by this package."""
     return "export " + " ".join(f"{name}={value}" for name, value in pairs.items())
 

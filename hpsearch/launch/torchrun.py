@@ -13,8 +13,8 @@ LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; NODE_RANK comes from its GROUP_RA
 from __future__ import annotations
 
 from hpsearch.launch.base import (
-    NODELIST,
     LOCAL_ADDR,
+    NODELIST,
     ContainerRuntime,
     Launcher,
     RankLayout,

@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors import procs
+from hpsearch import procs
 from hpsearch.executors.base import Ended, Launch, Started
 from hpsearch.executors.local import LocalExecutor
+from hpsearch.launch.attempt import shell_body
 from hpsearch.launch.base import shell_join
-from hpsearch.launching import shell_body
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
 from hpsearch.slurm.hostlist import compress, expand
@@ -215,7 +215,10 @@ class Pilot:
 
     def _cancel_asked(self) -> None:
         for name in p.names(self.paths.dir("cancel")):
-            tid, _ = p.parse_name(name)
+            parsed = p.parse_name(name)
+            if parsed is None:
+                continue  # never: names() lists only names that parse
+            tid, _ = parsed
             if tid in self.grants and self.grants[tid][0] == name:
                 self.runner.cancel(tid)
 

@@ -121,10 +121,10 @@ def read_json(path: Path) -> dict | None:
 def names(directory: Path) -> list[str]:
     """The assignment files in one state dir, oldest trial first."""
     try:
-        found = [n for n in os.listdir(directory) if parse_name(n) is not None]
+        found = [(key, n) for n in os.listdir(directory) if (key := parse_name(n)) is not None]
     except FileNotFoundError:
         return []
-    return sorted(found, key=parse_name)
+    return [n for _, n in sorted(found, key=lambda pair: pair[0])]
 
 
 def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:

@@ -20,10 +20,15 @@ import time
 from dataclasses import dataclass, field, replace
 
 from hpsearch.placement.policy import Placement, place
-from hpsearch.placement.topology import Topology, cluster_topology, leaf_states, \
-    load_topology
+from hpsearch.placement.topology import (
+    LeafState,
+    Topology,
+    cluster_topology,
+    leaf_states,
+    load_topology,
+)
 from hpsearch.slurm.hostlist import expand
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import SlurmJob
 
 REFRESH = 2.0  # seconds a sinfo reading is reused, at least (executor.poll_interval if longer)
 
@@ -37,19 +42,20 @@ class _Ask:
 
 
 class Planner:
-    def __init__(self, spec: Spec, slurm) -> None:
-        self.cfg, self.slurm = spec.placement, slurm
-        self.k = spec.resources.nodes
-        self.partition = spec.resources.partition
-        self.array = spec.executor.array and self.k == 1
+    def __init__(self, job: SlurmJob, slurm) -> None:
+        self.cfg, self.slurm = job.placement, slurm
+        self.k = job.resources.nodes
+        self.partition = job.resources.partition
+        self.array = job.executor.array and self.k == 1
         self.asks: dict[tuple[int, int], _Ask] = {}
         self._topology: Topology | None = None
         self._mode: str | None = None
         self._source = self.cfg.topology or os.environ.get("HPSEARCH_TOPOLOGY")
         if self._source and self.cfg.policy != "any":
             self._topology = load_topology(self._source)  # a bad file stops submit (exit 2)
-        self._states, self._states_at = None, 0.0
-        self.refresh = max(REFRESH, spec.executor.poll_interval)
+        self._states: dict[str, LeafState] | None = None
+        self._states_at = 0.0
+        self.refresh = max(REFRESH, job.executor.poll_interval)
 
     # -- what the topology is -------------------------------------------------------------
     @property
@@ -60,12 +66,12 @@ class Planner:
     @property
     def mode(self) -> str:
         """switches | nodelist | off (policy any, arrays, or no topology known)."""
-        self._setup()
-        return self._mode
+        return self._setup()
 
-    def _setup(self) -> None:
+    def _setup(self) -> str:
+        """Learn the topology and the mode, once; returns the mode."""
         if self._mode is not None:
-            return
+            return self._mode
         tree = self.slurm.config_value("TopologyPlugin") in ("topology/tree", "tree")
         if self._topology is None and (self._source or tree):
             self._topology = cluster_topology(self.slurm, [self._source])
@@ -77,6 +83,7 @@ class Planner:
         if mode == "switches" and self.k == 1:
             mode = "off"  # one node is always under one switch
         self._mode = mode
+        return mode
 
     def leaves(self, hostlist: str | None) -> str | None:
         """The leaf switches of a hostlist, comma-separated, or None if unknown."""
@@ -131,7 +138,7 @@ class Planner:
         """Its job runs (or ended): its nodes are no longer only promised."""
         self.asks.pop((trial_id, attempt), None)
 
-    def _live(self, asking: tuple[int, int]) -> dict:
+    def _live(self, asking: tuple[int, int]) -> dict[str, LeafState]:
         """Per-leaf state, less nodes promised to our other jobs and those `asking` excludes.
         One sinfo reading serves every launch and re-plan for `refresh` seconds: the calls
         per minute do not grow with the jobs in flight."""
@@ -140,7 +147,10 @@ class Planner:
             nodes = self.slurm.sinfo_nodes()
             if self.partition:
                 nodes = [n for n in nodes if self.partition in n.partitions]
-            self._states, self._states_at = leaf_states(self.topology, nodes), now
+            topology = self.topology
+            if topology is None:  # never: mode nodelist is off without a topology
+                raise RuntimeError("placement: live node states asked for without a topology")
+            self._states, self._states_at = leaf_states(topology, nodes), now
         taken = {n for key, ask in self.asks.items() if key != asking for n in ask.nodes}
         own = self.asks.get(asking)
         taken |= own.excluded if own else set()

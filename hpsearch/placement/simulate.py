@@ -37,13 +37,20 @@ import math
 from dataclasses import dataclass, field
 
 from hpsearch.placement.simulate_cluster import (  # noqa: F401  (the simulator's public names)
-    BACKGROUND_SIZES, TRIAL_SIZES, Cluster, SimConfig, TrialRecord, effective_bandwidth,
-    ring_allreduce_time, trial_record,
+    BACKGROUND_SIZES,
+    TRIAL_SIZES,
+    Cluster,
+    SimConfig,
+    TrialRecord,
+    effective_bandwidth,
+    ring_allreduce_time,
+    trial_record,
 )
 from hpsearch.placement.simulate_engine import Engine, Job, wake, workload
 from hpsearch.placement.simulate_pilots import PilotRecord, PilotSearch
 
 POLICIES = ("first-fit", "tree", "hpsearch", "pilot")
+DEFAULT_CONFIG = SimConfig()  # frozen: one instance serves every call that passes none
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class JobPerTrial:
         self.submitted += 1
         self.engine.pending.append(Job("trial", self.sizes[i], t, self.durations[i], i))
         if self.policy != "first-fit":
-            self.engine.at(t + self.engine.config.max_wait, wake)
+            self.engine.at(t + self.engine.config.max_wait, wake, None)
 
     def begin(self, t: float) -> None:
         for _ in range(min(self.engine.config.parallel, len(self.sizes))):
@@ -108,7 +115,7 @@ class JobPerTrial:
         return self.finished >= len(self.sizes)
 
 
-def simulate(policy: str, config: SimConfig = SimConfig()) -> SimResult:
+def simulate(policy: str, config: SimConfig = DEFAULT_CONFIG) -> SimResult:
     """Run the workload of `config` with trials placed by `policy` (one of POLICIES).
 
     Raises ValueError for an unknown policy, or (`pilot`) a pilot that cannot hold a trial."""

@@ -62,7 +62,8 @@ class SimConfig:
 class TrialRecord:
     index: int
     nodes: int
-    submit: float               # when the search had it ready (submitted it, or queued it for pilots)
+    submit: float               # when the search had it ready (submitted it, or queued it
+                                # for pilots)
     start: float
     end: float                  # start + duration: how long it holds its nodes in the model
     leaves: tuple[int, ...]     # leaf indices its nodes are under
@@ -185,7 +186,7 @@ class Cluster:
         if self.total_free < k:
             return None
         chosen: list[int] = []
-        for leaf in sorted(range(len(self.free_in_leaf)), key=lambda l: -self.free_in_leaf[l]):
+        for leaf in sorted(range(len(self.free_in_leaf)), key=lambda i: -self.free_in_leaf[i]):
             chosen += self.free_nodes_of_leaf(leaf, k - len(chosen))
             if len(chosen) == k:
                 return chosen
@@ -200,13 +201,13 @@ class Cluster:
         used: set[int] = set()
         while len(chosen) < k:
             need = k - len(chosen)
-            fits = [l for l in range(len(self.free_in_leaf))
-                    if l not in used and self.free_in_leaf[l] >= need]
+            fits = [i for i in range(len(self.free_in_leaf))
+                    if i not in used and self.free_in_leaf[i] >= need]
             if fits:
-                leaf = min(fits, key=lambda l: self.free_in_leaf[l])
+                leaf = min(fits, key=lambda i: self.free_in_leaf[i])
             else:
-                leaf = max((l for l in range(len(self.free_in_leaf)) if l not in used),
-                           key=lambda l: self.free_in_leaf[l])
+                leaf = max((i for i in range(len(self.free_in_leaf)) if i not in used),
+                           key=lambda i: self.free_in_leaf[i])
             used.add(leaf)
             chosen += self.free_nodes_of_leaf(leaf, need)
         return chosen

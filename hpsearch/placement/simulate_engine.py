@@ -8,11 +8,17 @@ import heapq
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from hpsearch.placement.simulate_cluster import (
-    BACKGROUND_SIZES, TRIAL_SIZES, Cluster, SimConfig, TrialRecord,
+    BACKGROUND_SIZES,
+    TRIAL_SIZES,
+    Cluster,
+    SimConfig,
+    TrialRecord,
 )
+
+_P = TypeVar("_P")  # what an event's action is given with the time
 
 
 def _pick(rng: random.Random, table: tuple[tuple[int, int], ...]) -> int:
@@ -87,16 +93,16 @@ class Engine:
         self.config = config
         self.cluster = Cluster(config)
         self.pending: list[Job] = []
-        self._events: list[tuple[float, int, Callable[[float, object], None], object]] = []
+        self._events: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = 0
         self.busy = 0.0             # node-seconds busy since the end of the warm-up
         self._busy_nodes = 0
         self.first = self.last = config.warmup
         self._search: Search | None = None
 
-    def at(self, t: float, action: Callable[[float, object], None], payload: object = None) -> None:
+    def at(self, t: float, action: Callable[[float, _P], None], payload: _P) -> None:
         """Call action(t, payload) at time t (ties: in the order scheduled)."""
-        heapq.heappush(self._events, (t, self._seq, action, payload))
+        heapq.heappush(self._events, (t, self._seq, lambda now: action(now, payload)))
         self._seq += 1
 
     def end(self, t: float, job: Job) -> None:
@@ -119,7 +125,7 @@ class Engine:
         """Run until `search.done()`."""
         self._search = search
 
-        def arrive(t: float, payload: object) -> None:
+        def arrive(t: float, payload: tuple[float, int, float]) -> None:
             _, size, duration = payload
             self.pending.append(Job("bg", size, t, duration))
             if not search.done():
@@ -128,13 +134,13 @@ class Engine:
 
         first = next(background)
         self.at(first[0], arrive, first)
-        self.at(self.config.warmup, lambda t, _: search.begin(t))
+        self.at(self.config.warmup, lambda t, _: search.begin(t), None)
         while self._events:
-            t, _, action, payload = heapq.heappop(self._events)
+            t, _, action = heapq.heappop(self._events)
             if t > self.last and self.last >= self.first:
                 self.busy += self._busy_nodes * (t - self.last)
             self.last = max(self.last, t)
-            action(t, payload)
+            action(t)
             search.before_queue(t)
             still: list[Job] = []
             for job in self.pending:

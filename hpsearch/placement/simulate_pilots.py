@@ -156,7 +156,7 @@ class PilotSearch:
             self.engine.at(t + duration, self._trial_end, (pilot, nodes))
         self.ready = waiting
 
-    def _trial_end(self, t: float, payload: object) -> None:
+    def _trial_end(self, t: float, payload: tuple[_Pilot, list[int]]) -> None:
         pilot, nodes = payload
         pilot.free = sorted(pilot.free + nodes)
         pilot.running -= 1
@@ -166,7 +166,7 @@ class PilotSearch:
             pilot.idle_since = t
             self.engine.at(t + self.config.idle_timeout, self._idle_check, (pilot, t))
 
-    def _idle_check(self, t: float, payload: object) -> None:
+    def _idle_check(self, t: float, payload: tuple[_Pilot, float]) -> None:
         pilot, since = payload
         if pilot.job.end is None and pilot.running == 0 and pilot.idle_since == since:
             self.engine.end(t, pilot.job)

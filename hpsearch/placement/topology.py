@@ -14,10 +14,10 @@ files raise BadInput naming the file, line and what was expected (exit 2).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 from hpsearch.errors import BadInput
@@ -127,7 +127,7 @@ def _conf_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _hostlist(value: str, file: str, line: int, key: str) -> list[str]:
+def _hostlist(value: str, file: str, line: int | None, key: str) -> list[str]:
     try:
         names = expand(value)
     except ValueError as exc:

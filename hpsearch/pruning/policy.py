@@ -20,7 +20,7 @@ from hpsearch.pruning.pruners import build, describe
 from hpsearch.store import rows as r
 
 if TYPE_CHECKING:
-    from hpsearch.spec.model import Spec
+    from hpsearch.spec.model import Objective, Pruner
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,16 @@ def _optuna():
 
 
 class EarlyStopping:
-    def __init__(self, spec: Spec) -> None:
+    def __init__(self, pruner: Pruner, objective: Objective, study_name: str) -> None:
+        """pruner: the spec's search.pruner; objective: the one the pruner judges (the
+        first); study_name: fixed per experiment (hyperband hashes it)."""
         optuna = _optuna()
-        self.metric = spec.objectives[0].metric
-        self.pruner_spec = spec.search.pruner
+        self.metric = objective.metric
+        self.pruner_spec = pruner
         self.described = describe(self.pruner_spec)
         # A fixed study name: hyperband picks a trial's bracket by hashing it with the number.
-        self.study = optuna.create_study(study_name=f"hpsearch-{spec.name}",
-                                         direction=spec.objectives[0].direction,
+        self.study = optuna.create_study(study_name=study_name,
+                                         direction=objective.direction,
                                          pruner=build(self.pruner_spec))
         self.storage = self.study._storage
         self.ids: list[int] = []      # hpsearch trial id (the index) -> Optuna's _trial_id
@@ -74,7 +76,7 @@ class EarlyStopping:
         frozen = []
         for row in trials:
             state = state_of.get(row.state, optuna.trial.TrialState.RUNNING)
-            values = row.objective_values[:1] if state.name == "COMPLETE" else None
+            values = (row.objective_values or [])[:1] if state.name == "COMPLETE" else None
             if state.name == "COMPLETE" and not values:
                 state = optuna.trial.TrialState.FAIL
             curve = curves.get(row.id, {})

@@ -9,8 +9,9 @@ a driver killed between a rung decision and the next segment resumes with both i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from hpsearch.faults import fault_point
 from hpsearch.pruning.promotion import Promotion, Segment
@@ -19,16 +20,15 @@ from hpsearch.store import rows as r
 if TYPE_CHECKING:
     from hpsearch.executors.base import Ended
     from hpsearch.search.base import Search
-    from hpsearch.spec.model import Spec
+    from hpsearch.spec.model import Objective, Pruner
     from hpsearch.store.store import Store
 
 
 class Promoter:
-    def __init__(self, spec: Spec, store: Store, search: Search,
-                 on_event: Callable[[str], None]) -> None:
-        self.policy = Promotion(spec.search.pruner, spec.objectives[0].direction,
-                                f"hpsearch-{spec.name}")
-        self.metric = spec.objectives[0].metric
+    def __init__(self, pruner: Pruner, objective: Objective, study_name: str, store: Store,
+                 search: Search, on_event: Callable[[str], None]) -> None:
+        self.policy = Promotion(pruner, objective.direction, study_name)
+        self.metric = objective.metric
         self.store, self.search, self.on_event = store, search, on_event
 
     def recover(self, trials: list[r.TrialRow]) -> None:

@@ -59,6 +59,8 @@ class Promotion:
         self.eta = spec.option("reduction_factor", 3 if spec.type == "hyperband" else 4)
         low = spec.option("min_resource", 1)
         high = spec.max_resource
+        if high is None:  # the validator requires it with mode: promotion
+            raise ValueError("promotion needs search.pruner.max_resource")
         self.maximize = direction == "maximize"
         self.study_name = study_name
         if spec.type == "hyperband":

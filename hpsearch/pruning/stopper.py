@@ -12,8 +12,9 @@ the store and tells the trial again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from hpsearch.faults import fault_point
 from hpsearch.pruning.policy import EarlyStopping
@@ -22,16 +23,16 @@ from hpsearch.store import rows as r
 if TYPE_CHECKING:
     from hpsearch.executors.base import Ended, Executor
     from hpsearch.search.base import Search
-    from hpsearch.spec.model import Spec
+    from hpsearch.spec.model import Objective, Pruner
     from hpsearch.store.store import Store
 
 STOP_FILE = "STOP"
 
 
 class Stopper:
-    def __init__(self, spec: Spec, store: Store, executor: Executor, search: Search,
-                 on_event: Callable[[str], None]) -> None:
-        self.policy = EarlyStopping(spec)
+    def __init__(self, pruner: Pruner, objective: Objective, study_name: str, store: Store,
+                 executor: Executor, search: Search, on_event: Callable[[str], None]) -> None:
+        self.policy = EarlyStopping(pruner, objective, study_name)
         self.store, self.executor, self.search, self.on_event = store, executor, search, on_event
         self.requests: dict[int, dict] = {}  # trial id -> its stop request, until it ends
         self.untold: set[int] = set()  # stops committed, not yet told to the trial

@@ -19,14 +19,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hpsearch import outcome, runs
+from hpsearch.ingest import outcome
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
-from hpsearch.store import STORE_FILE
+from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
 from hpsearch.tui.model import spec_facts
 from hpsearch.tui.pilots import heartbeat_of
+
+if TYPE_CHECKING:
+    from hpsearch.slurm.parse import JobUsage
 
 CLASSES = ("completed", "pruned", "paused", "failed", "preempted", "cancelled")
 _PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
@@ -97,8 +101,8 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         metrics, executor = spec_facts(exp.spec_yaml)
         if view is not None:
             trials = list(view.trials)
-            curves = _curves(((m.trial, m.step, m.value) for m in view.metrics
-                              if metrics and m.name == metrics[0]))
+            curves = _curves((m.trial, m.step, m.value) for m in view.metrics
+                              if metrics and m.name == metrics[0])
             attempts = [(a.trial, a.attempt, a.state, a.started, a.finished, a.job_id,
                          a.nodes, a.reason, a.host) for a in view.attempts]
         else:
@@ -115,7 +119,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     gpus_of = {t.id: _gpu_count(t.gpus) for t in trials}
     in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
     notes: list[str] = []
-    by_job = {}
+    by_job: dict[str, JobUsage] = {}
     jobs = [a[5] for a in attempts if a[5] and a[5] not in in_pilot] + list(in_pilot)
     if jobs and use_sacct:
         by_job, note = _sacct_usage(jobs, slurm)
@@ -177,7 +181,7 @@ def _hosts(hostlist: str | None) -> tuple[str, ...]:
         return ()
 
 
-def _sacct_usage(job_ids: list[str], slurm=None) -> tuple[dict, str | None]:
+def _sacct_usage(job_ids: list[str], slurm=None) -> tuple[dict[str, JobUsage], str | None]:
     """{job id: JobUsage} from sacct, and a note when sacct could not help."""
     from hpsearch.errors import HpsearchError
     try:

@@ -1,9 +1,10 @@
 """`hpsearch export`: one record per trial, as CSV or JSON (read-only on the store).
 
 Columns, in this order: trial, state, attempts; each objective metric (its final value, as
-the trial's result recorded it); param_<name> for each parameter (spec order); for every metric the trial
-reported, objective or not: <metric> (the final value: the objective value, or else the last
-report), <metric>_last and <metric>_last_step (its last intermediate report and that step);
+the trial's result recorded it); param_<name> for each parameter (spec order); for every
+metric the trial reported, objective or not: <metric> (the final value: the objective value,
+or else the last report), <metric>_last and <metric>_last_step (its last intermediate report
+and that step);
 started and finished (ISO-8601 with UTC offset), duration (seconds), host, exit_code, error,
 trial_dir; then steps, node_hours, gpu_hours, segments, rung (the resource it used,
 hpsearch.report.budget). A value a trial does not have is empty (CSV) or null (JSON).

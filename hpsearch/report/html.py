@@ -36,7 +36,7 @@ def _hours(value: float) -> str:
 
 
 def _best_rows(data: ReportData) -> str:
-    from hpsearch.results import best
+    from hpsearch.store.results import best
     top = best(data.trials, list(data.directions), 10)
     if not top:
         return "<p>No completed trial.</p>"
@@ -44,7 +44,7 @@ def _best_rows(data: ReportData) -> str:
     head = "".join(f"<th>{_e(m)}</th>" for m in data.metrics)
     rows = []
     for t in top:
-        values = "".join(f"<td>{v:.6g}</td>" for v in t.objective_values)
+        values = "".join(f"<td>{v:.6g}</td>" for v in t.values)
         params = " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in t.params.items())
         rows.append(f"<tr><td>{t.id}</td>{values}<td class='l'>{_e(params)}</td></tr>")

@@ -8,6 +8,7 @@ store's trials (rebuild), which is the single source of truth.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +32,16 @@ class WarmTrial:
 
 class Search(ABC):
     total: int  # trials the search runs in all (the driver may raise it: resume --trials)
-    asked: int  # trials asked so far (those rebuilt from the store included)
+
+    @property
+    @abstractmethod
+    def asked(self) -> int:
+        """Trials asked so far (those rebuilt from the store included); read-only: only the
+        search's own ask and rebuild change it."""
 
     @abstractmethod
     def rebuild(self, trials: list[TrialRow], study_attrs: dict,
-                warm: list[WarmTrial] = ()) -> None:
+                warm: Sequence[WarmTrial] = ()) -> None:
         """Load the trials already in the store (any state), before any ask; `warm`:
         other experiments' finished trials, known to the sampler but never run or counted."""
 

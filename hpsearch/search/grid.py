@@ -12,7 +12,7 @@ its value, and is computed per gating value (memoized), never by enumerating poi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 from hpsearch.search.base import Asked, Search
 from hpsearch.spec.model import Param
@@ -21,7 +21,7 @@ from hpsearch.spec.model import Search as SearchSpec
 Chosen = tuple[tuple[int, int], ...]  # (parameter index, value index) of each gate so far
 
 
-class GridPoints(Sequence):
+class GridPoints(Sequence[dict[str, Any]]):
     """The points of a grid, in order (the last parameter varies fastest), computed on
     demand: len() counts, [k] decodes, iteration walks the tree of active parameters."""
 
@@ -55,7 +55,12 @@ class GridPoints(Sequence):
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self.size))]
         if index < 0:

@@ -15,12 +15,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import warnings
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.search.base import Asked, Search, WarmTrial
 from hpsearch.spec.model import Objective, Param
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.store import rows as r
+
+if TYPE_CHECKING:
+    import optuna
 
 
 @functools.cache
@@ -36,6 +40,9 @@ def distribution(param: Param):
     d = _optuna().distributions
     if param.kind == "categorical":
         return d.CategoricalDistribution(list(param.choices))
+    if param.low is None or param.high is None:
+        # validate() gives every int and float parameter both bounds.
+        raise ValueError(f"{param.name}: a {param.kind} parameter needs low and high")
     if param.kind == "int":
         return d.IntDistribution(param.low, param.high, log=param.log, step=param.step or 1)
     return d.FloatDistribution(float(param.low), float(param.high), log=param.log,
@@ -91,19 +98,23 @@ class OptunaSearch(Search):
         self.total = search.trials
         self.directions = [o.direction for o in objectives]
         self.distributions = {p.name: distribution(p) for p in search.tuned}
-        self.study = None
-        self.asked = 0  # this experiment's trials in the study (added on rebuild, or asked)
+        self.study: optuna.Study | None = None  # built by rebuild (ask rebuilds if need be)
+        self.n_asked = 0  # this experiment's trials in the study (added on rebuild, or asked)
         self.offset = 0  # warm-start trials, first in the study: trial id = number - offset
 
+    @property
+    def asked(self) -> int:
+        return self.n_asked
+
     def rebuild(self, trials: list[r.TrialRow], study_attrs: dict,
-                warm: list[WarmTrial] = ()) -> None:
+                warm: Sequence[WarmTrial] = ()) -> None:
         optuna = _optuna()
         TrialState = optuna.trial.TrialState
         sampler = make_sampler(self.spec.strategy, resumed_seed(self.spec.seed, len(trials)),
                                self.spec.parallel, len(self.directions) > 1,
                                self.spec.conditional)
-        self.study = optuna.create_study(directions=self.directions, sampler=sampler)
-        storage, study_id = self.study._storage, self.study._study_id
+        study = self.study = optuna.create_study(directions=self.directions, sampler=sampler)
+        storage, study_id = study._storage, study._study_id
         for key, value in study_attrs.items():
             storage.set_study_system_attr(study_id, key, value)
         frozen = [optuna.trial.create_trial(
@@ -130,42 +141,49 @@ class OptunaSearch(Search):
                 state=state, params=params, values=values,
                 distributions={k: self.distributions[k] for k in params},
                 system_attrs=t.sampler_attrs, intermediate_values=curve))
-        self.study.add_trials(frozen)
-        self.asked = len(trials)
+        study.add_trials(frozen)
+        self.n_asked = len(trials)
 
     def ask(self, fixed: dict[str, Any] | None = None, mark: dict | None = None) -> Asked | None:
         if self.study is None:
             self.rebuild([], {})
-        if self.asked >= self.total:
+        study = self.built_study()
+        if self.n_asked >= self.total:
             return None
         if fixed:
-            self.study.enqueue_trial(fixed)  # the next ask takes these values
-        trial = self.study.ask()
-        self.asked += 1
-        storage = self.study._storage
+            study.enqueue_trial(fixed)  # the next ask takes these values
+        trial = study.ask()
+        self.n_asked += 1
+        storage = study._storage
         for key, value in (mark or {}).items():  # kept with the trial, told or rebuilt
             storage.set_trial_system_attr(trial._trial_id, key, value)
         params = self.spec.active(lambda p: suggest(trial, p.name, self.distributions[p.name]))
         return Asked(trial.number - self.offset, params,
                      dict(storage.get_trial_system_attrs(trial._trial_id)),
-                     dict(storage.get_study_system_attrs(self.study._study_id)))
+                     dict(storage.get_study_system_attrs(study._study_id)))
 
     def tell(self, trial_id: int, state: str, values: list[float] | None,
              intermediate: dict[int, float] | None = None) -> dict | None:
         TrialState = _optuna().trial.TrialState
-        storage = self.study._storage
+        study = self.built_study()
+        storage = study._storage
         number = trial_id + self.offset
-        internal = storage.get_trial_id_from_study_id_trial_number(self.study._study_id,
-                                                                   number)
+        internal = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
         if intermediate and not storage.get_trial(internal).state.is_finished():
             for step, value in intermediate.items():  # TPE ranks pruned trials by them
                 storage.set_trial_intermediate_value(internal, step, value)
         if state == r.COMPLETED:
-            frozen = self.study.tell(number, values=values, skip_if_finished=True)
+            frozen = study.tell(number, values=values, skip_if_finished=True)
         else:
-            frozen = self.study.tell(number, state=TrialState.PRUNED if state == r.PRUNED
-                                     else TrialState.FAIL, skip_if_finished=True)
+            frozen = study.tell(number, state=TrialState.PRUNED if state == r.PRUNED
+                                else TrialState.FAIL, skip_if_finished=True)
         return dict(frozen.system_attrs)
+
+    def built_study(self) -> optuna.Study:
+        """The study rebuild made; none yet is the caller's error (a tell before any ask)."""
+        if self.study is None:
+            raise RuntimeError("the Optuna study is used before rebuild (or ask) built it")
+        return self.study
 
 
 def _pruned_curve(t: r.TrialRow) -> dict[int, float]:

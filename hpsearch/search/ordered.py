@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
-from hpsearch.search.base import Asked, Search
+from hpsearch.search.base import Asked, Search, WarmTrial
 from hpsearch.search.optuna_search import OptunaSearch, _pruned_curve, make_sampler
 from hpsearch.store import rows as r
 
@@ -48,7 +49,8 @@ class OrderedSearch(Search):
     def asked(self) -> int:
         return self.inner.asked
 
-    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict, warm=()) -> None:
+    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict,
+                warm: Sequence[WarmTrial] = ()) -> None:
         """As the uninterrupted run had it before asking trial len(trials): the results of
         trials after len(trials) - P are held back (rebuilt as running)."""
         first_held = len(trials) - self.parallel + 1
@@ -73,10 +75,15 @@ class OrderedSearch(Search):
         for tid in sorted(t for t in self.held if t in due):
             self.inner.tell(tid, *self.held.pop(tid))
         spec = self.inner.spec
-        seed = spec.seed if spec.strategy == "qmc" else ask_seed(spec.seed, k)
-        self.inner.study.sampler = make_sampler(spec.strategy, seed, spec.parallel,
-                                                len(self.inner.directions) > 1,
-                                                spec.conditional)
+        if spec.strategy == "qmc":
+            seed = spec.seed
+        elif spec.seed is None:  # validate() refuses a reproducible search without a seed
+            raise ValueError("a reproducible search needs search.seed")
+        else:
+            seed = ask_seed(spec.seed, k)
+        self.inner.built_study().sampler = make_sampler(spec.strategy, seed, spec.parallel,
+                                                        len(self.inner.directions) > 1,
+                                                        spec.conditional)
         return self.inner.ask(fixed, mark)
 
     def tell(self, trial_id: int, state: str, values: list[float] | None,

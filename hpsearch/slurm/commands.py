@@ -14,57 +14,17 @@ from __future__ import annotations
 
 import collections
 import os
-import shlex
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from hpsearch.errors import EXIT_INCOMPLETE, HpsearchError
 from hpsearch.slurm import failures, parse
+from hpsearch.slurm.failures import SlurmError  # noqa: F401 - re-exported: callers catch it here
 from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
 
 DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while
 MAX_IDS_PER_CALL = 500  # job ids per sacct/squeue/scancel call
 CLOCK_SKEW = 300.0  # seconds the login node's clock may be ahead of slurmctld's
-_STDERR_TAIL_CHARS = 600
-_COMMAND_CHARS = 300  # of the command line, in an error message
-_SUMMARY_REASON_CHARS = 300  # of what Slurm printed, in SlurmError.summary
-
-
-class SlurmError(HpsearchError):
-    """A Slurm command failed: exited non-zero (for a reason not handled), timed out, or is
-    not installed. The message names the command, its exit code and the tail of what it
-    printed on stderr (on stdout where stderr was empty). `kind` says what to do about it
-    (hpsearch.slurm.failures): transient (ask again later), limit (a submit refused by an
-    association/QOS limit: hold it) or permanent."""
-
-    exit_code = EXIT_INCOMPLETE
-
-    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
-                 problem: str | None = None, kind: str | None = None) -> None:
-        self.argv, self.returncode, self.stderr = list(argv), returncode, stderr
-        self.kind = kind or failures.classify(returncode, stderr)
-        line = shlex.join(self.argv)
-        if len(line) > _COMMAND_CHARS:
-            line = line[:_COMMAND_CHARS] + "..."
-        problem = problem or f"exited {returncode}"
-        tail = stderr.strip()[-_STDERR_TAIL_CHARS:]
-        super().__init__(f"Slurm command `{line}` {problem}" + (f": {tail}" if tail else ""))
-        self.summary = _summary(self.argv[0] if self.argv else "?", problem, tail)
-
-
-def _summary(program: str, problem: str, stderr: str) -> str:
-    """One line for a note: the command's name (not its line, long with many job ids), what
-    went wrong and every line it printed, joined with '; ', each without its `PROGRAM:
-    error: ` prefix; cut from the front where too long, since Slurm's tools end with the
-    reason (`sacct`: "... Problem talking to the database: Connection refused"; `sbatch`:
-    "AssocMaxSubmitJobLimit; Batch job submission failed: ...")."""
-    prefix = f"{program}: error: "
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    said = "; ".join(line[len(prefix):] if line.startswith(prefix) else line for line in lines)
-    if len(said) > _SUMMARY_REASON_CHARS:
-        said = "..." + said[-_SUMMARY_REASON_CHARS:]
-    return f"`{program}` {problem}" + (f": {said}" if said else "")
 
 
 def _unique(job_ids: Iterable[str]) -> list[str]:

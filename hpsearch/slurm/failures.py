@@ -19,7 +19,11 @@ plus those of the same errors that other versions and sites print.
 from __future__ import annotations
 
 import random
+import shlex
 import time
+from collections.abc import Sequence
+
+from hpsearch.errors import EXIT_INCOMPLETE, HpsearchError
 
 TRANSIENT, LIMIT, PERMANENT = "transient", "limit", "permanent"
 
@@ -103,8 +107,6 @@ def retrying(call, attempts: int = 6, backoff: Backoff | None = None,
     """call() again after a transient SlurmError (back-off between tries), at most
     `attempts` times in all; a limit or permanent error, or the last transient one, is
     raised. For commands a person waits on (cancel, status): they must not hang forever."""
-    from hpsearch.slurm.commands import SlurmError  # it imports this module
-
     backoff = backoff or Backoff(base=1.0, cap=15.0)
     for left in range(attempts - 1, -1, -1):
         try:
@@ -116,3 +118,44 @@ def retrying(call, attempts: int = 6, backoff: Backoff | None = None,
             on_retry(exc, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+_STDERR_TAIL_CHARS = 600
+_COMMAND_CHARS = 300  # of the command line, in an error message
+_SUMMARY_REASON_CHARS = 300  # of what Slurm printed, in SlurmError.summary
+
+
+class SlurmError(HpsearchError):
+    """A Slurm command failed: exited non-zero (for a reason not handled), timed out, or is
+    not installed. The message names the command, its exit code and the tail of what it
+    printed on stderr (on stdout where stderr was empty). `kind` says what to do about it
+    (below): transient (ask again later), limit (a submit refused by an
+    association/QOS limit: hold it) or permanent."""
+
+    exit_code = EXIT_INCOMPLETE
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
+                 problem: str | None = None, kind: str | None = None) -> None:
+        self.argv, self.returncode, self.stderr = list(argv), returncode, stderr
+        self.kind = kind or classify(returncode, stderr)
+        line = shlex.join(self.argv)
+        if len(line) > _COMMAND_CHARS:
+            line = line[:_COMMAND_CHARS] + "..."
+        problem = problem or f"exited {returncode}"
+        tail = stderr.strip()[-_STDERR_TAIL_CHARS:]
+        super().__init__(f"Slurm command `{line}` {problem}" + (f": {tail}" if tail else ""))
+        self.summary = _summary(self.argv[0] if self.argv else "?", problem, tail)
+
+
+def _summary(program: str, problem: str, stderr: str) -> str:
+    """One line for a note: the command's name (not its line, long with many job ids), what
+    went wrong and every line it printed, joined with '; ', each without its `PROGRAM:
+    error: ` prefix; cut from the front where too long, since Slurm's tools end with the
+    reason (`sacct`: "... Problem talking to the database: Connection refused"; `sbatch`:
+    "AssocMaxSubmitJobLimit; Batch job submission failed: ...")."""
+    prefix = f"{program}: error: "
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = "; ".join(line[len(prefix):] if line.startswith(prefix) else line for line in lines)
+    if len(said) > _SUMMARY_REASON_CHARS:
+        said = "..." + said[-_SUMMARY_REASON_CHARS:]
+    return f"`{program}` {problem}" + (f": {said}" if said else "")

@@ -33,7 +33,7 @@ def _split_top(text: str) -> list[str]:
 
 
 def _expand_ranges(body: str, whole: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for item in body.split(","):
         match = _RANGE.match(item.strip())
         if not match:

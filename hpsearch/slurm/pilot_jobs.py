@@ -30,7 +30,6 @@ from pathlib import Path
 import submitit
 from submitit.core import utils
 
-
 # submitit's own lines that a pilot leaves out: --signal (above), and --wckey=submitit (a
 # workload key a site accounts by; where wckeys are enforced, an unknown one fails the sbatch).
 _DROPPED = ("#SBATCH --signal=", "#SBATCH --wckey=")

@@ -9,9 +9,8 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from hpsearch.executors.base import Launch
-from hpsearch.launching import EXIT_TRAP
-from hpsearch.spec.model import Spec
+from hpsearch.launch.attempt import EXIT_TRAP, Launch
+from hpsearch.spec.model import SlurmJob
 from hpsearch.trial import EXIT_RESUME
 
 _SAFE = re.compile(r"^[^\s\"']*$")
@@ -42,12 +41,12 @@ def pilot_name(experiment: str, pilot_id: int, instance: str = "") -> str:
     return f"{_prefix(experiment, instance)}.pilot.{pilot_id}"
 
 
-def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
+def sbatch_options(job: SlurmJob, launch: Launch) -> list[str]:
     """Every resource field mapped to its sbatch option, then the user's extra options, then
     the attempt's own (the retry rules': --exclude, --mem, --time), which win."""
-    res = spec.resources
+    res = job.resources
     opts = [
-        f"--job-name={job_name(spec.name, launch.trial_id, launch.attempt, spec.instance)}",
+        f"--job-name={job_name(job.name, launch.trial_id, launch.attempt, job.instance)}",
         f"--output={launch.trial_dir / 'stdout.log'}",
         f"--error={launch.trial_dir / 'stderr.log'}",
         "--open-mode=append",
@@ -66,15 +65,15 @@ def sbatch_options(spec: Spec, launch: Launch) -> list[str]:
                        ("account", res.account), ("qos", res.qos)):
         if value is not None:
             opts.append(f"--{key}={value}")
-    if spec.checkpoints.signal:
+    if job.checkpoints.signal:
         # B: signals the batch shell only; the script passes it on to the trial (run_lines).
-        opts.append(f"--signal=B:{spec.checkpoints.signal}@{round(spec.checkpoints.signal_before)}")
+        opts.append(f"--signal=B:{job.checkpoints.signal}@{round(job.checkpoints.signal_before)}")
     opts.extend(res.sbatch_extra)
     opts.extend(launch.sbatch_extra)
     return opts
 
 
-def run_lines(spec: Spec, command: str) -> list[str]:
+def run_lines(job: SlurmJob, command: str) -> list[str]:
     """The lines that run the trial's command in the batch shell.
 
     With checkpoints.signal, Slurm signals only the batch shell (--signal=B:...), and bash
@@ -85,7 +84,7 @@ def run_lines(spec: Spec, command: str) -> list[str]:
     A command that fails after the signal was passed on ends the job with EXIT_RESUME (75,
     interrupted): torchrun, for one, exits 1 when its workers exit 75 after checkpointing.
     """
-    sig = spec.checkpoints.signal
+    sig = job.checkpoints.signal
     if not sig:
         return [command]
     return ["set -m",
@@ -105,7 +104,7 @@ def run_lines(spec: Spec, command: str) -> list[str]:
             'exit "$hpsearch_status"']
 
 
-def _directive(option: str) -> str:
+def directive(option: str) -> str:
     # sbatch reads #SBATCH lines itself (no shell): double quotes keep a path with spaces whole.
     if any(ord(c) < 32 or ord(c) == 127 for c in option):  # the spec check refuses these first
         raise ValueError(f"sbatch option {option!r}: a control character would end the line")
@@ -113,16 +112,16 @@ def _directive(option: str) -> str:
         '#SBATCH ' + option.split("=", 1)[0] + '="' + option.split("=", 1)[1] + '"'
 
 
-def batch_script(spec: Spec, launch: Launch, extra: Sequence[str] = ()) -> str:
+def batch_script(job: SlurmJob, launch: Launch, extra: Sequence[str] = ()) -> str:
     """`extra`: options decided at submit time (placement, a retry's overrides); sbatch
     takes the last of repeated options, so these win over the spec's."""
     lines = ["#!/bin/bash"]
-    lines += [_directive(opt) for opt in [*sbatch_options(spec, launch), *extra]]
-    lines.append(f"# hpsearch: experiment {spec.name}, trial {launch.trial_id}, "
+    lines += [directive(opt) for opt in [*sbatch_options(job, launch), *extra]]
+    lines.append(f"# hpsearch: experiment {job.name}, trial {launch.trial_id}, "
                  f"attempt {launch.attempt}")
     lines += [f"export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
     lines.append(EXIT_TRAP.rstrip("\n"))
-    lines += run_lines(spec, launch.command)
+    lines += run_lines(job, launch.command)
     return "\n".join(lines) + "\n"
 
 
@@ -131,7 +130,7 @@ def array_name(experiment: str, first_trial: int, attempt: int, instance: str = 
     return f"{_prefix(experiment, instance)}.array.{first_trial}.{attempt}"
 
 
-def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str) -> str:
+def array_script(job: SlurmJob, launches: list[Launch], throttle: int, log_dir: str) -> str:
     """One job array for single-node trials with the same resources: task i runs launches[i].
 
     Each task sends its own output to its trial dir; Slurm's own messages for the task (a
@@ -141,13 +140,13 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
     if any(la.sbatch_extra != first.sbatch_extra for la in launches):
         raise ValueError("launches with their own sbatch options (a retry's --exclude, --mem, "
                          "--time) cannot share a job array; submit them as plain jobs")
-    opts = [o for o in sbatch_options(spec, first)
+    opts = [o for o in sbatch_options(job, first)
             if not o.startswith(("--job-name=", "--output=", "--error="))]
-    opts = [f"--job-name={array_name(spec.name, first.trial_id, first.attempt, spec.instance)}",
+    opts = [f"--job-name={array_name(job.name, first.trial_id, first.attempt, job.instance)}",
             f"--array=0-{len(launches) - 1}%{throttle}",
             f"--output={log_dir}/%A_%a.out", f"--error={log_dir}/%A_%a.out"] + opts
-    lines = ["#!/bin/bash"] + [_directive(opt) for opt in opts]
-    lines.append(f"# hpsearch: experiment {spec.name}, trials "
+    lines = ["#!/bin/bash"] + [directive(opt) for opt in opts]
+    lines.append(f"# hpsearch: experiment {job.name}, trials "
                  + ", ".join(f"{la.trial_id} (attempt {la.attempt})" for la in launches))
     lines.append('case "$SLURM_ARRAY_TASK_ID" in')
     for index, launch in enumerate(launches):
@@ -156,37 +155,7 @@ def array_script(spec: Spec, launches: list[Launch], throttle: int, log_dir: str
                      f"2>>{shlex.quote(str(launch.trial_dir / 'stderr.log'))}")
         lines += [f"  export {key}={shlex.quote(value)}" for key, value in launch.env.items()]
         lines.append("  " + EXIT_TRAP.rstrip("\n"))
-        lines += run_lines(spec, launch.command)  # not indented: it may hold a here-document
+        lines += run_lines(job, launch.command)  # not indented: it may hold a here-document
         lines.append("  ;;")
     lines.append("esac")
-    return "\n".join(lines) + "\n"
-
-
-def driver_name(spec: Spec) -> str:
-    """The job name of the experiment's driver job (`submit --driver-job`)."""
-    return f"hps-driver.{spec.name}" + (f".{spec.instance}" if spec.instance else "")
-
-
-def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
-    """The batch script that runs the experiment's driver as its own small job."""
-    exp_dir = spec.experiment_dir
-    from hpsearch import driver_job
-    opts = [f"--job-name={driver_name(spec)}", f"--output={exp_dir / 'driver.log'}",
-            "--open-mode=append", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-            "--requeue", f"--signal=B:USR1@{driver_job.signal_lead(time_limit)}",
-            f"--chdir={spec.workdir}"]
-    res = spec.resources
-    for key, value in (("time", time_limit), ("partition", res.partition),
-                       ("account", res.account), ("qos", res.qos)):
-        if value is not None:
-            opts.append(f"--{key}={value}")
-    command = [python, "-m", "hpsearch", "resume", spec.name, "--runs-dir", str(spec.runs_dir),
-               "--executor", "slurm", "--quiet"]
-    lines = ["#!/bin/bash"] + [_directive(opt) for opt in opts]
-    lines.append(f"# hpsearch: the driver of experiment {spec.name}, as a Slurm job; near its")
-    lines.append("# time limit (SIGUSR1) or when preempted it leaves its trials running and")
-    lines.append("# requeues itself (hpsearch/driver_job.py)")
-    lines.append(f'export {driver_job.ENV}="$SLURM_JOB_ID" '
-                 f"{driver_job.ENV_TIME}={shlex.quote(time_limit or '')}")
-    lines.append("exec " + shlex.join(command))
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ import re
 import unicodedata
 from typing import TYPE_CHECKING
 
+from hpsearch.errors import shown  # noqa: F401 - re-exported for the validators
 from hpsearch.spec.model import PILOT_RESERVE
 
 if TYPE_CHECKING:
@@ -35,13 +36,6 @@ STRATEGY_MODULES = {"gp": (("torch", "pip install 'hpsearch[gp]'"),
                            ("scipy", "pip install scipy")),
                     "cmaes": (("cmaes", "pip install cmaes"),),
                     "qmc": (("scipy", "pip install scipy"),)}
-
-
-def shown(value: object, limit: int = 80) -> str:
-    """repr(value) as a message quotes it: at most about `limit` characters (a spec value
-    may be a megabyte long)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def control_character(text: str, allowed: str = "") -> str | None:
@@ -132,7 +126,7 @@ def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) if the launcher, container and executor cannot start a trial
     together, found by building the first trial's launch as the driver would; or None."""
     from hpsearch.launch import LaunchError
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
 
     params = {p.name: p.value if p.kind == "fixed" else p.choices[0] if p.choices else p.low
               for p in spec.search.space}
@@ -184,7 +178,8 @@ def pilots_fit(resources: Resources, pilots: Pilots | None) -> tuple[tuple[str, 
                                     f"{resources.nodes} nodes (resources.nodes); expected "
                                     f"nodes >= {resources.nodes}")
     needed = time_limit_seconds(resources.time) if resources.time else None
-    if needed and needed + PILOT_RESERVE > time_limit_seconds(pilots.time):
+    limit = time_limit_seconds(pilots.time)  # None: no limit (validate() refuses one)
+    if needed and limit is not None and needed + PILOT_RESERVE > limit:
         return where + ("time",), (f"a pilot of time {pilots.time} could never start a trial of "
                                    f"time {resources.time} (resources.time); expected a time "
                                    f"limit of at least {resources.time} plus "

@@ -28,9 +28,8 @@ import resource
 import shlex
 from typing import Any
 
-from hpsearch.executors.base import Launch
-from hpsearch.launching import build_launch, shell_body
-from hpsearch.spec.checks import shown
+from hpsearch.errors import shown
+from hpsearch.launch.attempt import Launch, build_launch, shell_body
 from hpsearch.spec.model import Param, Spec
 from hpsearch.template import shell_value
 
@@ -82,7 +81,7 @@ def _slurm_problem(spec: Spec, launch: Launch, where: str, hint: str) -> Problem
             f"substituted {where}: {shown(word, 40)}; Linux lets one argument hold at most "
             f"{MAX_ARG_STRLEN - 1:,} bytes (MAX_ARG_STRLEN): every trial would fail with "
             f"'Argument list too long'; {hint}")
-    size = _bytes(batch_script(spec, launch))
+    size = _bytes(batch_script(spec.slurm_job(), launch))
     if size > MAX_SCRIPT_SIZE:
         return ("command",), (
             f"a trial's batch script is {size:,} bytes with the command's parameters "
@@ -137,6 +136,9 @@ def longest_value(p: Param) -> Any:
         return p.value
     if p.kind == "categorical":
         return max(p.choices, key=_text_length)
+    if p.low is None or p.high is None:
+        # validate() gives every int and float parameter both bounds.
+        raise ValueError(f"{p.name}: a {p.kind} parameter needs low and high")
     if p.kind == "int":
         return max((p.low, p.high), key=lambda v: len(str(v)))
     low, high = float(p.low), float(p.high)

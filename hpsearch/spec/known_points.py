@@ -14,9 +14,9 @@ import difflib
 import math
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.runs import NAME_RE
 from hpsearch.spec import model as m
 from hpsearch.spec.yamlpos import KeyPath
+from hpsearch.store.runs import NAME_RE
 
 if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator

@@ -39,6 +39,7 @@ def max_failures(v: _Validator, value: Any, path: KeyPath) -> m.MaxFailures:
 def timeout(v: _Validator, value: Any, path: KeyPath) -> float:
     """`search.timeout`: seconds (a number), or a Slurm time limit ("2:00:00", "1-12")."""
     from hpsearch.slurm.parse import parse_time_limit
+    seconds: float | None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):

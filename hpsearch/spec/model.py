@@ -59,13 +59,18 @@ class Param:
             return [self.value]
         if self.kind == "categorical":
             return list(self.choices)
-        n = int(round((self.high - self.low) / self.step))
-        values = [self.low + i * self.step for i in range(n + 1)]
+        low, high, step = self.low, self.high, self.step
+        if low is None or high is None or step is None:
+            # validate() gives every numeric parameter of a grid search all three.
+            raise ValueError(f"{self.name}: a grid over a {self.kind} parameter needs low, "
+                             f"high and step")
+        n = int(round((high - low) / step))
+        values = [low + i * step for i in range(n + 1)]
         if self.kind == "int":
             return [int(v) for v in values]
         # Round away float noise (0.1 * 3 = 0.30000000000000004) to the step's precision.
-        decimals = max(0, -int(f"{self.step:e}".split("e")[1])) + 6
-        return [round(float(v), decimals) for v in values if v <= self.high + 1e-12]
+        decimals = max(0, -int(f"{step:e}".split("e")[1])) + 6
+        return [round(float(v), decimals) for v in values if v <= high + 1e-12]
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,7 @@ class Resources:
     sbatch_extra: tuple[str, ...] = ()
 
 
-# Why an attempt ended without a result (hpsearch.retry.classify), each with its own rule.
+# Why an attempt ended without a result (hpsearch.executors.retry.classify), each with its own rule.
 FAILURE_CLASSES = ("exit", "no_objective", "timeout", "out_of_memory", "node_fail", "boot_fail",
                    "preempted", "interrupted", "launch_error", "lost", "other")
 
@@ -328,3 +333,27 @@ class Spec:
     @property
     def experiment_dir(self) -> Path:
         return self.runs_dir / self.name
+
+    def slurm_job(self) -> SlurmJob:
+        """The part of the spec its Slurm jobs (trials, arrays, pilots) are made of."""
+        return SlurmJob(self.name, self.instance, self.created, self.experiment_dir,
+                        self.search.parallel, self.resources, self.executor, self.placement,
+                        self.checkpoints)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What the Slurm executors, the placement planner and the batch scripts are given of a
+    spec (Spec.slurm_job): the experiment instance (in job names; no job submitted before
+    `created` is its own), how many trials run at once, and the sections of the spec that
+    make a job."""
+
+    name: str
+    instance: str
+    created: float | None
+    experiment_dir: Path
+    parallel: int
+    resources: Resources
+    executor: Executor
+    placement: Placement
+    checkpoints: Checkpoints

@@ -10,7 +10,8 @@ finished trial, which a resumed driver cannot know), and hyperband needs `max_re
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import model as m
 from hpsearch.spec.yamlpos import KeyPath
@@ -72,7 +73,7 @@ def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> m.Prune
                                        "do not support several); remove search.pruner or "
                                        "keep one objective")
     options, wrapped = [], None
-    for key, (check, default) in OPTIONS[kind].items():
+    for key, (check, _default) in OPTIONS[kind].items():
         if key not in d or d[key] is None:
             if check.startswith("required"):
                 raise v.fail(path, f"missing required key '{key}' for the {kind} pruner"

@@ -67,8 +67,9 @@ def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: lis
     if not isinstance(value, dict) or not value:
         raise v.fail(path, f"{_WHEN_EXPECTED}; got {checks.shown(value)}")
     if len(value) > 1:
-        raise v.fail(path, f"expected one condition; got {len(value)} ({', '.join(map(str, value))})"
-                           ": make one of them conditional on the other instead (nesting)")
+        raise v.fail(path, f"expected one condition; got {len(value)} "
+                           f"({', '.join(map(str, value))}): make one of them conditional on "
+                           "the other instead (nesting)")
     (parent, wanted), = value.items()
     ppath = path + (parent,)
     before = {p.name: p for p in earlier}
@@ -91,7 +92,7 @@ def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: lis
     listed = wanted if isinstance(wanted, list) else [wanted]
     if not listed:
         raise v.fail(ppath, f"expected at least one of {parent}'s choices; got an empty list")
-    values = []
+    values: list[Any] = []
     for i, item in enumerate(listed):
         match = [c for c in gate.choices if m.same_value(c, item)]
         if not match:

@@ -6,19 +6,21 @@ import dataclasses
 import difflib
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hpsearch.errors import BadInput
-from hpsearch.runs import default_runs_dir
 from hpsearch.spec import checks, known_points, limits
 from hpsearch.spec import model as m
 from hpsearch.spec.loading import read_spec_text
 from hpsearch.spec.pruner import pruner as pruner_spec
-from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES  # noqa: F401 (re-exported)
-from hpsearch.spec.space import is_int as _is_int, is_number as _is_number
-from hpsearch.spec.space import space as space_spec, template_problem
+from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES, template_problem  # noqa: F401 (re-exported)
+from hpsearch.spec.space import is_int as _is_int
+from hpsearch.spec.space import is_number as _is_number
+from hpsearch.spec.space import space as space_spec
 from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
+from hpsearch.store.runs import default_runs_dir
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -121,7 +123,10 @@ class _Validator:
                 raise self.fail(path + (key,), f"unknown key '{key}'{hint}")
         return value
 
-    def typed(self, value: Any, path: KeyPath, check: Callable[[Any], bool], expected: str) -> Any:
+    def typed(self, value: Any, path: KeyPath, check: Callable[[Any], object],
+              expected: str) -> Any:
+        """`value` if `check(value)` is truthy (a check may return the value itself or a
+        match), else BadInput saying `expected`."""
         if not check(value):
             raise self.fail(path, f"expected {expected}; got {_kind(value)} {checks.shown(value)}")
         return value
@@ -203,10 +208,10 @@ class _Validator:
         )
         found = checks.pilots_fit(spec.resources, spec.executor.pilots)
         if found:
-            key, problem = found
-            unwritten = "" if key in self.lines else \
-                f"; {key[-1]} is not given, and its default is {getattr(m.Pilots, key[-1])}"
-            raise self.fail(key, problem + unwritten)
+            keys, problem = found
+            unwritten = "" if keys in self.lines else \
+                f"; {keys[-1]} is not given, and its default is {getattr(m.Pilots, keys[-1])}"
+            raise self.fail(keys, problem + unwritten)
         if executor is not None:  # submit --executor
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))
@@ -277,7 +282,7 @@ class _Validator:
         items = value if isinstance(value, list) else [value]
         if isinstance(value, list) and not value:
             raise self.fail(path, "expected at least one objective")
-        out = []
+        out: list[m.Objective] = []
         for i, item in enumerate(items):
             ipath = path + (i,) if isinstance(value, list) else path
             d = self.mapping(item, ipath, OBJECTIVE_KEYS)
@@ -367,8 +372,11 @@ class _Validator:
             return m.RetryRule(max=self.integer(value, path, 0), mem_factor=base.mem_factor,
                                time_factor=base.time_factor, exclude_node=base.exclude_node)
         d = self.mapping(value, path, RETRY_RULE_KEYS)
-        factor = lambda v, p: float(self.typed(v, p, lambda x: _is_number(x) and 1 <= x <= 100,
-                                               "a number from 1 to 100"))
+
+        def factor(v: Any, p: KeyPath) -> float:
+            return float(self.typed(v, p, lambda x: _is_number(x) and 1 <= x <= 100,
+                                    "a number from 1 to 100"))
+
         return m.RetryRule(
             max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), base.max),
             mem_factor=self.optional(d, "mem_factor", path, factor, base.mem_factor),
@@ -440,7 +448,10 @@ class _Validator:
         self.typed(value, path, lambda v: isinstance(v, dict), "true, false or a mapping with "
                                                               f"keys {', '.join(PILOT_KEYS)}")
         d = self.mapping(value, path, PILOT_KEYS)
-        count = lambda v, p: self.integer(v, p, 1)
+
+        def count(v: Any, p: KeyPath) -> int:
+            return self.integer(v, p, 1)
+
         pilots = m.Pilots(
             time=self.optional(d, "time", path, self.slurm_time_limit, m.Pilots.time),
             **{k: self.optional(d, k, path, count, getattr(m.Pilots, k))
@@ -519,4 +530,5 @@ class _Validator:
 
 def _kind(v: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "nothing"}.get(type(v), type(v).__name__)
+            int: "an integer", float: "a number",
+            type(None): "nothing"}.get(type(v), type(v).__name__)

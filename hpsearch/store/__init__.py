@@ -5,8 +5,7 @@ import) is paid only by commands that open a store.
 """
 
 from hpsearch.store.rows import ExperimentRow, TrialRow
-
-STORE_FILE = "store.sqlite"
+from hpsearch.store.runs import STORE_FILE
 
 
 def __getattr__(name: str):

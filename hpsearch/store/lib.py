@@ -18,7 +18,7 @@ _HIDDEN = ("pandas", "numpy")
 def _load():
     hidden = [name for name in _HIDDEN if name not in sys.modules]
     for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
+        sys.modules[name] = None  # `import name` raises ImportError
     try:
         import sqlite_utils
     finally:

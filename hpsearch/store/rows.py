@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -44,8 +43,8 @@ class TrialRow:
     stop_request: dict | None = None  # early stopping decided: {step, value, pruner, time}
 
     @classmethod
-    def from_db(cls, row: dict[str, Any]) -> "TrialRow":
-        data = {name: row.get(name) for name in _field_names(cls)}
+    def from_db(cls, row: dict[str, Any]) -> TrialRow:
+        data: dict[str, Any] = {name: row.get(name) for name in _field_names(cls)}
         data["params"] = json.loads(data["params"])
         data["objective_values"] = json.loads(data["objective_values"]) \
             if data["objective_values"] else None
@@ -53,6 +52,14 @@ class TrialRow:
         data["pruner_attrs"] = _json_object(data["pruner_attrs"])
         data["stop_request"] = json.loads(data["stop_request"]) if data["stop_request"] else None
         return cls(**data)
+
+    @property
+    def values(self) -> list[float]:
+        """The objective values of a trial that has them (a completed one, as
+        results.completed() and the reports pick them); ValueError for one without."""
+        if self.objective_values is None:
+            raise ValueError(f"trial {self.id} ({self.state}) has no objective values")
+        return self.objective_values
 
     @property
     def duration(self) -> float | None:
@@ -77,8 +84,8 @@ class ExperimentRow:
     study_attrs: dict
 
     @classmethod
-    def from_db(cls, row: dict[str, Any]) -> "ExperimentRow":
-        data = {f.name: row.get(f.name) for f in fields(cls)}
+    def from_db(cls, row: dict[str, Any]) -> ExperimentRow:
+        data: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
         data["directions"] = json.loads(data["directions"])
         data["study_attrs"] = json.loads(data["study_attrs"] or "{}")
         return cls(**data)
@@ -96,8 +103,9 @@ class CheckpointRow:
     deleted: float | None      # when the checkpoint policy deleted it; None while it exists
 
     @classmethod
-    def from_db(cls, row: dict[str, Any]) -> "CheckpointRow":
-        return cls(**{f.name: row.get(f.name) for f in fields(cls)})
+    def from_db(cls, row: dict[str, Any]) -> CheckpointRow:
+        data: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
+        return cls(**data)
 
 
 # Pilot states: written `submitting` before sbatch; `pending` with its job id; `running` once
@@ -120,15 +128,22 @@ class PilotRow:
     reason: str | None
 
     @classmethod
-    def from_db(cls, row: dict[str, Any]) -> "PilotRow":
-        return cls(**{f.name: row.get(f.name) for f in fields(cls)})
+    def from_db(cls, row: dict[str, Any]) -> PilotRow:
+        data: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
+        return cls(**data)
 
 
-@functools.cache
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _field_names(cls: type) -> tuple[str, ...]:
     """A row class's field names, looked up once (dataclasses.fields() per row was a
-    fifth of reading 10,000 trials)."""
-    return tuple(f.name for f in fields(cls))
+    fifth of reading 10,000 trials). A dict, not functools.cache: mypy checks a dataclass
+    passed to a cached function against its instances' `__hash__ = None`."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def _json_object(text: str | None) -> dict:

@@ -5,9 +5,10 @@ Append a function to MIGRATIONS to change the schema; never edit one that has sh
 
 from __future__ import annotations
 
-from hpsearch.store.lib import sqlite_utils
+from typing import Literal
 
 from hpsearch.faults import fault_point
+from hpsearch.store.lib import sqlite_utils
 
 
 def _v1(db: sqlite_utils.Database) -> None:
@@ -65,7 +66,7 @@ def _v4(db: sqlite_utils.Database) -> None:
 
 
 def _v5(db: sqlite_utils.Database) -> None:
-    """Where the driver stopped reading each trial's output files (hpsearch.lines cursors,
+    """Where the driver stopped reading each trial's output files (hpsearch.ingest.lines cursors,
     as JSON per reader: 'files' for the report files, 'manifest' for checkpoints.jsonl),
     stored in the same commit as what they produced, so a resumed driver reads on."""
     db["trial_reads"].create({"trial": int, "source": str, "state": str},
@@ -111,7 +112,7 @@ def migrate(db: sqlite_utils.Database) -> int:
     conn = db.conn
     conn.execute("BEGIN IMMEDIATE")  # the write lock first, then read what is applied
     try:
-        db.conn = _NoCommit(conn)  # type: ignore[assignment]
+        db.conn = _NoCommit(conn)
         for number in range(_version(db), SCHEMA_VERSION):
             MIGRATIONS[number](db)
             if not conn.in_transaction:
@@ -148,7 +149,7 @@ class _NoCommit:
     def __enter__(self) -> _NoCommit:
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         return False  # an error propagates to migrate(), which rolls everything back
 
     def commit(self) -> None:

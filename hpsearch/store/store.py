@@ -1,6 +1,6 @@
 """The experiment's SQLite store. Only the driver writes (Store); everyone else reads (Reader).
 
-The journal mode follows the filesystem (hpsearch.storage): on a local one WAL lets readers
+The journal mode follows the filesystem (hpsearch.store.filesystem): on a local one WAL lets readers
 query while the driver writes, and neither blocks the other; on a shared one (NFS, Lustre,
 GPFS, BeeGFS, ..., or HPSEARCH_STORAGE=network) WAL is wrong across hosts (its -shm index is
 per-host shared memory), so the store uses a rollback journal (journal_mode=DELETE): readers
@@ -18,21 +18,28 @@ import math
 import os
 import sqlite3
 import time
+import urllib.parse
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from hpsearch.store.lib import sqlite_utils
-
-from hpsearch import storage
 from hpsearch.errors import NotFound, StorageError
+from hpsearch.store import filesystem
 from hpsearch.store import rows as r
+from hpsearch.store.lib import sqlite_utils
+from hpsearch.store.runs import STORE_FILE  # noqa: F401 - re-exported
 from hpsearch.store.schema import migrate
-
-from hpsearch.store import STORE_FILE  # noqa: F401 - re-exported
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, allow_nan=True)
+
+
+def _uri(path: Path, query: str) -> str:
+    """A SQLite URI of `path` with `query`, the path percent-encoded: a '?', '#' or '%' in a
+    folder name would otherwise end the file name early (or be decoded), and SQLite would
+    open, and create, another file, read-write (the query being cut off with it)."""
+    return f"file:{urllib.parse.quote(os.fspath(path), safe='/')}?{query}"
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
@@ -41,7 +48,7 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     cannot roll back (SQLITE_READONLY_ROLLBACK): a read-write connection that only reads
     rolls it back first, restoring the last commit as any driver opening the store would."""
     def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30,
+        conn = sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=30,
                                check_same_thread=False)
         conn.execute("select count(*) from sqlite_master").fetchone()
         return conn
@@ -53,7 +60,7 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
         if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
             raise
     try:
-        recover = sqlite3.connect(str(path), timeout=30)
+        recover = sqlite3.connect(_uri(path, "mode=rw"), uri=True, timeout=30)  # never creates
         try:
             recover.execute("select count(*) from sqlite_master").fetchone()
         finally:
@@ -76,7 +83,7 @@ def _open_immutable(path: Path) -> sqlite3.Connection:
                            f"user, and {wal.name} holds commits that only a process that may "
                            f"write {path.parent} can read (run this command as the "
                            "experiment's owner, or on a writable mount)")
-    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True,
+    conn = sqlite3.connect(_uri(path, "mode=ro&immutable=1"), uri=True,
                            check_same_thread=False)
     conn.execute("select count(*) from sqlite_master").fetchone()
     return conn
@@ -221,7 +228,7 @@ class Store(Reader):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._depth = 0  # nesting of batch()
         self._end_time: float | None = None  # ending_at()
-        self.filesystem = storage.detect(self.path.parent)
+        self.filesystem = filesystem.detect(self.path.parent)
         existed = self.path.exists() and self.path.stat().st_size > 0
         conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
                                check_same_thread=False)
@@ -272,14 +279,14 @@ class Store(Reader):
     def _write(self, sql: str, args: Iterable[Any] = ()) -> None:
         self._write_many([(sql, args)])
 
-    def _write_many(self, statements: list[tuple[str, Iterable[Any]]]) -> None:
+    def _write_many(self, statements: Sequence[tuple[str, Iterable[Any]]]) -> None:
         with self.batch():
             for sql, args in statements:
                 self.db.conn.execute(sql, tuple(args))
 
     # -- experiment ------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | Path, **experiment: Any) -> "Store":
+    def create(cls, path: str | Path, **experiment: Any) -> Store:
         """Create the store with its experiment row, atomically: it is built under a temporary
         name and renamed into place, so a store file always holds its experiment."""
         path = Path(path)
@@ -309,7 +316,8 @@ class Store(Reader):
 
     def set_experiment_status(self, status: str, message: str | None = None) -> None:
         now = time.time()
-        statements = [("update experiment set status = ?, updated = ?", (status, now))]
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            ("update experiment set status = ?, updated = ?", (status, now))]
         if message:
             statements.append(("insert into events (time, trial, kind, message) values (?,?,?,?)",
                                (now, None, status, message)))
@@ -403,8 +411,8 @@ class Store(Reader):
                        error: str | None, values: list[float] | None = None,
                        requeue: bool = False, sampler_attrs: dict | None = None,
                        failure: str | None = None) -> None:
-        """Record how an attempt ended (`failure`: its class, hpsearch.retry). With requeue
-        the trial goes back to `queued`."""
+        """Record how an attempt ended (`failure`: its class, hpsearch.executors.retry). With
+        requeue the trial goes back to `queued`."""
         now = time.time() if self._end_time is None else self._end_time
         trial_state = r.QUEUED if requeue else state
         # never before it was seen started (a fast trial can exit before that is recorded)

@@ -38,7 +38,8 @@ def _console():
 def topology_file(exp_dir: Path) -> str | None:
     """$HPSEARCH_TOPOLOGY, else the experiment's placement.topology (docs/placement.md)."""
     import os
-    from hpsearch.session import placement_topology
+
+    from hpsearch.driver.session import placement_topology
     return os.environ.get("HPSEARCH_TOPOLOGY") or placement_topology(exp_dir.parent,
                                                                       exp_dir.name)
 
@@ -97,7 +98,7 @@ def _run_view(exp_dir: Path, stop: threading.Event, footer: str, refresh: float,
 def watch(exp_dir: Path, refresh: float = REFRESH, console=None) -> int:
     """`hpsearch watch`: show the experiment until Ctrl-C; returns 0. Never touches the
     driver or the store (read-only)."""
-    from hpsearch import runs
+    from hpsearch.store import runs
     console = console or _console()
     stop = threading.Event()
     keys = threading.Thread(target=_quit_on_key, args=(stop,), name="hpsearch-keys",
@@ -161,7 +162,7 @@ def _quit_on_key(stop: threading.Event) -> None:
 def drive_with_view(spec, create: bool, refresh: float = REFRESH) -> int:
     """Run the driver in this (main) thread with the live view in another; returns the
     driver's exit code once it ended and the view has given the screen back."""
-    from hpsearch import session
+    from hpsearch.driver import session
 
     stop = threading.Event()
     failure: list[BaseException] = []

@@ -14,11 +14,15 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hpsearch import outcome, runs
-from hpsearch.store import STORE_FILE
+from hpsearch.ingest import outcome
+from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
 from hpsearch.tui.pilots import PilotLine, ended_count, pilot_lines
+
+if TYPE_CHECKING:
+    from hpsearch.placement.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,8 @@ class SnapshotSource:
         exp = self.reader.experiment()
         counts = self.reader.state_counts()
         pilots = pilot_lines(self.reader, self.exp_dir, live_only=True, now=now)
-        pilot_leaf = {p.job_id: p.leaves for p in pilots if p.job_id and len(p.leaves) == 1}
+        pilot_leaf: dict[str, tuple[str, ...]] = {
+            p.job_id: p.leaves for p in pilots if p.job_id and len(p.leaves) == 1}
         shown = [self._line(t, pilot_leaf) for t in self._shown_trials(rows or self.rows)]
         best_id, best_values, front = self._best_now(counts.get(r.COMPLETED, 0))
         best = None
@@ -256,7 +261,7 @@ class ClusterWatch:
     def __init__(self, every: float = 30.0, slurm=None, topology_file=None) -> None:
         self.every = every
         self.slurm = slurm
-        self.topology = None
+        self.topology: Topology | None = None
         self.topology_file = topology_file  # where Slurm has no tree plugin
         self.last = -every
         self.busy = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from hpsearch.store import rows as r
 
@@ -65,9 +66,9 @@ def _number(value, default: float) -> float:
         return default
 
 
-def left(beat: dict | None) -> bool:
+def left(beat: dict | None) -> TypeGuard[dict]:
     """Whether a pilot's heartbeat says it left."""
-    return bool(beat) and beat.get("state") == EXITED
+    return bool(beat and beat.get("state") == EXITED)
 
 
 def end_of(row: r.PilotRow, beat: dict | None, now: float) -> float:

@@ -16,10 +16,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from hpsearch import outcome
+from hpsearch.ingest import outcome
 from hpsearch.tui.model import Snapshot, TrialLine
-from hpsearch.tui.text import (format_duration, pilot_age, pilot_left, pilot_trials,
-                               pilot_where)
+from hpsearch.tui.text import format_duration, pilot_age, pilot_left, pilot_trials, pilot_where
 
 STATE_STYLE = {
     "completed": "green", "failed": "bold red", "running": "cyan", "submitting": "cyan",
@@ -188,7 +187,7 @@ def _failure(snap: Snapshot) -> Text | None:
     last = max(failed, key=lambda line: line.id)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(f"#{last.id} {last.state}: ", style="bold red")
-    text.append(last.error)
+    text.append(last.error or "")  # never empty: `failed` has only lines with an error
     return text
 
 

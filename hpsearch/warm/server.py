@@ -69,7 +69,7 @@ class _Server:
                     self._accept()
                 elif key.data == "child":
                     self._drain_wakeups()
-                else:
+                elif isinstance(key.fileobj, socket.socket):  # _accept's, with its child's pid
                     self._client_event(key.fileobj, key.data)
             self._reap()
             if self.children:

@@ -248,13 +248,13 @@ def test_a_job_slurm_refuses_for_good_ends_its_attempt_as_a_launch_error(
     attempt with Slurm's message, through the executor's poll, instead of raising."""
     from hpsearch.executors.base import Ended
     from hpsearch.executors.slurm import SlurmExecutor
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
     from hpsearch.slurm.commands import Slurm
     from hpsearch.spec.validate import parse_spec
     text = SPEC.format(name=f"fault-perm-{RUN}", trials=1, sleep=0).replace(
         'nodes: 2, time: "00:05:00"', 'nodes: 1, time: "00:05:00", partition: gone')
     spec = parse_spec(text, "spec.yaml", tmp_path, tmp_path / "runs")
-    executor = SlurmExecutor(spec, Slurm(env=slurm_cluster.env))
+    executor = SlurmExecutor(spec.slurm_job(), Slurm(env=slurm_cluster.env))
     assert executor.submit(build_launch(spec, 0, 1, {"x": 0.5})) is None
     events = executor.poll(timeout=1.0)
     (ended,) = [e for e in events if isinstance(e, Ended)]

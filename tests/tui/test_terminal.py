@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch import runs
+from hpsearch.store import runs
 from tests.helpers import read_store
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,6 @@ import json
 
 import torch
 import torch.nn.functional as F
-
 from digits_model import load, make_model
 
 

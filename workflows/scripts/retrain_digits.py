@@ -13,7 +13,6 @@ import os
 
 import torch
 import torch.nn.functional as F
-
 from digits_model import load, make_model, make_optimizer
 
 

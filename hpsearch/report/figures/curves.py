@@ -6,9 +6,16 @@ from __future__ import annotations
 import math
 
 from hpsearch.report.data import ReportData
-from hpsearch.report.figures.common import (NOT_COMPLETED, Drawn, LeftOut, completed,
-                                            integer_ticks, new_figure, objective_label,
-                                            objective_log)
+from hpsearch.report.figures.common import (
+    NOT_COMPLETED,
+    Drawn,
+    LeftOut,
+    completed,
+    integer_ticks,
+    new_figure,
+    objective_label,
+    objective_log,
+)
 from hpsearch.store import rows as r
 
 # How each kind of trial is drawn, in the legend's order: colour, line style, layer (higher
@@ -42,7 +49,7 @@ def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
     best_id = None
     if done and len(data.metrics) == 1:
         pick = min if data.directions[0] == "minimize" else max
-        best_id = pick(done, key=lambda t: t.objective_values[0]).id
+        best_id = pick(done, key=lambda t: t.values[0]).id
     from matplotlib.collections import LineCollection
     fig, ax = new_figure(8, 4.2)
     few = len(data.curves) <= 50

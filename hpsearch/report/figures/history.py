@@ -7,9 +7,18 @@ from __future__ import annotations
 from itertools import accumulate
 
 from hpsearch.report.data import ReportData
-from hpsearch.report.figures.common import (NOT_COMPLETED, Drawn, LeftOut, completed,
-                                            integer_ticks, new_figure, not_completed,
-                                            objective_label, objective_log, plural)
+from hpsearch.report.figures.common import (
+    NOT_COMPLETED,
+    Drawn,
+    LeftOut,
+    completed,
+    integer_ticks,
+    new_figure,
+    not_completed,
+    objective_label,
+    objective_log,
+    plural,
+)
 
 
 def history(data: ReportData) -> Drawn | LeftOut | None:
@@ -27,14 +36,14 @@ def history(data: ReportData) -> Drawn | LeftOut | None:
     xs = [t.id for t in done]
     front = set()
     if count > 1:
-        from hpsearch.results import pareto_front
+        from hpsearch.store.results import pareto_front
         front = {t.id for t in pareto_front(done, list(data.directions))}
     for i in range(count):
         ax = axes[i][0]
-        ys = [t.objective_values[i] for t in done]
+        ys = [t.values[i] for t in done]
         ax.scatter(xs, ys, s=16, color="tab:blue", label="completed trial", zorder=3)
         if count > 1:
-            on_front = [(t.id, t.objective_values[i]) for t in done if t.id in front]
+            on_front = [(t.id, t.values[i]) for t in done if t.id in front]
             ax.scatter([x for x, _ in on_front], [y for _, y in on_front], s=22, zorder=4,
                        color="tab:red", label=f"on the Pareto front ({len(on_front)})")
         if count == 1:

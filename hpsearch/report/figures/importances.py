@@ -17,7 +17,7 @@ def importances(data: ReportData, objective: int = 0) -> dict[str, float]:
     done = completed(data)
     if len(done) < MIN_TRIALS:
         return {}
-    ys = [t.objective_values[objective] for t in done]
+    ys = [t.values[objective] for t in done]
     mean = sum(ys) / len(ys)
     total = sum((y - mean) ** 2 for y in ys)
     if total <= 0:

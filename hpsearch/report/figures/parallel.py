@@ -7,9 +7,19 @@ from __future__ import annotations
 import math
 
 from hpsearch.report.data import ReportData
-from hpsearch.report.figures.common import (Drawn, LeftOut, coordinate, new_figure,
-                                            not_drawn_note, objective_label, objective_log,
-                                            parameter_view, plural, scale_axis, short)
+from hpsearch.report.figures.common import (
+    Drawn,
+    LeftOut,
+    coordinate,
+    new_figure,
+    not_drawn_note,
+    objective_label,
+    objective_log,
+    parameter_view,
+    plural,
+    scale_axis,
+    short,
+)
 from hpsearch.report.space import ParamScale
 
 
@@ -36,8 +46,8 @@ def parallel_coordinates(data: ReportData) -> Drawn | LeftOut | None:
         return LeftOut("no parameter takes two values in every completed trial")
     columns: list[tuple[ParamScale, list[float]]] = [
         (s, [coordinate(s, t.params[n]) for t in done]) for n, s in scales.items()]
-    for i, metric in enumerate(data.metrics):
-        values = [t.objective_values[i] for t in done]
+    for i in range(len(data.metrics)):
+        values = [t.values[i] for t in done]
         log = objective_log(values)
         columns.append((ParamScale(objective_label(data, i), "float", log), values))
     n = len(columns)

@@ -7,10 +7,20 @@ from __future__ import annotations
 import math
 
 from hpsearch.report.data import ReportData
-from hpsearch.report.figures.common import (NOT_COMPLETED, Drawn, LeftOut, coordinate,
-                                            integer_ticks, new_figure, not_completed,
-                                            objective_label, objective_log, parameter_view,
-                                            plural, scale_axis)
+from hpsearch.report.figures.common import (
+    NOT_COMPLETED,
+    Drawn,
+    LeftOut,
+    coordinate,
+    integer_ticks,
+    new_figure,
+    not_completed,
+    objective_label,
+    objective_log,
+    parameter_view,
+    plural,
+    scale_axis,
+)
 
 COLUMNS = 3
 BAND = 0.14  # the bottom share of a panel where trials without a value are marked
@@ -55,13 +65,13 @@ def slices(data: ReportData) -> Drawn | LeftOut | None:
     ids = {state: set(ids) for state, ids in not_completed(data).items()}
     others = {state: [t for t in data.trials if t.id in group] for state, group in ids.items()}
     for m in range(len(data.metrics)):
-        ys_all = [t.objective_values[m] for t in done]
+        ys_all = [t.values[m] for t in done]
         for k, (name, scale) in enumerate(scales.items()):
             ax = axes[m * rows_per + k // cols][k % cols]
             have = [t for t in done if name in t.params]
             xs = [coordinate(scale, t.params[name]) + (_jitter(t.id) if scale.categorical
                                                          else 0) for t in have]
-            ys = [t.objective_values[m] for t in have]
+            ys = [t.values[m] for t in have]
             points = ax.scatter(xs, ys, c=[t.id for t in have], cmap="viridis", s=18,
                                 vmin=min(t.id for t in done), vmax=max(t.id for t in done))
             scale_axis(ax, scale, "x")

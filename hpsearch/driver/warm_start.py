@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpsearch import runs
 from hpsearch.errors import HpsearchError
 from hpsearch.search.base import WarmTrial
 from hpsearch.spec.known_points import point_problem
 from hpsearch.spec.model import Spec
-from hpsearch.store import STORE_FILE
+from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
 
 
@@ -37,7 +36,8 @@ def load(spec: Spec) -> tuple[list[WarmTrial], list[str]]:
             done = reader.trials([r.COMPLETED])
         finally:
             reader.close()
-        taken, why = [], {}
+        taken: list[WarmTrial] = []
+        why: dict[str, int] = {}
         for t in done:
             if not t.objective_values or len(t.objective_values) != objectives:
                 reason = "another number of objectives"

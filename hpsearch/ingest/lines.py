@@ -15,9 +15,9 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 MAX_LINE = 1 << 20  # bytes of one line that are kept: 1 MiB
 MAX_WARNINGS = 20  # about skipped lines, per file and trial

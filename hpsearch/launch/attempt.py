@@ -10,20 +10,37 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpsearch import runs
-from hpsearch.executors.base import Launch
 from hpsearch.spec.model import Spec
+from hpsearch.store import runs
 from hpsearch.template import render
-
 
 _WARM = "\0python\0"  # stands for {python} until the warm client's command line replaces it
 
 # Runs before the trial's command in the same shell; records its exit status for a driver
 # that may have been restarted meanwhile (and so cannot wait for it).
 EXIT_TRAP = "trap 'printf \"%s\\n\" \"$?\" > \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt of one trial, ready to run."""
+
+    trial_id: int
+    attempt: int
+    command: str          # a POSIX shell command line, parameter values already quoted
+    env: dict[str, str]   # HPSEARCH_* and spec env, added to the executor's environment
+    trial_dir: Path
+    workdir: Path
+    params: dict = field(default_factory=dict, compare=False)
+    # What the retry rules changed for this attempt (hpsearch.executors.retry): sbatch
+    # options that win over the spec's (--exclude, --mem, --time), and the factor on the
+    # local timeout.
+    sbatch_extra: tuple[str, ...] = field(default=(), compare=False)
+    time_factor: float = field(default=1.0, compare=False)
 
 
 def shell_body(signal_name: str | None, command: str) -> str:

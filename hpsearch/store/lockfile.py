@@ -56,8 +56,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hpsearch.errors import EXIT_INCOMPLETE, Conflict, StorageError
-from hpsearch.executors.procs import start_time
-from hpsearch.storage import storage_override
+from hpsearch.procs import start_time
+from hpsearch.store.filesystem import storage_override
 
 LOCK_FILE = "driver.lock"
 FORMAT = 1
@@ -84,13 +84,13 @@ class LockRecord:
     format: int = FORMAT
 
     @classmethod
-    def mine(cls, experiment: str) -> "LockRecord":
+    def mine(cls, experiment: str) -> LockRecord:
         host, boot = this_host()
         return cls(experiment, host, boot, os.getpid(), start_time(os.getpid()), time.time(),
                    os.urandom(8).hex(), *slurm_run())
 
     @classmethod
-    def parse(cls, text: str) -> "LockRecord | None":
+    def parse(cls, text: str) -> LockRecord | None:
         """The record in `text`, or None where it is not one (empty, garbage, bad pid)."""
         try:
             data = json.loads(text)
@@ -175,7 +175,7 @@ def read(path: Path) -> Holder | None:
     record = LockRecord.parse(text)
     age = max(0.0, time.time() - st.st_mtime)
     local = record is not None and (record.host, record.boot_id) == this_host()
-    if local and record.pid_start is not None:
+    if record is not None and local and record.pid_start is not None:
         alive = start_time(record.pid) == record.pid_start
     elif record is not None and record.slurm_job and _earlier_run_of_my_job(record):
         alive = False
@@ -316,14 +316,18 @@ class DriverLock:
             every = HEARTBEAT
         every = min(max(every, 0.05), STALE_AFTER / 4)
         while not self._stop.wait(every):
+            mine, record = self.fd, self.record
+            if mine is None or record is None:
+                return  # never: acquire sets both before it starts this thread, release
+                        # clears the descriptor only after it stopped
             try:
-                os.utime(self.fd)
+                os.utime(mine)
                 if self._still_mine():
                     continue
                 if not self.path.exists():  # removed by hand: put it back if still free
-                    fd = _create(self.path, self.record)
+                    fd = _create(self.path, record)
                     if fd is not None:
-                        os.close(self.fd)
+                        os.close(mine)
                         self.fd = fd
                         continue
             except OSError as exc:

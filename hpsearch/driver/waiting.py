@@ -13,13 +13,12 @@ import signal
 import time
 from pathlib import Path
 
-from hpsearch import runs
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
-from hpsearch.results import best, checkpoint_paths, record
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
+from hpsearch.store import runs
+from hpsearch.store.results import best, checkpoint_paths, record
 from hpsearch.store.store import STORE_FILE, Reader
-
 
 JOB_POLL = 10.0  # seconds between squeue calls about a driver job: 6 a minute, however long
 
@@ -47,7 +46,7 @@ def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if stop:
-        from hpsearch import session
+        from hpsearch.driver import session
         print(f"{stop[0]}: stopping experiment {spec.name}", flush=True)
         print(session.cancel(spec.runs_dir, spec.name), flush=True)
         return EXIT_INCOMPLETE

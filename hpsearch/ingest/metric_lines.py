@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from typing import TypeGuard
 
 STEP_MIN, STEP_MAX = -(1 << 63), (1 << 63) - 1
 MAX_NUMBER_CHARS = 100  # a number literal longer than this is out of range
@@ -128,7 +129,7 @@ def number(key: str, value: object) -> float:
     return float(value)
 
 
-def _finite_number(value: object) -> bool:
+def _finite_number(value: object) -> TypeGuard[int | float]:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)
             and math.isfinite(value))
 

@@ -17,13 +17,13 @@ def completed(trials: list[r.TrialRow]) -> list[r.TrialRow]:
 def top_k(trials: list[r.TrialRow], directions: list[str], k: int) -> list[r.TrialRow]:
     """The k best completed trials by the first objective (ties: lower trial id first)."""
     done = completed(trials)
-    return sorted(done, key=lambda t: (_signed(t.objective_values, directions)[0], t.id))[:k]
+    return sorted(done, key=lambda t: (_signed(t.values, directions)[0], t.id))[:k]
 
 
 def pareto_front(trials: list[r.TrialRow], directions: list[str]) -> list[r.TrialRow]:
     """Completed trials that no other completed trial dominates, by trial id."""
     done = completed(trials)
-    points = [(_signed(t.objective_values, directions), t) for t in done]
+    points = [(_signed(t.values, directions), t) for t in done]
     front = []
     for p, t in points:
         dominated = any(all(a <= b for a, b in zip(q, p)) and any(a < b for a, b in zip(q, p))
@@ -42,7 +42,7 @@ def best(trials: list[r.TrialRow], directions: list[str], k: int = 1) -> list[r.
 
 def record(trial: r.TrialRow, metrics: list[str]) -> dict:
     """A trial as `best --json` and `submit --best-out` write it."""
-    return {"trial": trial.id, "values": dict(zip(metrics, trial.objective_values)),
+    return {"trial": trial.id, "values": dict(zip(metrics, trial.values)),
             "params": trial.params, "trial_dir": trial.trial_dir}
 
 

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpsearch.lines import MAX_LINE, AppendedFile, Cursor, Line, excerpt, limited
-from hpsearch.results import best
+from hpsearch.ingest.lines import MAX_LINE, AppendedFile, Cursor, Line, excerpt, limited
 from hpsearch.spec.model import Checkpoints
 from hpsearch.store import rows as r
+from hpsearch.store.results import best
 from hpsearch.trial import CHECKPOINT_MANIFEST, checkpoint_step
 
 
@@ -104,7 +104,7 @@ class CheckpointScan:
         return found
 
     def _read_manifest(self) -> None:
-        """Whole lines only, in bounded memory (hpsearch.lines), each byte once."""
+        """Whole lines only, in bounded memory (hpsearch.ingest.lines), each byte once."""
         for line in self.manifest.lines():
             if line.too_long:
                 self._malformed(line, f"longer than {MAX_LINE} bytes")
@@ -186,14 +186,15 @@ def doomed(policy: Checkpoints, present: list[r.CheckpointRow], trials: list[r.T
             continue
         if policy.keep_last is None and policy.keep_best is None:
             continue
-        keep = set()
+        keep: set[str] = set()
         if policy.keep_last:
             newest = sorted(cks, key=lambda c: (c.step, c.time or 0.0), reverse=True)
             keep.update(c.path for c in newest[:policy.keep_last])
         if policy.keep_best:
-            scored = [c for c in cks if c.metric is not None and math.isfinite(c.metric)]
-            scored.sort(key=lambda c: (sign * c.metric, -c.step))
-            keep.update(c.path for c in scored[:policy.keep_best])
+            scored = [(c.metric, c) for c in cks
+                      if c.metric is not None and math.isfinite(c.metric)]
+            scored.sort(key=lambda mc: (sign * mc[0], -mc[1].step))
+            keep.update(c.path for _, c in scored[:policy.keep_best])
         if not finished:
             top = max(c.step for c in cks)
             keep.update(c.path for c in cks if c.step == top)

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hpsearch.outcome import cause
-from hpsearch.spec.model import Spec
+from hpsearch.ingest.outcome import cause
+from hpsearch.spec.model import MaxFailures
 from hpsearch.store import rows as r
 
 MIN_FINISHED = 5  # a fraction is judged once this many trials finished, if `first` is 0
 
 
 class FailFast:
-    def __init__(self, spec: Spec, counts: dict[str, int]) -> None:
-        """`counts`: the store's trial counts by state when the driver starts."""
-        self.rule, self.name = spec.search.max_failures, spec.name
+    def __init__(self, rule: MaxFailures | None, name: str, counts: dict[str, int]) -> None:
+        """rule: the spec's search.max_failures; name: the experiment's (for `resume`);
+        `counts`: the store's trial counts by state when the driver starts."""
+        self.rule, self.name = rule, name
         self.completed0, self.failed0 = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
 
     def after_failure(self, store) -> str | None:
@@ -37,6 +38,8 @@ class FailFast:
         `counts`: the store's counts now; `failed()`: its failed trials (read only when the
         search stops, to name the common cause)."""
         rule = self.rule
+        if rule is None:  # no search.max_failures: never stop
+            return None
         completed, failures = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
         finished = completed + failures + counts.get(r.PRUNED, 0)
         if rule.first and completed == self.completed0 \

@@ -1,7 +1,7 @@
 """The driver as a Slurm job of its own (`submit --driver-job`): it outlives its time limit
 and preemption, and only `hpsearch cancel` makes it cancel trials.
 
-The batch script (hpsearch.slurm.sbatch.driver_script) asks Slurm for SIGUSR1 a while
+The batch script (driver_script, below) asks Slurm for SIGUSR1 a while
 before the time limit (`--signal=B:USR1@LEAD`) and marks the run with HPSEARCH_DRIVER_JOB.
 In such a run:
 
@@ -16,11 +16,13 @@ In such a run:
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import time
 from pathlib import Path
 
 from hpsearch.errors import Conflict
+from hpsearch.slurm.sbatch import directive
 from hpsearch.spec.model import Spec
 
 CANCEL_REQUEST = "cancel.request"
@@ -113,7 +115,6 @@ def submit(spec: Spec, time_limit: str | None, slurm=None) -> str:
     import sys
 
     from hpsearch.slurm.commands import Slurm
-    from hpsearch.slurm.sbatch import driver_script
     job_id = (slurm or Slurm()).sbatch(driver_script(spec, sys.executable, time_limit))
     tmp = spec.experiment_dir / f"{DRIVER_JOB_FILE}.tmp"
     tmp.write_text(job_id + "\n")
@@ -147,3 +148,32 @@ def stop(exp_dir: Path, wait: float) -> str | None:
     if retrying(lambda: slurm.squeue([job_id])):
         raise Conflict(f"driver job {job_id} did not stop within {wait:g}s")
     return f"stopped the driver job {job_id}; its running trials were cancelled"
+
+
+def driver_name(spec: Spec) -> str:
+    """The job name of the experiment's driver job (`submit --driver-job`)."""
+    return f"hps-driver.{spec.name}" + (f".{spec.instance}" if spec.instance else "")
+
+
+def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
+    """The batch script that runs the experiment's driver as its own small job."""
+    exp_dir = spec.experiment_dir
+    opts = [f"--job-name={driver_name(spec)}", f"--output={exp_dir / 'driver.log'}",
+            "--open-mode=append", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+            "--requeue", f"--signal=B:USR1@{signal_lead(time_limit)}",
+            f"--chdir={spec.workdir}"]
+    res = spec.resources
+    for key, value in (("time", time_limit), ("partition", res.partition),
+                       ("account", res.account), ("qos", res.qos)):
+        if value is not None:
+            opts.append(f"--{key}={value}")
+    command = [python, "-m", "hpsearch", "resume", spec.name, "--runs-dir", str(spec.runs_dir),
+               "--executor", "slurm", "--quiet"]
+    lines = ["#!/bin/bash"] + [directive(opt) for opt in opts]
+    lines.append(f"# hpsearch: the driver of experiment {spec.name}, as a Slurm job; near its")
+    lines.append("# time limit (SIGUSR1) or when preempted it leaves its trials running and")
+    lines.append("# requeues itself (hpsearch/driver/slurm_job.py)")
+    lines.append(f'export {ENV}="$SLURM_JOB_ID" '
+                 f"{ENV_TIME}={shlex.quote(time_limit or '')}")
+    lines.append("exec " + shlex.join(command))
+    return "\n".join(lines) + "\n"

@@ -13,17 +13,35 @@ import signal
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
-from hpsearch import driver_job, runs
-from hpsearch.driver_job import DRIVER_JOB_FILE
+from hpsearch.driver import slurm_job
+from hpsearch.driver.slurm_job import DRIVER_JOB_FILE
 from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
-from hpsearch.spec.model import Search as SearchSpec, Spec
+from hpsearch.spec.model import Search as SearchSpec
+from hpsearch.spec.model import Spec
 from hpsearch.spec.validate import load_spec, parse_spec
 from hpsearch.store import rows as r
+from hpsearch.store import runs
 from hpsearch.store.store import STORE_FILE, Reader, Store
+
+if TYPE_CHECKING:
+    from hpsearch.driver.loop import Driver
+    from hpsearch.search.base import Search
+
+
+def driver_for(spec: Spec, store: Store, executor: Executor, search: Search,
+               on_event: Callable[[str], None] = lambda line: None,
+               leave_on: Callable[[int], str | None] | None = None) -> Driver:
+    """The driver of a search, its policies each built from their part of the spec."""
+    from hpsearch.driver.loop import Driver
+    from hpsearch.driver.policies import policies
+
+    return Driver(store, executor, search, policies(spec, store, executor, search, on_event),
+                  on_event, leave_on)
 
 
 def make_executor(spec: Spec, store: Store | None = None) -> Executor:
@@ -47,9 +65,9 @@ def make_executor(spec: Spec, store: Store | None = None) -> Executor:
                              ahead=1 if asks_ahead(spec.search) else 0)
     if ex.pilots is not None and store is not None:
         from hpsearch.executors.pilots import PilotExecutor
-        return PilotExecutor(spec, store)
+        return PilotExecutor(spec.slurm_job(), store)
     from hpsearch.executors.slurm import SlurmExecutor
-    return SlurmExecutor(spec)
+    return SlurmExecutor(spec.slurm_job())
 
 
 def asks_ahead(search: SearchSpec) -> bool:
@@ -145,7 +163,7 @@ def _check_slurm_reachable(spec: Spec) -> None:
     """The controller answers, and would accept the first trial's job (`sbatch
     --test-only`): a partition, account or size Slurm refuses for good is bad input now,
     before anything is written. A limit or a passing outage is left to the driver."""
-    from hpsearch.launching import build_launch
+    from hpsearch.launch.attempt import build_launch
     from hpsearch.search import make_search
     from hpsearch.slurm.commands import Slurm, SlurmError
     from hpsearch.slurm.failures import PERMANENT
@@ -161,7 +179,7 @@ def _check_slurm_reachable(spec: Spec) -> None:
     if asked is None:
         return
     try:
-        slurm.sbatch_test(batch_script(spec, build_launch(spec, asked.trial_id, 1,
+        slurm.sbatch_test(batch_script(spec.slurm_job(), build_launch(spec, asked.trial_id, 1,
                                                            asked.params)))
     except SlurmError as exc:
         if exc.kind == PERMANENT:
@@ -193,6 +211,7 @@ def placement_topology(runs_dir: Path, name: str) -> str | None:
 
 def create_store(spec: Spec, trials: int) -> Store:
     """The experiment's store, created with its experiment row (atomically)."""
+    assert spec.source is not None, "a new experiment comes from a spec file"
     return Store.create(spec.experiment_dir / STORE_FILE, name=spec.name,
                         spec_yaml=spec.text or Path(spec.source).read_text(),
                         spec_file=str(spec.source),
@@ -223,21 +242,20 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
                 reader.close()
         finally:
             lock.release()
-    driver_job.clear_cancel(exp_dir)
-    return driver_job.submit(spec, driver_time)
+    slurm_job.clear_cancel(exp_dir)
+    return slurm_job.submit(spec, driver_time)
 
 
 def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
           on_ready: Callable[[], None] = lambda: None) -> int:
     """Own the experiment (lock), create or open its store, run the driver to the end."""
-    from hpsearch.driver import Driver
     from hpsearch.search import make_search
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
-    in_job = driver_job.in_driver_job()
+    in_job = slurm_job.in_driver_job()
     if in_job:
-        driver_job.arm()
+        slurm_job.arm()
     with storage_errors(spec):
         lock.acquire()
         try:
@@ -250,19 +268,19 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
                 store = Store(exp_dir / STORE_FILE)
             on_ready()
             spec = with_instance(spec, store)
-            driver = Driver(spec, store, make_executor(spec, store), search, on_event,
-                            leave_on=driver_job.leave_on(exp_dir) if in_job else None)
+            driver = driver_for(spec, store, make_executor(spec, store), search, on_event,
+                                leave_on=slurm_job.leave_on(exp_dir) if in_job else None)
             if not in_job:
-                driver_job.clear_cancel(exp_dir)  # an explicit resume overrides a cancel
-            elif driver_job.cancel_requested(exp_dir):
+                slurm_job.clear_cancel(exp_dir)  # an explicit resume overrides a cancel
+            elif slurm_job.cancel_requested(exp_dir):
                 driver.request_stop("hpsearch cancel")  # asked before this run started
-            for signum in driver_job.take_early() if in_job else ():
+            for signum in slurm_job.take_early() if in_job else ():
                 driver.on_signal(signum)
             code = driver.run()
         finally:
             lock.release()
     if driver.left:  # its time limit is near, or it was preempted: another run goes on
-        on_event(driver_job.continue_elsewhere(spec, driver.left))
+        on_event(slurm_job.continue_elsewhere(spec, driver.left))
     return code
 
 
@@ -337,9 +355,9 @@ def detach(run: Callable[[Callable[[], None]], int], log_path: Path) -> int:
     if message.startswith("ok "):
         return int(message.split()[1])
     if message.startswith("error "):
-        _, code, text = message.split(" ", 2)
+        _, exit_code, text = message.split(" ", 2)
         err = HpsearchError(text)
-        err.exit_code = int(code)
+        err.exit_code = int(exit_code)
         raise err
     raise HpsearchError(f"the background driver failed to start; see {log_path}")
 
@@ -350,7 +368,7 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     them cancelled (taking the driver lock to write the store)."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
     lock = runs.DriverLock(exp_dir)
-    stopped = driver_job.stop(exp_dir, wait)
+    stopped = slurm_job.stop(exp_dir, wait)
     if stopped:
         return stopped
     holder = lock.owner()
@@ -366,13 +384,13 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])
-        stopped = _stop_orphans(rows) + _cancel_unstored_jobs(runs_dir, name, store, rows) \
+        count = _stop_orphans(rows) + _cancel_unstored_jobs(runs_dir, name, store, rows) \
             + _cancel_pilots(runs_dir, name, store)
         for row in rows:
             store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
         store.set_experiment_status("cancelled", "cancelled with no driver running")
         store.close()
-        return (f"no driver was running; stopped {stopped} trial process group(s) or job(s) "
+        return (f"no driver was running; stopped {count} trial process group(s) or job(s) "
                 f"and marked {len(rows)} trial(s) cancelled")
     finally:
         lock.release()
@@ -392,11 +410,11 @@ def _cancel_unstored_jobs(runs_dir: Path, name: str, store: Reader, rows: list) 
     from hpsearch.slurm.commands import Slurm
     from hpsearch.slurm.failures import retrying
     slurm = Slurm()
-    submitter = Submitter(with_instance(spec, store), slurm, SlurmHealth(1.0))
+    submitter = Submitter(with_instance(spec, store).slurm_job(), slurm, SlurmHealth(1.0))
     found = []
     for row in unstored:
         known = Adoptable(row.id, row.attempt, Path(row.trial_dir))
-        job_id = retrying(lambda: submitter.find_by_name(known))
+        job_id = retrying(lambda: submitter.find_by_name(known))  # noqa: B023 - called at once
         if job_id:
             found.append(job_id)
     if found:
@@ -418,7 +436,7 @@ def _cancel_pilots(runs_dir: Path, name: str, store: Store) -> int:
         retrying(lambda: slurm.scancel(ids))
     for pilot in pilots:
         if not pilot.job_id:
-            retrying(lambda: slurm.scancel_by_name(pilot.job_name))
+            retrying(lambda: slurm.scancel_by_name(pilot.job_name))  # noqa: B023 - called at once
         store.update_pilot(pilot.id, state=r.PILOT_ENDED, ended=time.time(),
                            reason="cancelled by `hpsearch cancel` with no driver running")
     return len(pilots)
@@ -427,7 +445,7 @@ def _cancel_pilots(runs_dir: Path, name: str, store: Store) -> int:
 def _stop_orphans(rows: list) -> int:
     """Stop what in-flight trials left running: scancel their Slurm jobs, and SIGTERM (then
     SIGKILL) their local process groups. Returns how many it stopped."""
-    from hpsearch.executors import procs
+    from hpsearch import procs
     jobs = [row.job_id for row in rows if row.job_id]
     if jobs:
         from hpsearch.slurm.commands import Slurm

@@ -11,83 +11,66 @@ from __future__ import annotations
 import dataclasses
 import signal
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable
 
-from hpsearch import retry
-from hpsearch.attempts import Attempts
-from hpsearch.checkpoint_keeper import CheckpointKeeper
-from hpsearch.checkpoints import CheckpointScan
-from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK, StorageError
-from hpsearch.executors.base import (Adoptable, Ended, Executor, Launch, Note, Requeued,
-                                     Started, Update)
-from hpsearch.extent import ENQUEUED, Extent
-from hpsearch.failfast import FailFast
+from hpsearch.driver.ending import finish, handle_signals, leave, restore_signals
+from hpsearch.driver.extent import ENQUEUED
+from hpsearch.driver.live import LiveTrial, LiveTrials
+from hpsearch.driver.policies import Policies
+from hpsearch.errors import StorageError
+from hpsearch.executors.base import (
+    Adoptable,
+    Ended,
+    Executor,
+    Launch,
+    Note,
+    Requeued,
+    Started,
+    Update,
+)
 from hpsearch.faults import fault_point
-from hpsearch.ingest import (TrialFiles, exit_time, objective_values, rotate_logs,
-                             with_stderr_tail)
-from hpsearch.launching import build_launch
-from hpsearch.pruning.promoter import Promoter
-from hpsearch.pruning.stopper import Stopper
+from hpsearch.ingest.trial_files import exit_time, rotate_logs, with_stderr_tail
 from hpsearch.search.base import Search
-from hpsearch.spec.model import Spec
 from hpsearch.store import rows as r
 from hpsearch.store.store import Store
 
 INGEST_INTERVAL = 1.0  # seconds between reads of running trials' metric files
 
 
-@dataclass
-class _Live:
-    """The driver's memory of a trial in flight (rebuilt from store and files on resume)."""
-
-    trial_id: int
-    attempt: int
-    trial_dir: Path
-    files: TrialFiles
-    last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
-    ckpts: CheckpointScan = field(init=False)
-    adopted: bool = False  # in flight when this driver began: it may have ended unseen
-
-    def __post_init__(self) -> None:
-        self.ckpts = CheckpointScan(self.trial_dir)
-
-
 class Driver:
-    def __init__(self, spec: Spec, store: Store, executor: Executor, search: Search,
+    def __init__(self, store: Store, executor: Executor, search: Search, policies: Policies,
                  on_event: Callable[[str], None] = lambda line: None,
                  leave_on: Callable[[int], str | None] | None = None) -> None:
-        """leave_on: for a driver that runs as a Slurm job (hpsearch.driver_job), given a
-        signal, why the driver should leave its trials running and exit (its time limit is
-        near, it is preempted), or None when the signal means stop and cancel them."""
-        self.spec, self.store, self.executor, self.search = spec, store, executor, search
+        """policies: what the driver asks, each built from its own part of the spec
+        (hpsearch.driver.policies). leave_on: for a driver that runs as a Slurm job
+        (hpsearch.driver.slurm_job), given a signal, why the driver should leave its trials
+        running and exit (its time limit is near, it is preempted), or None when the signal
+        means stop and cancel them."""
+        self.store, self.executor, self.search = store, executor, search
         self.on_event = on_event
         self.leave_on = leave_on
         self.left: str | None = None  # why it left its trials running (leave_on)
-        self.metrics = [o.metric for o in spec.objectives]
-        self.live: dict[int, _Live] = {}
+        self.name, self.metrics, self.launches = policies.name, policies.metrics, policies.launches
+        self.live: dict[int, LiveTrial] = {}
         self.queue: list[int] = []  # trials waiting for a new attempt
         self.unlaunched: set[int] = set()  # stored attempts that never reached the executor
         self.stop_reason: str | None = None
         self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.unsaved_starts: list[Started] = []  # stored with the next end (_handle)
-        self.checkpoints = CheckpointKeeper(spec, store, on_event)
-        self.attempts = Attempts(spec, store, search)  # failed, requeued, next
-        pruner = spec.search.pruner  # early stopping, or promotion (pause and resume)
-        self.stopper = (Stopper(spec, store, executor, search, on_event)
-                        if pruner.enabled and not pruner.promotion else None)
-        self.promoter = Promoter(spec, store, search, on_event) if pruner.promotion else None
-        self.extent = Extent(spec, store, search, on_event)  # total, enqueued, timeout
-        self.failfast = FailFast(spec, store.state_counts())
+        self.checkpoints, self.attempts = policies.checkpoints, policies.attempts
+        self.stopper, self.promoter = policies.stopper, policies.promoter
+        self.extent, self.failfast = policies.extent, policies.failfast
+        self.trials = LiveTrials(store, self.metrics[0], self.checkpoints, self.stopper,
+                                 on_event)  # reading what trials in flight write
         self.gave_up: str | None = None  # why search.max_failures stopped the search
         self.began = time.time()
 
     # -- entry -----------------------------------------------------------------------------
     def run(self) -> int:
         """Drive the search to its end (or until stopped). Returns the exit code."""
-        previous = self._install_signal_handlers()
+        previous = handle_signals(self.on_signal, leave=self.leave_on is not None)
         try:
             self.recover()
             self.loop()
@@ -96,8 +79,7 @@ class Driver:
             self.executor.release()
             return self.finish()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            restore_signals(previous)
             self.executor.close()
 
     def request_stop(self, reason: str) -> None:
@@ -128,7 +110,7 @@ class Driver:
             self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _adopt(self, row: r.TrialRow) -> None:
-        live = self._live(row.id, row.attempt, Path(row.trial_dir))
+        live = self.trials.open(row.id, row.attempt, Path(row.trial_dir))
         live.adopted = True
         self.live[row.id] = live
         runs = sum(1 for a in self.store.attempts(row.id)
@@ -142,7 +124,7 @@ class Driver:
                                         outcome.pid_start, outcome.gpus, outcome.job_id)
             self.store.add_event("adopted", f"attempt {row.attempt} still running "
                                             f"(pid {outcome.pid})", row.id)
-            self._ingest(live)
+            self.trials.ingest(live)
         elif isinstance(outcome, Ended):
             if row.state == r.SUBMITTING and outcome.job_id:  # found by name: keep its id
                 self.store.mark_running(row.id, row.attempt, outcome.nodes or "", None, None,
@@ -171,13 +153,13 @@ class Driver:
             self._handle(self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())))
             if time.monotonic() >= next_ingest:
                 for live in list(self.live.values()):
-                    self._ingest(live)
+                    self.trials.ingest(live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
                 self.extent.take()
                 if self.stopper and self.stopper.untold:  # after each decision's commit
                     self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
-    def _handle(self, events: list[Started | Update | Requeued | Ended]) -> None:
+    def _handle(self, events: Sequence[Started | Update | Requeued | Ended | Note]) -> None:
         # Starts seen with an end are stored in the first end's commit (finalize), wherever
         # they are in the list (the local executor reports a trial's exit, then the start of
         # the trial asked ahead): one commit fewer per trial.
@@ -202,11 +184,11 @@ class Driver:
             elif event.reason == "storage_error":  # not the trial's fault: stop, count nothing
                 raise StorageError(f"trial {event.trial_id}: {event.detail}. The store is "
                                    "intact; free space or fix permissions, then `hpsearch "
-                                   f"resume {self.spec.name}`")
+                                   f"resume {self.name}`")
             else:
                 self.finalize(event)
         for started in self.unsaved_starts:  # none of the ends took them (not expected)
-            self._mark_running(started)
+            self._record_started(started, launched=False)
         self.unsaved_starts.clear()
 
     def _fill_slots(self) -> None:
@@ -230,22 +212,25 @@ class Driver:
     def _promoted(self, end_game: bool = False) -> Launch | None:
         """Promotion mode: the next segment of a paused trial that earned one (end_game:
         every trial has been asked and nothing runs, hpsearch.pruning.promotion)."""
-        found = self.promoter.promote(end_game, rotate_logs) if self.promoter else None
+        if self.promoter is None:
+            return None
+        found = self.promoter.promote(end_game, rotate_logs)
         if found is None:
             return None
         segment, attempt = found
         row = self.store.trial(segment.trial_id)
-        return _with_env(build_launch(self.spec, segment.trial_id, attempt, row.params),
+        return _with_env(self.launches(segment.trial_id, attempt, row.params),
                          self.promoter.env(segment))
 
     def _new(self) -> Launch | None:
         """A new trial from the search, stored before it is launched."""
         point = self.extent.next_point()  # an enqueued point first
         asked = None if point is None and self.extent.out_of_time() else \
-            self.search.ask(point and point.params, point and {ENQUEUED: point.id})
+            self.search.ask(point.params if point else None,
+                            {ENQUEUED: point.id} if point else None)
         if asked is None:
             return self._promoted(end_game=True) if not self.live else None
-        launch = build_launch(self.spec, asked.trial_id, 1, asked.params)
+        launch = self.launches(asked.trial_id, 1, asked.params)
         with self.store.batch():  # the trial, and its first segment: one commit
             self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
                                     asked.sampler_attrs, asked.study_attrs)
@@ -260,7 +245,7 @@ class Driver:
         return launch
 
     def _launch(self, launch: Launch, began: float) -> None:
-        self.live[launch.trial_id] = self._live(launch.trial_id, launch.attempt,
+        self.live[launch.trial_id] = self.trials.open(launch.trial_id, launch.attempt,
                                                 launch.trial_dir)
         started = self.executor.submit(launch)
         if started is not None:
@@ -269,54 +254,15 @@ class Driver:
         self.on_event(f"trial {launch.trial_id} started (attempt {launch.attempt}): "
                       + " ".join(f"{k}={v}" for k, v in launch.params.items()))
 
-    def _record_started(self, started: Started) -> None:
-        fault_point("after_launch")  # the process runs; its pid is not stored yet
-        self._mark_running(started)
-
-    def _mark_running(self, started: Started) -> None:
+    def _record_started(self, started: Started, launched: bool = True) -> None:
+        if launched:
+            fault_point("after_launch")  # the process runs; its pid is not stored yet
         self._store_start(started)
         fault_point("after_running")
 
     def _store_start(self, started: Started) -> None:
         self.store.mark_running(started.trial_id, started.attempt, started.host, started.pid,
                                 started.pid_start, started.gpus, started.job_id)
-
-    def _live(self, trial_id: int, attempt: int, trial_dir: Path) -> _Live:
-        """A trial's in-flight memory: its files are read on from where the store says
-        reading stopped (earlier attempts, a killed driver), its last values come from it."""
-        saved = self.store.reads(trial_id)
-        live = _Live(trial_id, attempt, trial_dir, TrialFiles(trial_dir, saved.get("files")),
-                     self.store.last_metrics(trial_id))
-        live.ckpts = CheckpointScan(trial_dir, saved.get("manifest"))
-        return live
-
-    def _ingest(self, live: _Live, final: bool = False) -> None:
-        records = live.files.read_new(final=final)
-        found = live.ckpts.new()
-        warnings = live.files.warnings + live.ckpts.warnings
-        live.files.warnings.clear()
-        live.ckpts.warnings.clear()
-        # records, warnings, where reading stopped and what the pruner made of the records:
-        # one commit, so resume reads on from there and the pruner decides as it did
-        with self.store.batch():
-            self.store.add_output(live.trial_id, live.attempt, records, warnings,
-                                  {"files": live.files.unsaved(),
-                                   "manifest": live.ckpts.unsaved()})
-            if self.stopper:
-                self.stopper.observe(live.trial_id, records)
-        for rec in records:
-            for name, value in rec.items():
-                if name not in ("step", "time"):
-                    if name not in live.last or rec["step"] >= live.last[name][0]:
-                        live.last[name] = (rec["step"], value)
-        if found:
-            self.store.add_checkpoints(live.trial_id, live.attempt, found)
-        if live.ckpts.seen and (records or found):
-            self.store.fill_checkpoint_metrics(live.trial_id, self.metrics[0], exact=True)
-        if found and not final:
-            self.checkpoints.remove(self.checkpoints.mark(live.trial_id))
-        for warning in warnings:
-            self.on_event(f"trial {live.trial_id}: {warning}")
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
@@ -335,7 +281,7 @@ class Driver:
             for started in starts:
                 if started.trial_id != ended.trial_id:
                     self._store_start(started)
-            if self.spec.checkpoints.keep_trials is not None:
+            if self.checkpoints.policy.keep_trials is not None:
                 self.checkpoints.doomed += self.checkpoints.mark(None)
         for _ in starts:
             fault_point("after_running")
@@ -345,7 +291,7 @@ class Driver:
     def _finalize(self, ended: Ended) -> None:
         began = time.perf_counter()
         live = self.live.pop(ended.trial_id)
-        self._ingest(live, final=True)
+        self.trials.ingest(live, final=True)
         fault_point("mid_ingest")
         tid, attempt = ended.trial_id, ended.attempt
         if ended.nodes:
@@ -358,23 +304,15 @@ class Driver:
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")
             return
-        values, error, failure = None, None, None
-        if ended.reason == "exited" and ended.exit_code == 0:
-            last = {name: value for name, (step, value) in live.last.items()}
-            values, error = objective_values(live.files.result(), last, self.metrics)
-            failure = "no_objective" if error else None
-        elif ended.reason == "exited":
-            error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail else "")
-        else:  # timeout, launch error, lost, or a scheduler's end (out of memory, node failure)
-            error = ended.detail or ended.reason
-        if error is not None and failure is None:
-            failure = retry.classify(ended)
+        values, error, failure = live.verdict(ended, self.metrics)
         if error is None and self.promoter:
+            assert values is not None  # verdict: no error, the objective values
             last = live.last.get(self.metrics[0])
             if self.promoter.paused(ended, last and (last[0], values[0])):
                 return
             self.promoter.finished(tid)
         if error is None:
+            assert values is not None
             attrs = self.search.tell(tid, r.COMPLETED, values)
             self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,
                                       sampler_attrs=attrs)
@@ -385,7 +323,7 @@ class Driver:
         else:
             if failure != "lost":
                 error = with_stderr_tail(error, live.trial_dir)
-            self._failed(ended, error, failure)
+            self._failed(ended, error, failure or "")
         self.checkpoints.doomed += self.checkpoints.mark(tid)
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
@@ -393,7 +331,7 @@ class Driver:
         """The scheduler requeued a trial's job: its next run is the next attempt, or the
         trial failed and its job is cancelled (Attempts.requeued)."""
         live = self.live[event.trial_id]
-        verdict = self.attempts.requeued(event, lambda: self._ingest(live))
+        verdict = self.attempts.requeued(event, lambda: self.trials.ingest(live))
         if verdict.retry:
             live.attempt = event.attempt + 1
         else:
@@ -419,16 +357,6 @@ class Driver:
             self.request_stop("search.max_failures")
 
     # -- stopping and the end --------------------------------------------------------------
-    def _install_signal_handlers(self) -> dict:
-        previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM) + ((signal.SIGUSR1,) if self.leave_on
-                                                      else ()):
-            try:
-                previous[sig] = signal.signal(sig, lambda s, f: self.on_signal(s))
-            except ValueError:  # not the main thread (tests drive it from threads)
-                pass
-        return previous
-
     def on_signal(self, signum: int) -> None:
         leave = self.leave_on(signum) if self.leave_on else None
         if leave:
@@ -458,31 +386,11 @@ class Driver:
             self.on_event(message)
 
     def _leave(self) -> int:
-        """Exit with every trial left running, as they are in the store: the next driver
-        adopts them. Nothing is cancelled."""
-        message = (f"driver leaves ({self.left}); {len(self.live)} trial(s) keep running and "
-                   "the next driver adopts them")
-        self.store.add_event("driver_left", message)
-        self.store.set_experiment_status("running", message)
-        self.on_event(message)
-        return EXIT_OK
+        return leave(self.store, self.left or "", len(self.live), self.on_event)
 
     def finish(self) -> int:
-        counts = self.store.state_counts()
-        done = sum(counts.get(s, 0) for s in r.FINISHED + (r.PAUSED,))
-        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        if self.gave_up:
-            self.store.set_experiment_status("failed", f"{self.gave_up} ({summary})")
-            return EXIT_INCOMPLETE
-        if self.stop_reason:
-            self.store.set_experiment_status("cancelled", f"stopped by {self.stop_reason}: "
-                                                          f"{summary}")
-            return EXIT_INCOMPLETE
-        status = "completed" if done >= self.search.total or self.extent.timed_out \
-            else "incomplete"
-        self.store.set_experiment_status(status, summary)
-        return EXIT_OK if status == "completed" and not counts.get(r.FAILED) else EXIT_INCOMPLETE
-
+        return finish(self.store, done_at=self.search.total, timed_out=self.extent.timed_out,
+                      gave_up=self.gave_up, stopped_by=self.stop_reason)
 
 def _with_env(launch: Launch, env: dict[str, str]) -> Launch:
     return dataclasses.replace(launch, env={**launch.env, **env})

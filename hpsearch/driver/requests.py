@@ -5,7 +5,7 @@ The store has one writer, the driver, so a command run beside it never touches t
 writes `<exp>/requests/<kind>-<ns>-<pid>.json` atomically (a temporary name, then rename) and
 the driver reads the requests in the order they were written, applies each in one store
 commit, and only then removes its file. A request a driver applied but did not remove (it
-was killed in between) is recognised by its id and not applied twice (see hpsearch.extent).
+was killed in between) is recognised by its id and not applied twice (see hpsearch.driver.extent).
 """
 
 from __future__ import annotations

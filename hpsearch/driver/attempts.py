@@ -1,6 +1,6 @@
 """An attempt that failed, and the next one: the driver's side of the retry rules.
 
-hpsearch.retry decides from a trial's history (pure); this module reads that history from
+hpsearch.executors.retry decides from a trial's history (pure); this module reads that history from
 the store, records the decision (write-ahead, like every state change) and builds the next
 attempt's launch. The driver keeps what is its own: its queue, its live trials, and telling
 the pruner, the promoter and the failure budget.
@@ -9,20 +9,21 @@ the pruner, the promoter and the failure budget.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from hpsearch import retry
+from hpsearch.executors import retry
 from hpsearch.executors.base import Ended, Launch, Requeued
 from hpsearch.faults import fault_point
-from hpsearch.ingest import rotate_logs
-from hpsearch.launching import build_launch
-from hpsearch.outcome import cause
+from hpsearch.ingest.outcome import cause
+from hpsearch.ingest.trial_files import rotate_logs
 from hpsearch.search.base import Search
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import Resources, Retries
 from hpsearch.store import rows as r
 from hpsearch.store.store import Store
+
+Launches = Callable[[int, int, dict], Launch]  # (trial id, attempt, params) -> Launch
 
 
 @dataclass
@@ -32,13 +33,17 @@ class Verdict:
 
 
 class Attempts:
-    def __init__(self, spec: Spec, store: Store, search: Search) -> None:
-        self.spec, self.store, self.search = spec, store, search
+    def __init__(self, retries: Retries, resources: Resources, launches: Launches, store: Store,
+                 search: Search) -> None:
+        """retries, resources: the spec's sections; launches: builds an attempt's Launch
+        (trial id, attempt, params), as hpsearch.launch.attempt.build_launch does."""
+        self.retries, self.resources, self.launches = retries, resources, launches
+        self.store, self.search = store, search
 
     def _decide(self, tid: int, this: retry.Attempt) -> retry.Decision:
         earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
                    if a["attempt"] != this.number]
-        return retry.decide(self.spec.retries, this, earlier, self.store.checkpoint_steps(tid))
+        return retry.decide(self.retries, this, earlier, self.store.checkpoint_steps(tid))
 
     def failed(self, ended: Ended, error: str, failure: str) -> Verdict:
         """Store the attempt's end: retried if the trial's rule for this failure class
@@ -96,7 +101,8 @@ class Attempts:
         attempt = row.attempt if unlaunched else row.attempt + 1
         history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
                    if a["attempt"] < attempt]
-        plan = retry.next_overrides(self.spec, history, self.store.checkpoint_steps(trial_id))
+        plan = retry.next_overrides(self.retries, self.resources, history,
+                                   self.store.checkpoint_steps(trial_id))
         failure = history[-1].failure if history else None
         reason = ("launched again: the driver stopped before it was" if unlaunched else
                   "re-run after interruption" if row.state != r.QUEUED else
@@ -105,7 +111,7 @@ class Attempts:
             rotate_logs(Path(row.trial_dir), row.attempt)  # not pass for the new one's
         self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
         fault_point("after_retry_stored")
-        return dataclasses.replace(build_launch(self.spec, trial_id, attempt, row.params),
+        return dataclasses.replace(self.launches(trial_id, attempt, row.params),
                                    sbatch_extra=plan.sbatch_extra,
                                    time_factor=plan.time_factor)
 

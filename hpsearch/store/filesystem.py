@@ -4,7 +4,7 @@ On a cluster the runs dir is on NFS, Lustre, GPFS or BeeGFS and is read from sev
 (login node, a `--driver-job`'s node). There SQLite's WAL mode is wrong (its -shm index is
 shared memory, coherent only within one host), so the store uses a rollback journal
 (`journal_mode=DELETE`) on a filesystem found to be shared, and WAL on a local one
-(hpsearch.store.store). The driver lock (hpsearch.lockfile) is the same everywhere.
+(hpsearch.store.store). The driver lock (hpsearch.store.lockfile) is the same everywhere.
 
 Detection: `statfs(2)` through libc (its `f_type` magic number), else the longest mount
 point in /proc/self/mountinfo that holds the path. A type hpsearch does not know is taken

@@ -5,27 +5,32 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from hpsearch import runs
-from hpsearch.checkpoints import doomed, remove
+from hpsearch.ingest.checkpoints import doomed, remove
+from hpsearch.store import runs
 
 if TYPE_CHECKING:
-    from hpsearch.spec.model import Spec
+    from pathlib import Path
+
+    from hpsearch.spec.model import Checkpoints
     from hpsearch.store import rows as r
     from hpsearch.store.store import Store
 
 
 class CheckpointKeeper:
-    def __init__(self, spec: Spec, store: Store, on_event: Callable[[str], None]) -> None:
-        self.spec, self.store, self.on_event = spec, store, on_event
-        self.directions = [o.direction for o in spec.objectives]
+    def __init__(self, policy: Checkpoints, directions: list[str], exp_dir: Path, store: Store,
+                 on_event: Callable[[str], None]) -> None:
+        """policy: the spec's `checkpoints`; directions: each objective's, for keep_best."""
+        self.policy, self.directions, self.exp_dir = policy, directions, exp_dir
+        self.store, self.on_event = store, on_event
         self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
 
     def mark(self, trial_id: int | None) -> list[r.CheckpointRow]:
         """Mark what the checkpoint policy deletes, of one trial (None: every trial, as the
         experiment-wide keep_trials needs); the files go after the commit (remove)."""
-        policy = self.spec.checkpoints
+        policy = self.policy
         if trial_id is not None:
             policy = dataclasses.replace(policy, keep_trials=None)
         if policy.keep_last is None and policy.keep_best is None and policy.keep_trials is None:
@@ -41,7 +46,7 @@ class CheckpointKeeper:
 
     def remove(self, gone: list[r.CheckpointRow]) -> None:
         for checkpoint in gone:
-            warning = remove(checkpoint, runs.trial_dir(self.spec.experiment_dir,
+            warning = remove(checkpoint, runs.trial_dir(self.exp_dir,
                                                         checkpoint.trial))
             if warning:
                 self.store.add_event("warning", warning, checkpoint.trial)

@@ -10,19 +10,21 @@
   once even if the driver dies before it removes the request file.
 - Time budget (`search.timeout`): from the experiment's creation; past it no new sampled trial
   is asked (those running finish, enqueued points still run) and the search ends completed.
-Requests reach a running driver as files (hpsearch.requests); only the driver writes the store.
+Requests reach a running driver as files (hpsearch.driver.requests); only the driver writes
+the store.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
 
-from hpsearch import requests
+from hpsearch.driver import requests
 from hpsearch.search.base import Search
 from hpsearch.spec.known_points import point_problem
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import Search as SearchSettings
 from hpsearch.store import rows as r
 
 MAX_TRIALS = 10**9  # a total beyond this is a typo (and would not fit the store's integers)
@@ -37,8 +39,14 @@ class Point:
 
 
 class Extent:
-    def __init__(self, spec: Spec, store, search: Search, on_event: Callable[[str], None]):
-        self.spec, self.store, self.search, self.on_event = spec, store, search, on_event
+    def __init__(self, settings: SearchSettings, exp_dir: Path, store, search: Search,
+                 on_event: Callable[[str], None],
+                 warm_start: Callable[[], tuple[list, list[str]]] = lambda: ([], [])):
+        """settings: the spec's `search` section; exp_dir: where requests arrive;
+        warm_start: loads search.warm_start's trials and a line per experiment
+        (hpsearch.driver.warm_start.load)."""
+        self.settings, self.exp_dir, self.warm_start = settings, exp_dir, warm_start
+        self.store, self.search, self.on_event = store, search, on_event
         self.points: list[Point] = []
         self.asked_ids: set[str] = set()
         self.created = store.experiment().created
@@ -46,10 +54,9 @@ class Extent:
 
     def warm_trials(self) -> list:
         """search.warm_start's trials for the sampler (each experiment's yield an event)."""
-        if not self.spec.search.warm_start:
+        if not self.settings.warm_start:
             return []
-        from hpsearch.search.warm_start import load
-        warm, lines = load(self.spec)
+        warm, lines = self.warm_start()
         for line in lines:
             self.store.add_event("warm_start", line)
             self.on_event(line)
@@ -59,13 +66,13 @@ class Extent:
         """After the search is rebuilt: the stored total, the points not yet asked."""
         self.search.total = self.store.experiment().trials_requested
         self.asked_ids = {t.sampler_attrs[ENQUEUED] for t in trials if ENQUEUED in t.sampler_attrs}
-        self.points = [Point(f"spec:{i}", dict(p)) for i, p in enumerate(self.spec.search.enqueue)
+        self.points = [Point(f"spec:{i}", dict(p)) for i, p in enumerate(self.settings.enqueue)
                        if f"spec:{i}" not in self.asked_ids]
         self.take()
 
     def take(self) -> None:
         """Apply the requests waiting in the experiment's requests folder."""
-        found, notes = requests.pending(self.spec.experiment_dir)
+        found, notes = requests.pending(self.exp_dir)
         for note in notes:
             self._warn(note)
         queued = {p.id for p in self.points}
@@ -93,12 +100,12 @@ class Extent:
             requests.done(point.request)
 
     def out_of_time(self) -> bool:
-        if self.spec.search.timeout is None or self.timed_out:
+        if self.settings.timeout is None or self.timed_out:
             return self.timed_out
-        if time.time() - self.created < self.spec.search.timeout:
+        if time.time() - self.created < self.settings.timeout:
             return False
         self.timed_out = True
-        message = (f"search.timeout ({self.spec.search.timeout:g} s) reached after "
+        message = (f"search.timeout ({self.settings.timeout:g} s) reached after "
                    f"{self.search.asked} trials: no new trial is asked")
         self.store.add_event("timeout", message)
         self.on_event(message)
@@ -121,13 +128,14 @@ class Extent:
 
     def _enqueue(self, request: requests.Request) -> None:
         params = request.data.get("params")
-        key, problem = point_problem(self.spec.search.space, params) \
-            if isinstance(params, dict) else (None, "expected a mapping of parameters")
-        if problem or self.spec.search.strategy == "grid":
+        problem = point_problem(self.settings.space, params)[1] \
+            if isinstance(params, dict) else "expected a mapping of parameters"
+        if problem or self.settings.strategy == "grid":
             self._warn(f"enqueued point {params!r} refused: "
                        f"{problem or 'a grid runs its own points'}")
             requests.done(request)
             return
+        assert isinstance(params, dict)  # else refused above
         self.points.append(Point(request.id, params, request))
         self.on_event(f"enqueued: {params}")
 

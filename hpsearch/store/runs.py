@@ -1,7 +1,8 @@
 """Where an experiment lives on disk (and, re-exported, the lock that lets one driver own it).
 
 <runs_dir>/<name>/store.sqlite      the store (driver writes, everyone else reads)
-<runs_dir>/<name>/driver.lock       the driver's lock: host, pid, heartbeat (hpsearch.lockfile)
+<runs_dir>/<name>/driver.lock       the driver's lock: host, pid, heartbeat
+                                    (hpsearch.store.lockfile)
 <runs_dir>/<name>/driver.log        the driver's log when it runs detached
 <runs_dir>/<name>/trials/00007/     one trial's files (see hpsearch.trial)
 """
@@ -13,8 +14,9 @@ import re
 from pathlib import Path
 
 from hpsearch.errors import BadInput, NotFound
-from hpsearch.lockfile import DriverLock  # noqa: F401 - the lock lives with the layout
+from hpsearch.store.lockfile import DriverLock  # noqa: F401 - the lock lives with the layout
 
+STORE_FILE = "store.sqlite"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 DEFAULT_RUNS_DIR = "hpsearch-runs"
 
@@ -35,7 +37,7 @@ def experiment_dir(runs_dir: Path, name: str) -> Path:
 
 def existing_experiment_dir(runs_dir: Path, name: str) -> Path:
     path = experiment_dir(runs_dir, name)
-    if not (path / "store.sqlite").exists():
+    if not (path / STORE_FILE).exists():
         import difflib
         names = [p.name for p in list_experiments(runs_dir)]
         close = difflib.get_close_matches(name, names, n=3)
@@ -52,4 +54,4 @@ def trial_dir(exp_dir: Path, trial_id: int) -> Path:
 def list_experiments(runs_dir: Path) -> list[Path]:
     if not runs_dir.is_dir():
         return []
-    return sorted(p for p in runs_dir.iterdir() if (p / "store.sqlite").exists())
+    return sorted(p for p in runs_dir.iterdir() if (p / STORE_FILE).exists())

@@ -2,7 +2,7 @@
 stdout lines) and result.json.
 
 The driver calls TrialFiles.read_new() while the trial runs and once after it ends (final).
-Each file is read on from where the last read stopped, in bounded memory (hpsearch.lines);
+Each file is read on from where the last read stopped, in bounded memory (hpsearch.ingest.lines);
 state() is stored in the same commit as the records it produced, and TrialFiles(dir, state)
 continues from there after a resume, so every byte is read once. A line that is not a
 report is skipped with a warning naming its file, line and reason (at most MAX_WARNINGS per
@@ -15,10 +15,24 @@ import math
 import os
 from pathlib import Path
 
-from hpsearch.lines import (MAX_LINE, MAX_WARNINGS, AppendedFile, Cursor, Line, excerpt,
-                            limited, read_small)
-from hpsearch.metric_lines import (Malformed, OutOfRange, json_record, loads, number, pairs,
-                                   pairs_record)
+from hpsearch.ingest.lines import (
+    MAX_LINE,
+    AppendedFile,
+    Cursor,
+    Line,
+    excerpt,
+    limited,
+    read_small,
+)
+from hpsearch.ingest.metric_lines import (
+    Malformed,
+    OutOfRange,
+    json_record,
+    loads,
+    number,
+    pairs,
+    pairs_record,
+)
 
 STDOUT_PREFIX = "@hpsearch "
 _PREFIX = STDOUT_PREFIX.encode()
@@ -85,9 +99,9 @@ class TrialFiles:
                 records.append(self._stdout_line(line))
         if final:
             self._final_result = (self._read_result(),)
-        records = [rec for rec in records if rec is not None]
-        self._reported = self._reported or bool(records) or final
-        return records
+        parsed = [rec for rec in records if rec is not None]
+        self._reported = self._reported or bool(parsed) or final
+        return parsed
 
     def result(self) -> dict[str, float] | None:
         """Final metrics: result.json if the trial wrote one, else `@hpsearch result` lines.
@@ -149,9 +163,9 @@ class TrialFiles:
         message = (f"{source}: ignored: {reason}" if line is None else
                    f"{source} line {line.number}: skipped malformed report line: "
                    f"{excerpt(line)} ({reason})")
-        message = limited(self.warned, source, message)
-        if message:
-            self.warnings.append(message)
+        shown = limited(self.warned, source, message)
+        if shown:
+            self.warnings.append(shown)
 
     def _consumed(self) -> int:
         return sum(f.cursor.offset for f in self.files.values())

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from hpsearch.executors.base import Ended
-from hpsearch.spec.model import Retries, Spec
+from hpsearch.spec.model import Resources, Retries
 from hpsearch.trial import EXIT_RESUME
 
 RESUMABLE = ("timeout", "preempted", "interrupted", "node_fail")
@@ -54,7 +54,7 @@ class Attempt:
     nodes: str | None = None
 
     @classmethod
-    def from_row(cls, row: dict) -> "Attempt":
+    def from_row(cls, row: dict) -> Attempt:
         return cls(row["attempt"], row.get("failure"), row.get("exit_code"), row.get("nodes"))
 
 
@@ -88,6 +88,9 @@ class Decision:
 def decide(retries: Retries, this: Attempt, earlier: Iterable[Attempt],
            steps: dict[int, int]) -> Decision:
     """Whether the trial whose attempt `this` just failed runs again."""
+    if this.failure is None:
+        raise ValueError(f"attempt {this.number} has no failure class: only a failed "
+                         "attempt is retried")
     name, rule = retries.rule(this.failure, this.exit_code)
     same = [a for a in [*earlier, this] if a.failure is not None
             and retries.rule(a.failure, a.exit_code)[0] == name and counts(a, steps)]
@@ -106,7 +109,8 @@ class Overrides:
         return "; ".join(self.notes) or None
 
 
-def next_overrides(spec: Spec, history: Iterable[Attempt], steps: dict[int, int]) -> Overrides:
+def next_overrides(retries: Retries, resources: Resources, history: Iterable[Attempt],
+                   steps: dict[int, int]) -> Overrides:
     """The overrides of a trial's next attempt, from all of its failed attempts: each counted
     failure multiplies memory and time by its rule's factors; nodes of attempts whose rule
     says exclude_node are excluded (with the spec's own --exclude)."""
@@ -116,13 +120,13 @@ def next_overrides(spec: Spec, history: Iterable[Attempt], steps: dict[int, int]
     for attempt in history:
         if attempt.failure is None:
             continue
-        rule = spec.retries.rule(attempt.failure, attempt.exit_code)[1]
+        rule = retries.rule(attempt.failure, attempt.exit_code)[1]
         if counts(attempt, steps):
             mem *= rule.mem_factor
             limit *= rule.time_factor
         if rule.exclude_node and attempt.nodes:
             excluded.update(expand(attempt.nodes))
-    res, extra, notes = spec.resources, [], []
+    res, extra, notes = resources, [], []
     if excluded:
         for option in res.sbatch_extra:
             if option.startswith("--exclude="):
@@ -149,7 +153,10 @@ _MEM = re.compile(r"^(\d+)([KMGT]?)B?$", re.I)
 
 def memory_mb(text: str) -> float:
     """A Slurm memory size (4G, 4000, 4000M, 512K, 1T) in megabytes (Slurm's default unit)."""
-    number, unit = _MEM.match(str(text).strip()).groups()
+    found = _MEM.match(str(text).strip())
+    if found is None:
+        raise ValueError(f"not a Slurm memory size: {text!r} (expected e.g. 4G, 4000M, 512K)")
+    number, unit = found.groups()
     return int(number) * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[unit.upper()]
 
 

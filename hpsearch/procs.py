@@ -55,7 +55,8 @@ def find_trial_leader(trial_dir: Path, attempt: int) -> int | None:
         except OSError:
             continue
         env = environ(pid)
-        if env.get("HPSEARCH_TRIAL_DIR") == want_dir and env.get("HPSEARCH_ATTEMPT") == want_attempt:
+        if (env.get("HPSEARCH_TRIAL_DIR") == want_dir
+                and env.get("HPSEARCH_ATTEMPT") == want_attempt):
             return pid
     return None
 

@@ -1,0 +1,103 @@
+"""A trial in flight as the driver knows it, and reading on in what it writes.
+
+The driver keeps one LiveTrial per trial in flight: where reading its files stopped, the
+last value of each metric, the checkpoints seen. LiveTrials.ingest reads what is new and
+stores it, with where reading stopped and what the pruner made of it, in one commit, so a
+resumed driver reads on from there and its pruner decides as this one did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpsearch.executors import retry
+from hpsearch.executors.base import Ended
+from hpsearch.ingest.checkpoints import CheckpointScan
+from hpsearch.ingest.trial_files import TrialFiles, objective_values
+from hpsearch.store.store import Store
+
+if TYPE_CHECKING:
+    from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
+    from hpsearch.pruning.stopper import Stopper
+
+
+@dataclass
+class LiveTrial:
+    """The driver's memory of a trial in flight (rebuilt from store and files on resume)."""
+
+    trial_id: int
+    attempt: int
+    trial_dir: Path
+    files: TrialFiles
+    last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
+    ckpts: CheckpointScan = field(init=False)
+    adopted: bool = False  # in flight when this driver began: it may have ended unseen
+
+    def __post_init__(self) -> None:
+        self.ckpts = CheckpointScan(self.trial_dir)
+
+    def verdict(self, ended: Ended, metrics: list[str]
+                ) -> tuple[list[float] | None, str | None, str | None]:
+        """What an end means: (objective values, error, failure class). A clean exit
+        without the objective is a failure of its own class (no_objective)."""
+        if ended.reason == "exited" and ended.exit_code == 0:
+            last = {name: value for name, (step, value) in self.last.items()}
+            values, error = objective_values(self.files.result(), last, metrics)
+            return values, error, "no_objective" if error else None
+        if ended.reason == "exited":
+            error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail
+                                                      else "")
+        else:  # timeout, launch error, lost, or a scheduler's end (out of memory, node failure)
+            error = ended.detail or ended.reason
+        return None, error, retry.classify(ended)
+
+
+class LiveTrials:
+    """Opens LiveTrials where the store says reading stopped, and ingests what they wrote."""
+
+    def __init__(self, store: Store, metric: str, checkpoints: CheckpointKeeper,
+                 stopper: Stopper | None, on_event: Callable[[str], None]) -> None:
+        """metric: the first objective's, whose value each checkpoint is given."""
+        self.store, self.metric, self.checkpoints = store, metric, checkpoints
+        self.stopper, self.on_event = stopper, on_event
+
+    def open(self, trial_id: int, attempt: int, trial_dir: Path) -> LiveTrial:
+        """A trial's in-flight memory: its files are read on from where the store says
+        reading stopped (earlier attempts, a killed driver), its last values come from it."""
+        saved = self.store.reads(trial_id)
+        live = LiveTrial(trial_id, attempt, trial_dir, TrialFiles(trial_dir, saved.get("files")),
+                         self.store.last_metrics(trial_id))
+        manifest = saved.get("manifest")
+        live.ckpts = CheckpointScan(trial_dir, manifest if isinstance(manifest, dict) else None)
+        return live
+
+    def ingest(self, live: LiveTrial, final: bool = False) -> None:
+        records = live.files.read_new(final=final)
+        found = live.ckpts.new()
+        warnings = live.files.warnings + live.ckpts.warnings
+        live.files.warnings.clear()
+        live.ckpts.warnings.clear()
+        # records, warnings, where reading stopped and what the pruner made of the records:
+        # one commit, so resume reads on from there and the pruner decides as it did
+        with self.store.batch():
+            self.store.add_output(live.trial_id, live.attempt, records, warnings,
+                                  {"files": live.files.unsaved(),
+                                   "manifest": live.ckpts.unsaved()})
+            if self.stopper:
+                self.stopper.observe(live.trial_id, records)
+        for rec in records:
+            for name, value in rec.items():
+                if name not in ("step", "time"):
+                    if name not in live.last or rec["step"] >= live.last[name][0]:
+                        live.last[name] = (rec["step"], value)
+        if found:
+            self.store.add_checkpoints(live.trial_id, live.attempt, found)
+        if live.ckpts.seen and (records or found):
+            self.store.fill_checkpoint_metrics(live.trial_id, self.metric, exact=True)
+        if found and not final:
+            self.checkpoints.remove(self.checkpoints.mark(live.trial_id))
+        for warning in warnings:
+            self.on_event(f"trial {live.trial_id}: {warning}")

@@ -1,0 +1,66 @@
+"""The policies the driver asks, each built from its own part of the spec.
+
+This is where the spec is taken apart (the composition root, with session): the pruner
+gets the `search.pruner` section, the retry rules `retries` and `resources`, the fail-fast
+rule `search.max_failures`, the checkpoint keeper `checkpoints`; none of them sees the
+whole spec, and the driver sees none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from hpsearch.driver.attempts import Attempts, Launches
+from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
+from hpsearch.driver.extent import Extent
+from hpsearch.driver.failfast import FailFast
+from hpsearch.driver.warm_start import load as load_warm_start
+from hpsearch.executors.base import Executor
+from hpsearch.launch.attempt import build_launch
+from hpsearch.pruning.promoter import Promoter
+from hpsearch.pruning.stopper import Stopper
+from hpsearch.search.base import Search
+from hpsearch.spec.model import Spec
+from hpsearch.store.store import Store
+
+
+@dataclass
+class Policies:
+    """What the driver asks, besides the search and the executor."""
+
+    name: str                  # the experiment's, for messages (`hpsearch resume NAME`)
+    metrics: list[str]         # the objectives' metrics, the first one judged by pruners
+    launches: Launches         # (trial id, attempt, params) -> the attempt's Launch
+    checkpoints: CheckpointKeeper
+    attempts: Attempts         # failed, requeued, next
+    stopper: Stopper | None    # early stopping
+    promoter: Promoter | None  # promotion: pause at a rung, resume when promoted
+    extent: Extent             # total, enqueued points, time budget
+    failfast: FailFast
+
+
+def policies(spec: Spec, store: Store, executor: Executor, search: Search,
+             on_event: Callable[[str], None]) -> Policies:
+    """Build each policy from its own section of the spec."""
+    launches = partial(build_launch, spec)
+    objective, study = spec.objectives[0], f"hpsearch-{spec.name}"
+    pruner = spec.search.pruner
+    stopper = (Stopper(pruner, objective, study, store, executor, search, on_event)
+               if pruner.enabled and not pruner.promotion else None)
+    promoter = (Promoter(pruner, objective, study, store, search, on_event)
+                if pruner.promotion else None)
+    return Policies(
+        name=spec.name,
+        metrics=[o.metric for o in spec.objectives],
+        launches=launches,
+        checkpoints=CheckpointKeeper(spec.checkpoints, [o.direction for o in spec.objectives],
+                                     spec.experiment_dir, store, on_event),
+        attempts=Attempts(spec.retries, spec.resources, launches, store, search),
+        stopper=stopper,
+        promoter=promoter,
+        extent=Extent(spec.search, spec.experiment_dir, store, search, on_event,
+                      partial(load_warm_start, spec)),
+        failfast=FailFast(spec.search.max_failures, spec.name, store.state_counts()),
+    )
