@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypedDict, TypeVar
+from typing import Any, TypeVar
 
 from hpsearch.slurm.hostlist import expand
 
@@ -86,30 +86,6 @@ class QueueRecord:
     array_task_id: int | None
     state: str
     reason: str | None  # why it waits (Resources, Priority, ...); None while it runs
-    nodes: tuple[str, ...]
-
-
-class _JobFields(TypedDict):
-    """A JobRecord's fields but its ids: what the records of one line share."""
-
-    name: str
-    state: str
-    raw_state: str
-    exit_code: int | None
-    signal: int | None
-    nodes: tuple[str, ...]
-    reason: str | None
-    submit: datetime | None
-    start: datetime | None
-    end: datetime | None
-    elapsed: float | None
-
-
-class _QueueFields(TypedDict):
-    """A QueueRecord's fields but its ids: what the records of one line share."""
-
-    state: str
-    reason: str | None
     nodes: tuple[str, ...]
 
 
@@ -358,12 +334,12 @@ def _sacct_items(text: str) -> list[tuple[str, JobRecord, bool, datetime | None]
             state = normalize_state(row["State"])
             finished = state in FINISHED_STATES
             exit_code, signal = parse_exit_code(row["ExitCode"]) if finished else (None, None)
-            common = _JobFields(name=row["JobName"], state=state, raw_state=row["State"],
-                                exit_code=exit_code, signal=signal,
-                                nodes=_nodes(row["NodeList"]), reason=_optional(row["Reason"]),
-                                submit=parse_time(row["Submit"]),
-                                start=parse_time(row["Start"]), end=parse_time(row["End"]),
-                                elapsed=parse_elapsed(row["Elapsed"]))
+            common: dict[str, Any] = dict(
+                name=row["JobName"], state=state, raw_state=row["State"],
+                exit_code=exit_code, signal=signal, nodes=_nodes(row["NodeList"]),
+                reason=_optional(row["Reason"]), submit=parse_time(row["Submit"]),
+                start=parse_time(row["Start"]), end=parse_time(row["End"]),
+                elapsed=parse_elapsed(row["Elapsed"]))
         except ValueError as exc:
             raise ValueError(f"sacct line {number}: {exc}: {line!r}") from None
         for job_id, array_job_id, task_id, from_range in ids:
@@ -399,8 +375,8 @@ def parse_squeue(text: str) -> list[QueueRecord]:
         job_id, state, reason, nodes = fields
         try:
             ids = _split_job_id(job_id)
-            common = _QueueFields(state=normalize_state(state), reason=_optional(reason),
-                                  nodes=_nodes(nodes))
+            common: dict[str, Any] = dict(state=normalize_state(state), reason=_optional(reason),
+                                          nodes=_nodes(nodes))
         except ValueError as exc:
             raise ValueError(f"squeue line {number}: {exc}: {line!r}") from None
         for one_id, array_job_id, task_id, from_range in ids:
@@ -543,14 +519,14 @@ def job_records_from_scontrol(fields: dict[str, str]) -> list[JobRecord]:
         finished = state in FINISHED_STATES
         exit_code, signal = (parse_exit_code(fields.get("ExitCode", "")) if finished
                              else (None, None))
-        common = _JobFields(name=fields.get("JobName", ""), state=state, raw_state=raw_state,
-                            exit_code=exit_code, signal=signal,
-                            nodes=_nodes(fields.get("NodeList", "")),
-                            reason=_optional(fields.get("Reason", "")),
-                            submit=parse_time(fields.get("SubmitTime", "")),
-                            start=parse_time(fields.get("StartTime", "")),
-                            end=parse_time(fields.get("EndTime", "")),
-                            elapsed=parse_elapsed(fields.get("RunTime", "")))
+        common: dict[str, Any] = dict(
+            name=fields.get("JobName", ""), state=state, raw_state=raw_state,
+            exit_code=exit_code, signal=signal, nodes=_nodes(fields.get("NodeList", "")),
+            reason=_optional(fields.get("Reason", "")),
+            submit=parse_time(fields.get("SubmitTime", "")),
+            start=parse_time(fields.get("StartTime", "")),
+            end=parse_time(fields.get("EndTime", "")),
+            elapsed=parse_elapsed(fields.get("RunTime", "")))
         ids = _split_job_id(job_id)
     except (KeyError, ValueError) as exc:
         raise ValueError(f"scontrol job record {fields.get('JobId', '?')}: {exc}") from None
