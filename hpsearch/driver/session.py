@@ -268,6 +268,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
                 store = Store(exp_dir / STORE_FILE)
             on_ready()
             spec = with_instance(spec, store)
+            _note_cold_starts(spec, store, on_event)
             driver = driver_for(spec, store, make_executor(spec, store), search, on_event,
                                 leave_on=slurm_job.leave_on(exp_dir) if in_job else None)
             if not in_job:
@@ -282,6 +283,19 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     if driver.left:  # its time limit is near, or it was preempted: another run goes on
         on_event(slurm_job.continue_elsewhere(spec, driver.left))
     return code
+
+
+def _note_cold_starts(spec: Spec, store: Store, on_event: Callable[[str], None]) -> None:
+    """executor.warm on this node without a private folder for its servers (another user
+    made it first, in a shared /tmp): the trials run cold, and the events say why."""
+    if spec.executor.warm is None or spec.executor.type != "local":
+        return  # on Slurm nodes each trial's stderr says it (hpsearch.warm.client)
+    from hpsearch.warm import private_dir_problem, runtime_dir
+    problem = private_dir_problem(runtime_dir())
+    if problem:
+        message = f"warm starts are off on this node, trials run cold: {problem}"
+        store.add_event("warning", message)
+        on_event(message)
 
 
 @contextlib.contextmanager

@@ -12,12 +12,21 @@ a server (the first trial, or the server gone) the client starts one for the nex
 runs this one cold, by exec.
 
 Only the standard library is imported here (the client must start fast).
+
+Other users share the node (docs/security.md): the server's folder must be this user's own,
+owner-only and not a link (else warm starts are off and trials run cold, saying why); its
+lock and log are opened without following links; each end checks that the other runs as
+this user (SO_PEERCRED); and a server serves one Slurm job step only, so it never forks a
+trial into another job's cgroup.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import stat
+import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +34,52 @@ from pathlib import Path
 
 def socket_path(preload: list[str]) -> Path:
     """Where the server for these preloads and this interpreter listens: one per user, per
-    interpreter and per preload list (short: a Unix socket path has ~100 bytes)."""
-    key = hashlib.sha256(f"{sys.executable}\0{','.join(preload)}".encode()).hexdigest()[:16]
+    interpreter, per preload list and per Slurm job step (short: a Unix socket path has
+    ~100 bytes)."""
+    step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
+    key = hashlib.sha256(f"{sys.executable}\0{','.join(preload)}\0{step}".encode()).hexdigest()
+    return runtime_dir() / f"{key[:16]}.sock"
+
+
+def runtime_dir() -> Path:
+    """This user's folder for warm servers: under $XDG_RUNTIME_DIR, else the temp folder."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-    return base / f"hpsearch-warm-{os.getuid()}" / f"{key}.sock"
+    return base / f"hpsearch-warm-{os.geteuid()}"
+
+
+def private_dir_problem(folder: Path) -> str | None:
+    """Make `folder` (owner-only) if it is missing; then why it cannot hold this user's
+    sockets, or None. Another user may have made it first, in a shared /tmp."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return f"cannot create {folder}: {exc.strerror}"
+    try:
+        info = os.lstat(folder)
+    except OSError as exc:
+        return f"cannot check {folder}: {exc.strerror}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{folder} is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{folder} is not a folder"
+    if info.st_uid != os.geteuid():
+        return f"{folder} is owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    if info.st_mode & 0o077:
+        return f"{folder} is open to other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    size = struct.calcsize("3i")
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET,
+                                                          socket.SO_PEERCRED, size))
+    return uid
+
+
+def open_private(path: str, flags: int) -> int:
+    """os.open for the server's lock and log: created owner-only, a link never followed."""
+    return os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -11,6 +11,9 @@ import socket
 import struct
 import subprocess
 import sys
+from pathlib import Path
+
+from hpsearch.warm import open_private, peer_uid, private_dir_problem
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGCONT)
@@ -19,6 +22,9 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signa
 def run(path: str, preload: list[str], argv: list[str], idle_timeout: float) -> int:
     if argv[0].startswith("-") and argv[0] != "-m":  # interpreter options, -c: run cold
         os.execv(sys.executable, [sys.executable] + argv)
+    problem = private_dir_problem(Path(path).parent)
+    if problem:  # someone else's folder: neither our socket nor our environment goes there
+        _cold(argv, f"warm starts are off on this node: {problem}")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
@@ -26,6 +32,9 @@ def run(path: str, preload: list[str], argv: list[str], idle_timeout: float) -> 
         conn.close()
         _start_server(path, preload, idle_timeout)
         os.execv(sys.executable, [sys.executable] + argv)  # this one runs cold
+    if peer_uid(conn) != os.geteuid():  # a socket planted by another user
+        conn.close()
+        _cold(argv, f"the server at {path} does not run as this user")
     body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     conn.sendmsg([struct.pack("!I", len(body)), body],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))])
@@ -44,6 +53,11 @@ def run(path: str, preload: list[str], argv: list[str], idle_timeout: float) -> 
     return int(json.loads(last)["status"])
 
 
+def _cold(argv: list[str], why: str) -> None:
+    print(f"hpsearch.warm: {why}; running cold", file=sys.stderr, flush=True)
+    os.execv(sys.executable, [sys.executable] + argv)
+
+
 def _forward(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
@@ -52,9 +66,13 @@ def _forward(pid: int, sig: int) -> None:
 
 
 def _start_server(path: str, preload: list[str], idle_timeout: float) -> None:
-    log = open(f"{path}.log", "ab") if os.path.isdir(os.path.dirname(path)) else \
-        subprocess.DEVNULL
+    try:  # a link planted in its place must not redirect the server's log
+        log: int = open_private(f"{path}.log", os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        log = subprocess.DEVNULL
     subprocess.Popen([sys.executable, "-m", "hpsearch.warm", "serve", "--socket", path,
                       "--preload", ",".join(preload), "--idle-timeout", str(idle_timeout)],
                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                      close_fds=True)
+    if log != subprocess.DEVNULL:
+        os.close(log)

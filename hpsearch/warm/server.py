@@ -25,14 +25,19 @@ import time
 import traceback
 from pathlib import Path
 
+from hpsearch.warm import open_private, peer_uid, private_dir_problem
+
 MAX_REQUEST = 1 << 22  # 4 MiB of argv + environment
 RECEIVE_TIMEOUT = 10.0  # seconds a client may take to send its request
 
 
 def serve(path: str, preload: list[str], idle_timeout: float) -> int:
     sock_path = Path(path)
-    sock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    lock = open(f"{sock_path}.lock", "w")
+    problem = private_dir_problem(sock_path.parent)
+    if problem:
+        print(f"hpsearch.warm: not serving: {problem}", file=sys.stderr)
+        return 2
+    lock = os.fdopen(open_private(f"{sock_path}.lock", os.O_WRONLY), "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -80,6 +85,10 @@ class _Server:
 
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
+        if peer_uid(conn) != os.geteuid():  # the folder is private: not expected
+            print("hpsearch.warm: refused a client of another user", file=sys.stderr)
+            conn.close()
+            return
         try:
             request, fds = _receive(conn)
         except (OSError, ValueError, RecursionError) as exc:

@@ -1,0 +1,70 @@
+"""Reading a file from shared storage that someone else could have put there.
+
+On a shared cluster an experiment folder can be writable by others (a setgid project folder
+with umask 002, default ACLs), and trials run code hpsearch did not write. A file is read
+only if it is what hpsearch itself would have written there (docs/security.md):
+
+- opened without following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK:
+  a FIFO or a device must not hang the reader), then checked on the open descriptor, so it
+  cannot be swapped between the check and the read;
+- a regular file, owned by the experiment's owner (this process's user unless told
+  otherwise), at most `limit` bytes.
+
+Anything else raises Untrusted with the reason, for an event that names the file; the
+caller skips the file and goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class Untrusted(ValueError):
+    """A file that is not one hpsearch would read: the message says why."""
+
+
+def read_trusted(path: str | os.PathLike[str], limit: int, owner: int | None = None
+                 ) -> bytes | None:
+    """The whole file, or None if there is none. Raises Untrusted if it is a symbolic link,
+    not a regular file, owned by another user than `owner` (default: this process's), or
+    larger than `limit` bytes; OSError if it cannot be read."""
+    owner = os.geteuid() if owner is None else owner
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if _is_link(path):  # ELOOP (Linux), EMLINK (FreeBSD), EFTYPE (macOS)
+            raise Untrusted("a symbolic link") from None
+        raise exc
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        refused = problem(info, limit, owner)
+        if refused:
+            raise Untrusted(refused)
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # it grew after the check
+        raise Untrusted(f"larger than {limit} bytes")
+    return data
+
+
+def problem(info: os.stat_result, limit: int, owner: int) -> str | None:
+    """Why a file with this (l)stat is not read, or None when it may be."""
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_uid != owner:
+        return f"owned by uid {info.st_uid}, not by the experiment's owner (uid {owner})"
+    if info.st_size > limit:
+        return f"larger than {limit} bytes"
+    return None
+
+
+def _is_link(path: str | os.PathLike[str]) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(Path(path)).st_mode)
+    except OSError:
+        return False

@@ -1,0 +1,190 @@
+"""Another user on the same machine (a group member of a shared project folder) cannot steer
+an experiment they do not own: a real second Unix user (useradd, as the Slurm tests' second
+user) writes into the experiment's folder while the owner's search runs.
+
+Needs root (to create and become the second user); not as root these tests skip and say
+why, and under CI=true (CI runs as root) they fail instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_store
+
+OTHER = "hpsearch-other"
+
+
+@pytest.fixture(scope="module")
+def other_uid() -> int:
+    """The uid of a second local user, created if missing."""
+    if os.geteuid() != 0:
+        reason = "needs root to create and become a second Unix user"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        return pwd.getpwnam(OTHER).pw_uid
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        OTHER], check=True, capture_output=True)
+        return pwd.getpwnam(OTHER).pw_uid
+
+
+def _write_as(uid: int, folder: Path, name: str, data: dict) -> None:
+    """As user `uid`, create folder/name with `data`, through a descriptor of the folder
+    opened here (so the second user needs no access to the folders above it)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        # /bin/sh, not this venv's Python: the second user may not read the venv's folders
+        script = 'cd "/proc/self/fd/$1" && set -C && printf "%s" "$3" > "$2" && id -u'
+        proc = subprocess.run(["/bin/sh", "-c", script, "sh", str(fd), name, json.dumps(data)],
+                              pass_fds=[fd], user=uid, capture_output=True, text=True,
+                              check=True)
+        assert int(proc.stdout) == uid  # it really ran as the other user
+    finally:
+        os.close(fd)
+
+
+def test_another_users_request_cannot_grow_a_running_search(cli, other_uid):
+    spec = cli.write_spec("""
+        name: owned
+        command: 'sleep 1; echo "@hpsearch step=0 loss={x}"'
+        search: {strategy: random, trials: 4, parallel: 1, seed: 1,
+                 space: {x: {type: float, low: 0, high: 1}}}
+        objective: {metric: loss}
+        """)
+    driver = cli.popen("submit", spec)
+    exp = cli.runs / "owned"
+    deadline = time.monotonic() + 60
+    while not (exp / "trials").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    folder = exp / "requests"
+    folder.mkdir(exist_ok=True)
+    os.chmod(folder, 0o777)  # as a setgid project folder with umask 002 leaves it
+    name = f"trials-{time.time_ns():020d}-1.json"
+    _write_as(other_uid, folder, name, {"id": "not-the-owner", "total": 30})
+    assert (folder / name).stat().st_uid == other_uid
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 0, out + err
+    experiment, trials = read_store(cli.runs, "owned")
+    assert len(trials) == 4 and experiment.trials_requested == 4
+    events = cli("events", "owned", check=0).stdout
+    assert f"refused request file {folder / name}: owned by uid {other_uid}" in events
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder every user may create in, as /tmp (mode 1777); short, since a Unix socket's
+    path has at most 107 bytes."""
+    import shutil
+    import tempfile
+    shared = Path(tempfile.mkdtemp(prefix="hps-", dir="/tmp"))
+    os.chmod(shared, 0o1777)
+    yield shared
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+def _warm_run(shared: Path, script: Path) -> subprocess.CompletedProcess:
+    """A trial through the warm client, with the temp folder `shared` and no XDG dir."""
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "SLURM_JOB_ID",
+                                                            "SLURM_STEP_ID")}
+    env["TMPDIR"] = str(shared)
+    return subprocess.run([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "json",
+                           "--idle-timeout", "5", "--", str(script), "ok"],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_warm_folder_made_by_another_user_is_not_used(other_uid, tmp_path, shared_tmp,
+                                                          cli):
+    """Another user made the victim's warm folder first, in the shared temp folder: the
+    victim's socket, lock, log and environment must not go there; the trial runs cold and
+    says why."""
+    shared = shared_tmp
+    theirs = shared / f"hpsearch-warm-{os.geteuid()}"
+    fd = os.open(shared, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        subprocess.run(["/bin/sh", "-c", 'cd "/proc/self/fd/$1" && mkdir -m 777 "$2"', "sh",
+                        str(fd), theirs.name], pass_fds=[fd], user=other_uid, check=True)
+    finally:
+        os.close(fd)
+    assert theirs.stat().st_uid == other_uid
+    script = tmp_path / "trial.py"
+    script.write_text("import sys\nprint('ran', sys.argv[1])\n")
+    for _ in range(2):  # the second run would be the warm one
+        proc = _warm_run(shared, script)
+        assert proc.returncode == 0 and proc.stdout == "ran ok\n", proc.stderr
+        assert (f"warm starts are off on this node: {theirs} is owned by uid {other_uid}"
+                in proc.stderr)
+    spec = cli.write_spec("""
+        name: warm-off
+        command: '{python} -c "print(\\"@hpsearch step=0 loss={x}\\")"'
+        search: {strategy: grid, space: {x: {choices: [1, 2]}}}
+        objective: {metric: loss}
+        executor: {type: local, warm: [json]}
+        """)
+    env = {"TMPDIR": str(shared_tmp), "XDG_RUNTIME_DIR": ""}
+    cli("submit", spec, env=env, check=0)
+    events = cli("events", "warm-off", check=0).stdout
+    assert f"warm starts are off on this node, trials run cold: {theirs} is owned" in events
+    assert list(theirs.iterdir()) == []  # no socket, lock or log of the victim's in it
+
+
+def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shared_tmp,
+                                                       monkeypatch):
+    """A server run by another user at the victim's socket path (as if planted) would get
+    the victim's environment and stdio and could forge its metrics: the client checks the
+    server's uid (SO_PEERCRED), sends nothing, and runs the trial cold."""
+    import socket
+    import sys
+
+    from hpsearch.warm import socket_path
+    shared = shared_tmp
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    path = socket_path(["json"])
+    path.parent.mkdir(mode=0o700)  # the victim's own, private folder
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    got_read, got_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the other user's server: listen() records its uid for SO_PEERCRED
+        try:
+            os.close(got_read)
+            os.setgid(other_uid)
+            os.setuid(other_uid)
+            listener.listen(1)
+            conn, _ = listener.accept()
+            conn.settimeout(10)
+            data = b""
+            try:
+                while chunk := conn.recv(65536):
+                    data += chunk
+            except OSError:
+                pass
+            os.write(got_write, str(len(data)).encode())
+        finally:
+            os._exit(0)
+    os.close(got_write)
+    listener.close()
+    script = tmp_path / "trial.py"
+    script.write_text("import sys\nprint('ran', sys.argv[1])\n")
+    time.sleep(0.5)  # the child listens
+    proc = _warm_run(shared, script)
+    received = os.read(got_read, 64)
+    os.close(got_read)
+    os.waitpid(pid, 0)
+    assert proc.returncode == 0 and proc.stdout == "ran ok\n", proc.stderr
+    assert f"the server at {path} does not run as this user; running cold" in proc.stderr
+    assert received == b"0"  # not a byte of the request (argv, environment)
