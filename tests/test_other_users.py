@@ -188,3 +188,31 @@ def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shar
     assert proc.returncode == 0 and proc.stdout == "ran ok\n", proc.stderr
     assert f"the server at {path} does not run as this user; running cold" in proc.stderr
     assert received == b"0"  # not a byte of the request (argv, environment)
+
+
+def test_an_assignment_another_user_drops_in_a_pilots_inbox_is_never_run(other_uid, tmp_path):
+    """A pilot runs what its inbox holds as the owner: a group member who can write the
+    folder must not get a command run that way. The owner's assignment runs; the other
+    user's is left unclaimed, and the pilot's log names it."""
+    from hpsearch.pilot import protocol as p
+    from tests.test_pilot_protocol import REPORT, _driver_beat, _launch, _pilot, _wait_for
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, stderr=subprocess.PIPE, slots_per_node=2)
+    os.chmod(paths.dir("inbox"), 0o777)  # as a group-writable project folder leaves it
+    marker = tmp_path / "ran-as-the-owner"
+    theirs = p.name_of(1, 1)
+    _write_as(other_uid, paths.dir("inbox"), theirs,
+              p.launch_to_dict(_launch(tmp_path, 1, command=f"touch {marker}")))
+    p.write_json(paths.file("inbox", p.name_of(0, 1)),
+                 p.launch_to_dict(_launch(tmp_path, 0, command=REPORT)))
+    _wait_for(lambda: p.names(paths.dir("ended")) == [p.name_of(0, 1)], beat)
+    for _ in range(20):  # the pilot looks at its inbox every few tenths of a second
+        _wait_for(lambda: True, beat)
+        time.sleep(0.1)
+    assert not marker.exists()
+    assert p.names(paths.dir("inbox")) == [theirs]  # never claimed
+    assert p.names(paths.dir("claimed")) == [p.name_of(0, 1)]
+    paths.stop.touch()
+    assert proc.wait(timeout=30) == 0
+    assert f"refused {paths.file('inbox', theirs)}: owned by uid {other_uid}" in \
+        proc.stderr.read()

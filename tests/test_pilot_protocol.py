@@ -171,7 +171,7 @@ REPORT = ("echo \"pilot=$HPSEARCH_PILOT nodes=$SLURM_JOB_NODELIST gpus=$CUDA_VIS
           "sleep 0.3; echo \"@hpsearch step=0 loss=$HPSEARCH_TRIAL_ID\"")
 
 
-def _pilot(tmp_path: Path, **config) -> tuple[p.PilotPaths, subprocess.Popen]:
+def _pilot(tmp_path: Path, stderr=None, **config) -> tuple[p.PilotPaths, subprocess.Popen]:
     """A pilot process for experiment dir tmp_path, as its job would start it, without Slurm
     (one node: this host); a driver heartbeat that the test keeps writing."""
     paths = p.PilotPaths(p.pilots_dir(tmp_path) / "1")
@@ -185,7 +185,7 @@ def _pilot(tmp_path: Path, **config) -> tuple[p.PilotPaths, subprocess.Popen]:
     env["CUDA_VISIBLE_DEVICES"] = "5,7"  # two GPU ids: one per slot
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from hpsearch.pilot.program "
                              "import main; print(main(sys.argv[1]))", str(paths.root)],
-                            env=env, stdout=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     return paths, proc
 
 

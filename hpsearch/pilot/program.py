@@ -25,6 +25,7 @@ import dataclasses
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ class Pilot:
         self.killed = False  # trials still running at the end were stopped
         self.idle_since = time.monotonic()
         self.stopped_for_end: set[int] = set()
+        self.refused: set[str] = set()  # inbox files it will not run (not the driver's)
         self.held_ends: list[tuple[float, str, str, Ended]] = []  # failed ends, told soon
         self.remote: set[int] = set()  # trials whose command runs on another node (srun)
         self.launch_dirs: dict[int, str] = {}  # their trial dirs
@@ -169,9 +171,9 @@ class Pilot:
         if self.absent:
             return  # the driver is away: take no new work until it is back
         for name in p.names(self.paths.dir("inbox")):
-            data = p.read_json(self.paths.file("inbox", name))
-            if data is None:
-                continue  # not a whole assignment: the driver writes atomically, so not ours
+            data = p.read_json(self.paths.file("inbox", name), self._refused)
+            if data is None:  # not a whole assignment (the driver writes atomically), or
+                continue      # not one the driver wrote: another user's is never run
             needed = self._seconds_needed(data)
             if needed > self.end - time.monotonic():
                 continue  # it does not fit the time left; the driver sees it unclaimed
@@ -182,6 +184,11 @@ class Pilot:
                 self.slots.give_back(grant)  # the driver withdrew it first
                 continue
             self._start(name, p.launch_from_dict(data), grant)
+
+    def _refused(self, message: str) -> None:
+        if message not in self.refused:  # once per file, not at every look at the inbox
+            self.refused.add(message)
+            print(f"hpsearch pilot: {message}", file=sys.stderr, flush=True)
 
     def _seconds_needed(self, data: dict) -> float:
         base = self.cfg.get("trial_time")

@@ -32,10 +32,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.executors.base import Launch
+from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.trial import write_json_atomic
 
 PILOTS_DIR = "pilots"
@@ -109,11 +111,21 @@ def write_json(path: Path, data: dict) -> None:
     write_json_atomic(path, data, sync=False)
 
 
-def read_json(path: Path) -> dict | None:
-    """The file's data; None when it is missing or not (yet) whole JSON."""
+MAX_JSON = 16 << 20  # an assignment holds a command line and an environment: ~KBs
+
+
+def read_json(path: Path, on_refused: Callable[[str], None] | None = None) -> dict | None:
+    """The file's data; None when it is missing, not (yet) whole JSON, or not a file this
+    user wrote (another user's, a link, a FIFO, over MAX_JSON: hpsearch.store.trusted). Such
+    a file is never run or obeyed; on_refused(message naming it) is told why."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        raw = read_trusted(path, MAX_JSON)
+        data = json.loads(raw) if raw is not None else None
+    except Untrusted as exc:
+        if on_refused is not None:
+            on_refused(f"refused {path}: {exc}")
+        return None
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
