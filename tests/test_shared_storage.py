@@ -213,10 +213,54 @@ def test_reader_recovers_a_store_left_mid_transaction_in_rollback_mode(tmp_path,
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         con.execute("select count(*) from events").fetchone()
-    reader = Reader(path)
+    before = path.read_bytes(), Path(f"{path}-journal").read_bytes()
+    reader = Reader(path)  # the last commit, read from a private copy rolled back there
     assert reader.experiment().name == "e"
     assert not [e for e in reader.events(limit=10000) if e["kind"] == "junk"]
     reader.close()
+    # the reader wrote nothing: the store and its hot journal are as the driver left them
+    assert (path.read_bytes(), Path(f"{path}-journal").read_bytes()) == before
+    Store(path).close()  # the next driver rolls it back
+    assert not Path(f"{path}-journal").exists()
+
+
+def test_readers_during_commits_where_locks_do_not_reach_them_leave_the_store_intact(
+        tmp_path, monkeypatch):
+    """On BeeGFS, Lustre `localflock` or NFS `nolock` a reader on the login node cannot see
+    the driver's lock, so each of the driver's journals looks hot to it. A reader that
+    rolled one back destroyed the live transaction ("database disk image is malformed").
+    SQLite's unix-none VFS (no locks) stands in for such a filesystem on the driver's side."""
+    monkeypatch.setenv("HPSEARCH_STORAGE", "network")
+    path = tmp_path / STORE_FILE
+    Store.create(path, name="e", spec_yaml="x: 1\n", spec_file="s.yaml", base_dir="/",
+                 strategy="random", directions=["minimize"], trials_requested=3).close()
+    code = ("import sqlite3, sys, time\n"
+            f"c = sqlite3.connect('file:{path}?vfs=unix-none', uri=True, isolation_level=None)\n"
+            "c.execute('PRAGMA cache_size=1')\n"
+            "end = time.monotonic() + 6\n"
+            "n = 0\n"
+            "while time.monotonic() < end:\n"
+            "    c.execute('BEGIN IMMEDIATE')\n"
+            "    for i in range(40):\n"
+            "        c.execute('insert into events (time, kind, message) values (0, ?, ?)',"
+            " ('junk', 'x' * 2000))\n"
+            "    c.execute('COMMIT')\n"
+            "    n += 1\n"
+            "print(n)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    reads = 0
+    while writer.poll() is None:
+        reader = Reader(path)
+        reader.experiment()
+        reader.close()
+        reads += 1
+    commits = int(writer.stdout.read())
+    assert writer.returncode == 0 and commits > 10 and reads > 10
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert check.execute("select count(*) from events where kind = 'junk'").fetchone()[0] \
+        == 40 * commits  # not one commit lost
+    check.close()
 
 
 # -- the driver lock -------------------------------------------------------------------------

@@ -13,15 +13,18 @@ acts only on what is already durable (write-ahead).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hpsearch.errors import NotFound, StorageError
 from hpsearch.store import filesystem
@@ -42,34 +45,78 @@ def _uri(path: Path, query: str) -> str:
     return f"file:{urllib.parse.quote(os.fspath(path), safe='/')}?{query}"
 
 
+T = TypeVar("T")
+HOT_JOURNAL_WAIT = 3.0  # seconds a reader waits for a driver's transaction to end
+
+
 def _open_read_only(path: Path) -> sqlite3.Connection:
-    """A mode=ro connection, in either journal mode. A driver that died in the middle of a
-    transaction in rollback-journal mode leaves a hot journal, which a read-only connection
-    cannot roll back (SQLITE_READONLY_ROLLBACK): a read-write connection that only reads
-    rolls it back first, restoring the last commit as any driver opening the store would."""
+    """A mode=ro connection, in either journal mode. It never writes the store: a hot
+    rollback journal (a driver mid-transaction where locks do not reach this host, as on
+    BeeGFS, Lustre localflock or NFS nolock; or a driver that died mid-transaction) is
+    waited out, then read around: the last commit is read from a private copy of the store
+    and its journal, rolled back there (_open_snapshot). Rolling it back in place could
+    destroy a live driver's transaction; the next driver does that for a dead one."""
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=30,
                                check_same_thread=False)
         conn.execute("select count(*) from sqlite_master").fetchone()
         return conn
-    try:
-        return connect()
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN" and path.is_file():
-            return _open_immutable(path)
-        if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
-            raise
-    try:
-        recover = sqlite3.connect(_uri(path, "mode=rw"), uri=True, timeout=30)  # never creates
+    deadline = time.monotonic() + HOT_JOURNAL_WAIT
+    while True:
         try:
-            recover.execute("select count(*) from sqlite_master").fetchone()
-        finally:
-            recover.close()
-    except sqlite3.OperationalError as exc:
-        raise StorageError(f"{path}: a driver stopped in the middle of a transaction; its "
-                           f"journal is rolled back by `hpsearch resume`, or by a reader with "
-                           f"write access to {path.parent} ({exc})") from None
-    return connect()
+            return connect()
+        except sqlite3.OperationalError as exc:
+            name = getattr(exc, "sqlite_errorname", "")
+            if name == "SQLITE_CANTOPEN" and path.is_file():
+                return _open_immutable(path)
+            if name != "SQLITE_READONLY_ROLLBACK":
+                raise
+        if time.monotonic() > deadline:
+            return _open_snapshot(path)
+        time.sleep(0.05)
+
+
+JOURNAL_HEADER = 28  # bytes: magic, page count, a random nonce per transaction, sizes
+
+
+def _open_snapshot(path: Path) -> sqlite3.Connection:
+    """The last commit of a store whose rollback journal is hot, without touching either:
+    the store, then its journal, are copied into a private temporary folder, checked to
+    belong to one transaction (the journal's header, with its per-transaction nonce, is the
+    same before and after), and rolled back there. A transaction that committed meanwhile
+    (its journal gone or replaced) makes it try again, or read the store as it is now."""
+    journal = path.with_name(path.name + "-journal")
+    for _ in range(20):
+        header = _head(journal)
+        if header is None:  # committed meanwhile: no hot journal any more
+            return sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=30,
+                                   check_same_thread=False)
+        with tempfile.TemporaryDirectory(prefix="hpsearch-read-") as tmp:  # 0700
+            copy = Path(tmp) / path.name
+            try:
+                shutil.copyfile(path, copy)
+                shutil.copyfile(journal, Path(tmp) / journal.name)
+            except FileNotFoundError:
+                continue
+            if _head(Path(tmp) / journal.name) != header:
+                continue  # another transaction's journal: the copies do not match
+            rolled = sqlite3.connect(copy, timeout=30)
+            try:
+                rolled.execute("select count(*) from sqlite_master").fetchone()  # rolls back
+            finally:
+                rolled.close()
+            conn = sqlite3.connect(copy, check_same_thread=False)
+            conn.execute("select count(*) from sqlite_master").fetchone()
+            return conn  # its file stays open; the folder goes with the `with`
+    raise StorageError(f"{path}: its driver commits too often to read a snapshot; try again")
+
+
+def _head(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(JOURNAL_HEADER)
+    except FileNotFoundError:
+        return None
 
 
 def _open_immutable(path: Path) -> sqlite3.Connection:
@@ -89,8 +136,39 @@ def _open_immutable(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _hot_journal(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorname", "") == "SQLITE_READONLY_ROLLBACK"
+
+
+def _reads(method: Callable[..., T]) -> Callable[..., T]:
+    """A Reader's query, around a hot journal: a mode=ro connection cannot read while one
+    is there (a driver mid-transaction that this host cannot see locked, or one that died).
+    Wait for it to go, then read the last commit from a snapshot (_open_snapshot) for this
+    call; the next call reads the store again. The store is never written."""
+    @functools.wraps(method)
+    def reading(self: Reader, *args: Any, **kwargs: Any) -> T:
+        deadline = time.monotonic() + HOT_JOURNAL_WAIT
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if not _hot_journal(exc) or isinstance(self, Store):
+                    raise
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        live, self.db = self.db, sqlite_utils.Database(_open_snapshot(self.path))
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.db.conn.close()
+            self.db = live
+    return reading
+
+
 class Reader:
-    """Read-only access. Opens the file with mode=ro, so it can never write it."""
+    """Read-only access. Opens the file with mode=ro, so it can never write it; reads
+    around a hot journal (_reads) instead of rolling it back."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -218,6 +296,12 @@ def _switch_journal_mode(conn: sqlite3.Connection, wanted: str, wait: float = 5.
 
 # Events of the Slurm executor (hpsearch.executors.slurm_health): trouble began, then ended.
 TROUBLE_KINDS = ("slurm_unreachable", "slurm_limit", "slurm_reachable", "slurm_accepts")
+
+
+for _query in ("experiment", "trials", "trial", "state_counts", "metrics", "objective_curves",
+               "attempts", "all_metrics", "all_attempts", "checkpoints", "checkpoint_steps",
+               "reads", "last_metrics", "events", "pilots", "slurm_trouble"):
+    setattr(Reader, _query, _reads(getattr(Reader, _query)))
 
 
 class Store(Reader):
