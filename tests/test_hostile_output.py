@@ -315,3 +315,35 @@ def test_garbage_gives_a_few_warnings_and_a_fifo_is_never_read(tmp_path):
     with open(tmp_path / "metrics.jsonl", "ab") as fh:
         fh.write(b"more garbage\n")
     assert again.read_new() == [] and again.warnings == []
+
+
+def test_a_fifo_as_stderr_log_does_not_hang_the_driver(cli):
+    """After a trial failed, the driver adds the tail of its stderr.log to the error: it is
+    opened without blocking, so a trial that left a FIFO there (an open that waits for a
+    writer forever) gets a plain failure, and the search goes on."""
+    spec = cli.write_spec("""
+        name: fifo-files
+        command: >-
+          cd "$HPSEARCH_TRIAL_DIR" && rm -f stderr.log && mkfifo stderr.log && exit {code}
+        search: {strategy: grid, space: {code: {choices: [3, 4]}}}
+        objective: {metric: loss}
+        """)
+    proc = cli("submit", spec, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # trials failed; no hang, no crash
+    _, trials = read_store(cli.runs, "fifo-files")
+    assert [(t.state, t.error) for t in trials] == [("failed", "exit code 3"),
+                                                    ("failed", "exit code 4")]
+
+
+def test_an_exit_code_file_that_is_a_fifo_or_endless_is_no_exit_code(tmp_path):
+    """A driver that adopts a trial reads the exit code its shell recorded: a FIFO or a
+    link to /dev/zero in its place is no exit code (the attempt is lost), never a read
+    that blocks or never ends."""
+    from hpsearch.executors.local import LocalExecutor
+    fifo, zero, good = tmp_path / "fifo", tmp_path / "zero", tmp_path / "good"
+    for folder in (fifo, zero, good):
+        folder.mkdir()
+    os.mkfifo(fifo / "exit_code")
+    (zero / "exit_code").symlink_to("/dev/zero")
+    (good / "exit_code").write_text("7\n")
+    assert [LocalExecutor._exit_code_file(d) for d in (fifo, zero, good)] == [None, None, 7]

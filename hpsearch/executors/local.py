@@ -31,6 +31,7 @@ from pathlib import Path
 from hpsearch import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
 from hpsearch.launch.attempt import prepare_trial_dir, shell_body
+from hpsearch.store.trusted import read_trusted
 
 
 @dataclass
@@ -313,8 +314,12 @@ class LocalExecutor(Executor):
 
     @staticmethod
     def _exit_code_file(trial_dir: Path) -> int | None:
+        """The exit code the attempt's shell recorded; None if there is none, or what is
+        there is not a small regular file of this user's (a trial may have put a FIFO or
+        a link to /dev/zero in its place: never a read that blocks or never ends)."""
         try:
-            return int((trial_dir / "exit_code").read_text().strip())
+            raw = read_trusted(trial_dir / "exit_code", 64)
+            return int(raw.strip()) if raw is not None else None
         except (OSError, ValueError):
             return None
 

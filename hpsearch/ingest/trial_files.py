@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 
 from hpsearch.ingest.lines import (
@@ -208,13 +209,16 @@ def rotate_logs(trial_dir: Path, previous_attempt: int) -> None:
 
 def with_stderr_tail(error: str, trial_dir: Path, lines: int = 5) -> str:
     """The error plus the last lines of the attempt's stderr, so `status` shows the cause."""
-    try:
-        with open(trial_dir / "stderr.log", "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 4096))
-            tail = fh.read().decode("utf-8", "replace").splitlines()[-lines:]
+    try:  # never a blocking open (a FIFO) nor an endless read (a link to /dev/zero)
+        fd = os.open(trial_dir / "stderr.log", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return error
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return error
+        fh.seek(0, 2)
+        fh.seek(max(0, fh.tell() - 4096))
+        tail = fh.read(4096).decode("utf-8", "replace").splitlines()[-lines:]
     return error + ("\n" + "\n".join(tail) if tail else "")
 
 
