@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,13 +58,32 @@ def cli(tmp_path: Path) -> Cli:
 #             uses the slurm_cluster / slurm_flat_cluster fixture.
 #   external: runs a program that scripts/test.sh installs with apt as root (a browser, a
 #             container runtime, a real terminal, MPI): the test, a fixture it uses, or a
-#             helper of this repository's tests that either calls, names one of EXTERNAL_TOOLS
-#             as a string and looks it up (shutil.which, directly or through a helper).
-#   slow:     marked by hand (@pytest.mark.slow) on long end-to-end tests.
+#             helper under tests/ that they call names one of EXTERNAL_TOOLS as a string and
+#             looks a program up (shutil.which, itself or through another helper).
+#   slow:     long end-to-end tests: marked by hand (@pytest.mark.slow), or listed in SLOW.
 # `scripts/test.sh --quick` deselects all three; plain `scripts/test.sh` runs everything.
 
 TESTS = Path(__file__).resolve().parent
 CLUSTER_FIXTURES = frozenset({"slurm_cluster", "slurm_flat_cluster"})
+# Marked slow here (node ids, or a prefix: a whole file or every parameter of a test): the
+# longest of the rest, 10 to 200 s each, so that the quick tier stays within a few minutes
+# (docs/testing.md#tiers has the durations). The whole suite still runs them. An entry that
+# no longer names a test is reported as a warning.
+SLOW = (
+    "tests/test_digits_promotion.py",  # PyTorch: trains the digits example in segments
+    "tests/test_digits_ddp.py",  # PyTorch: 2-rank DDP runs under torchrun
+    "tests/test_store_migration.py::test_kill_mid_migration_leaves_the_old_schema_and_next_open_migrates",
+    "tests/test_promotion.py::test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments",
+    "tests/test_optuna_mirror.py",  # Optuna's RDB storage: its schema is slow to create
+    "tests/test_status_truth.py::test_a_killed_driver_shows_interrupted_with_the_resume_command_and_true_end_times",
+    "tests/test_warm.py::test_hostile_requests_are_refused_and_the_server_keeps_serving",
+    "tests/test_pruning.py::test_asha_decisions_are_the_same_when_the_driver_is_killed_repeatedly",
+    "tests/test_snakemake.py::test_module_example_from_the_docs_runs_without_an_activated_venv",
+    "tests/test_bench_search_quality.py::test_minimal_run_prints_the_table_and_the_goal_line",
+    "tests/test_command_length.py::test_ten_thousand_parameters_on_the_command_line_are_refused_up_front",
+    "tests/test_command_length.py::test_slurm_limits_each_argument_and_the_batch_script",
+    "tests/test_faults.py::test_the_store_survives_readers_and_a_writer_killed_again_and_again",
+)
 EXTERNAL_TOOLS = frozenset({"chromium", "chromium-browser", "google-chrome", "ch-run", "tmux",
                             "mpirun"})
 
@@ -151,8 +171,19 @@ def _under_tests_slurm(filename: str) -> bool:
     return TESTS / "slurm" in Path(filename).resolve().parents
 
 
+def _slow_entry(nodeid: str) -> str | None:
+    """The SLOW entry naming this test: equal, or a prefix ending at a file or a test name."""
+    return next((e for e in SLOW if nodeid == e or nodeid.startswith(e)
+                 and nodeid[len(e)] in ":["), None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    used, files = set(), {item.nodeid.split("::")[0] for item in items}
     for item in items:
+        entry = _slow_entry(item.nodeid)
+        if entry is not None:
+            used.add(entry)
+            item.add_marker(pytest.mark.slow)
         fixtures = set(getattr(item, "fixturenames", ()))
         if _under_tests_slurm(str(item.path)) or fixtures & CLUSTER_FIXTURES:
             item.add_marker(pytest.mark.cluster)
@@ -164,3 +195,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tools = set().union(*(_tools_run_by(r) for r in roots if _test_side(r)))
         if tools:
             item.add_marker(pytest.mark.external(*sorted(tools)))
+    for entry in SLOW:
+        if entry not in used and entry.split("::")[0] in files:
+            warnings.warn(pytest.PytestWarning(f"tests/conftest.py SLOW names no test: {entry}"),
+                          stacklevel=1)

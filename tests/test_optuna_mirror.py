@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 from hpsearch.store.store import STORE_FILE, Reader
+from tests.helpers import read_store
 from tests.interop_search import run_search, write_spec
 
 OPTUNA_STATE = {"completed": "COMPLETE", "failed": "FAIL", "pruned": "PRUNED"}
@@ -70,11 +71,16 @@ def test_a_finished_search_mirrors_into_any_storage_once(cli, storage):
 
 
 def test_follow_mirrors_a_running_search_until_its_driver_ends(cli):
-    spec = write_spec(cli, sleep=0.3, parallel=2)
+    spec = write_spec(cli, sleep=1.0, parallel=2)
     driver = cli.popen("submit", spec)
     try:
         deadline = time.time() + 30
         while not (cli.runs / "interop" / STORE_FILE).exists() and time.time() < deadline:
+            time.sleep(0.05)
+        # --follow starts while trials run (on a loaded machine the 8 short trials could
+        # all end before its first sync, and it would never see one running)
+        while time.time() < deadline and not any(
+                t.state == "running" for t in read_store(cli.runs, "interop")[1]):
             time.sleep(0.05)
         url = f"sqlite:///{cli.cwd}/follow.db"
         follow = cli("optuna", "interop", "--storage", url, "--follow", "--interval", "0.2",
