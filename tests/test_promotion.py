@@ -55,6 +55,16 @@ def _spec(cli, name, xs=XS, parallel=1, pause=0.02):
                                       xs=xs, parallel=parallel, pause=pause), f"{name}.yaml")
 
 
+def _reported(runs, name) -> dict[int, list[tuple]]:
+    """trial id -> its stored reports, (step, metric, value), in step order."""
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return {t.id: [(m["step"], m["name"], m["value"]) for m in reader.metrics(t.id)]
+                for t in reader.trials()}
+    finally:
+        reader.close()
+
+
 def _segments(runs, name) -> dict[int, list[tuple]]:
     reader = Reader(runs / name / STORE_FILE)
     try:
@@ -136,8 +146,12 @@ def test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments(cli)
                 segments.items()}
 
     _, reference = read_store(cli.runs, "once")
+    reported = _reported(cli.runs, "once")
     for name in ("fault", "killed"):
         assert rungs(_segments(cli.runs, name)) == rungs(once), name
+        # every step of every trial stored once, with its value: none lost, none twice
+        # (a segment re-launched after a kill reads on from where its files were read)
+        assert _reported(cli.runs, name) == reported, name
         _, trials = read_store(cli.runs, name)
         assert [(t.state, t.objective_values, t.pruner_attrs) for t in trials] == \
             [(t.state, t.objective_values, t.pruner_attrs) for t in reference]

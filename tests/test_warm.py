@@ -134,6 +134,19 @@ def _children_of_server(runtime_dir: str) -> list[int]:
     return [int(pid) for pid in found if int(pid) not in servers and _ppid(int(pid)) in servers]
 
 
+def _server_of(runtime_dir: str) -> int:
+    """The pid of the one warm server under runtime_dir (waits for it to come up)."""
+    deadline = time.monotonic() + 20
+    while True:
+        found = subprocess.run(["pgrep", "-f", "--", f"--socket {runtime_dir}/"],
+                               capture_output=True, text=True).stdout.split()
+        servers = [int(pid) for pid in found if _ppid(int(pid)) == 1]
+        if len(servers) == 1:
+            return servers[0]
+        assert time.monotonic() < deadline, f"warm servers: {servers}"
+        time.sleep(0.1)
+
+
 def _ppid(pid: int) -> int:
     try:
         return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -176,7 +189,7 @@ def test_hostile_requests_are_refused_and_the_server_keeps_serving(runtime_dir, 
     import struct
     from pathlib import Path
     env = {**os.environ, "XDG_RUNTIME_DIR": runtime_dir}
-    (tmp_path / "ok.py").write_text("import sys\nsys.exit(7)\n")
+    (tmp_path / "ok.py").write_text("import os, sys\nprint(os.getppid())\nsys.exit(7)\n")
     run = [sys.executable, "-m", "hpsearch.warm", "run", "--preload", "fractions", "--",
            str(tmp_path / "ok.py")]
     assert subprocess.run(run, env=env).returncode == 7  # cold: starts the server
@@ -185,6 +198,7 @@ def test_hostile_requests_are_refused_and_the_server_keeps_serving(runtime_dir, 
         assert time.monotonic() < deadline, "no warm server came up"
         time.sleep(0.1)
     path = str(next(Path(runtime_dir).glob("*/*.sock")))
+    server = _server_of(runtime_dir)
     fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))]
 
     def send(head: bytes, body: bytes = b"", with_fds: bool = True) -> bytes:
@@ -214,3 +228,6 @@ def test_hostile_requests_are_refused_and_the_server_keeps_serving(runtime_dir, 
     assert _children_of_server(runtime_dir) == []  # nothing was forked
     proc = subprocess.run(run, env=env, capture_output=True, text=True)
     assert proc.returncode == 7 and "running cold" not in proc.stderr, proc.stderr
+    # the same server forked it: a server that died would be replaced, and the trial run
+    # cold, by exec, with the test as its parent
+    assert int(proc.stdout) == server and _server_of(runtime_dir) == server
