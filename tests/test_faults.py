@@ -87,7 +87,9 @@ def _mount_tmpfs(path: Path, options: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root (scripts/test.sh runs as root)")
     path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+    # mode=0700: a tmpfs root is 1777 by default, a runs dir others may write (refused)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"{options},mode=0700", "tmpfs",
+                           str(path)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")

@@ -341,7 +341,7 @@ def test_a_full_runs_dir_is_a_clear_error_and_nothing_lands_elsewhere(cli):
     (cli.cwd / "q.yaml").write_text(GOOD)
     before = set(os.listdir(cli.cwd))
     results = _in_private_mount(
-        cli, f"mkdir -p {cli.runs} && mount -t tmpfs -o size=64k tmpfs {cli.runs} && "
+        cli, f"mkdir -p {cli.runs} && mount -t tmpfs -o size=64k,mode=0700 tmpfs {cli.runs} && "
              f"head -c 60000 /dev/zero > {cli.runs}/filler", "submit q.yaml")
     ((code, err),) = results
     assert code == 1 and "Traceback" not in err, err

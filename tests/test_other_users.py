@@ -216,3 +216,56 @@ def test_an_assignment_another_user_drops_in_a_pilots_inbox_is_never_run(other_u
     assert proc.wait(timeout=30) == 0
     assert f"refused {paths.file('inbox', theirs)}: owned by uid {other_uid}" in \
         proc.stderr.read()
+
+
+SMALL = """
+    name: {name}
+    command: 'echo "@hpsearch step=0 loss={{x}}"'
+    search: {{strategy: grid, space: {{x: {{choices: [1]}}}}}}
+    objective: {{metric: loss}}
+    """
+
+
+def test_experiment_folders_are_private_whatever_the_umask(cli, other_uid):
+    """Under a project space's umask 002 the runs dir and the experiment folder are made
+    0700: another user can neither list nor read anything of the experiment."""
+    old = os.umask(0o002)  # group-writable by default
+    try:
+        cli("submit", cli.write_spec(SMALL.format(name="private")), check=0)
+    finally:
+        os.umask(old)
+    for folder in (cli.runs, cli.runs / "private"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    store = cli.runs / "private" / "store.sqlite"
+    os.chmod(cli.cwd, 0o755)  # the project folder above the runs dir: open to all
+    fd = os.open(cli.cwd, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # as the other user, from a folder it is given (not the ones above it)
+        proc = subprocess.run(["/bin/sh", "-c", 'cd "/proc/self/fd/$1" && ls hpsearch-runs; '
+                               'cat hpsearch-runs/private/store.sqlite', "sh", str(fd)],
+                              pass_fds=[fd], user=other_uid, capture_output=True, text=True)
+    finally:
+        os.close(fd)
+    assert proc.stdout == "" and proc.stderr.count("Permission denied") == 2, proc.stderr
+    assert store.stat().st_size > 0
+
+
+def test_a_folder_others_can_write_or_own_is_refused_with_how_to_fix_it(cli, other_uid):
+    spec = cli.write_spec(SMALL.format(name="refused"))
+    cli.runs.mkdir()
+    os.chmod(cli.runs, 0o775)  # group-writable: a group member could make 'refused' first
+    proc = cli("submit", spec, check=2)
+    assert f"runs dir {cli.runs} is writable by others (mode 775)" in proc.stderr
+    assert f"chmod go-w {cli.runs}" in proc.stderr
+    assert list(cli.runs.iterdir()) == []  # nothing made, nothing half-written
+    os.chmod(cli.runs, 0o700)
+    (cli.runs / "refused").mkdir()
+    os.chown(cli.runs / "refused", other_uid, -1)  # as if another user had made it first
+    proc = cli("submit", spec, check=2)
+    assert (f"experiment folder {cli.runs / 'refused'} belongs to uid {other_uid}"
+            in proc.stderr), proc.stderr
+    assert list((cli.runs / "refused").iterdir()) == []
+    (cli.runs / "refused").rmdir()
+    (cli.runs / "refused").symlink_to(cli.cwd)
+    proc = cli("submit", spec, check=2)
+    assert "is a symbolic link" in proc.stderr
+    assert not (cli.cwd / "driver.lock").exists() and not (cli.cwd / "store.sqlite").exists()

@@ -93,7 +93,7 @@ def delete(args) -> int:
             print(f"not deleted: you did not type '{args.name}'", file=sys.stderr)
             return EXIT_INCOMPLETE
     lock = runs.DriverLock(exp_dir)
-    lock.acquire()  # no driver can start while we delete; Conflict if one just did
+    lock.acquire(private=False)  # no driver can start while we delete; Conflict if one just did
     try:
         left = _refuse_if_in_flight(exp_dir, args.force)  # again: a driver may have run
         if exp_dir.is_symlink():

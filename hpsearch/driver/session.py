@@ -394,7 +394,7 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
         if lock.holder() == pid:
             raise Conflict(f"driver pid {pid} did not stop within {wait:g}s")
         return f"stopped the driver (pid {pid}); its running trials were cancelled"
-    lock.acquire()  # takes over a stale lock; refuses (Conflict) one it cannot judge
+    lock.acquire(private=False)  # takes over a stale lock; refuses (Conflict) one it cannot judge
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])

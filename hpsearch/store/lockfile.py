@@ -58,6 +58,7 @@ from pathlib import Path
 from hpsearch.errors import EXIT_INCOMPLETE, Conflict, StorageError
 from hpsearch.procs import start_time
 from hpsearch.store.filesystem import storage_override
+from hpsearch.store.private import make_private
 
 LOCK_FILE = "driver.lock"
 FORMAT = 1
@@ -218,12 +219,17 @@ class DriverLock:
         return self.path.parent.name
 
     # -- the driver's side -----------------------------------------------------------------
-    def acquire(self) -> None:
+    def acquire(self, private: bool = True) -> None:
         """Take the lock (taking over a stale one) and start the heartbeat. Raises Conflict
-        while a live driver holds it, StorageError where it cannot be created."""
+        while a live driver holds it, StorageError where it cannot be created. private (a
+        driver): make the runs dir and experiment folder owner-only, and refuse (BadInput)
+        ones another user owns or may write; `cancel` and `delete` only clean up."""
         storage_override()  # a bad HPSEARCH_STORAGE is exit 2 before anything is created
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if private:
+                make_private(self.path.parent)  # 0700; another user's or open folder: exit 2
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             record = LockRecord.mine(self.name)
             for _ in range(5):
                 fd = _create(self.path, record)

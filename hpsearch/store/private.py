@@ -1,0 +1,53 @@
+"""An experiment's folders are its owner's alone (docs/security.md).
+
+A driver makes the runs dir and the experiment folder owner-only (0700, whatever the
+umask: a project space's `umask 002` would leave them group-writable), and refuses to run in
+one that another user owns or may write: there, a group member could plant requests, pilot
+assignments or links, or make the folder first and own it. The refusal says how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from hpsearch.errors import BadInput
+
+
+def make_private(exp_dir: Path) -> None:
+    """Create the runs dir and the experiment folder (0700) where missing; raise BadInput
+    (exit 2) if either is another user's, or writable by others, or the experiment folder
+    is a symbolic link."""
+    runs_dir = exp_dir.parent
+    if not runs_dir.exists():
+        runs_dir.parent.mkdir(parents=True, exist_ok=True)  # above the runs dir: not ours
+        _mkdir(runs_dir)
+    _check(runs_dir, os.stat(runs_dir), "runs dir")  # a link to scratch space is fine
+    if not os.path.lexists(exp_dir):
+        _mkdir(exp_dir)
+    _check(exp_dir, os.lstat(exp_dir), "experiment folder")
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:  # made meanwhile (by whom: _check says)
+        pass
+
+
+def _check(path: Path, info: os.stat_result, what: str) -> None:
+    me = os.geteuid()
+    if stat.S_ISLNK(info.st_mode):
+        raise BadInput(f"{what} {path} is a symbolic link: hpsearch makes it itself; remove "
+                       "it, or use another --runs-dir")
+    if not stat.S_ISDIR(info.st_mode):
+        raise BadInput(f"{what} {path} is not a folder")
+    if info.st_uid != me:
+        raise BadInput(f"{what} {path} belongs to uid {info.st_uid}, not to you (uid {me}): "
+                       "another user could steer this search; use a runs dir of your own "
+                       "(--runs-dir or HPSEARCH_RUNS_DIR)")
+    if info.st_mode & 0o022:
+        raise BadInput(f"{what} {path} is writable by others (mode "
+                       f"{stat.S_IMODE(info.st_mode):o}): another user could steer this "
+                       f"search; make it yours alone: chmod go-w {path}")
