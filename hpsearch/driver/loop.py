@@ -148,8 +148,10 @@ class Driver:
             if not self.live:
                 self.extent.take()  # a request that came at the end (resume --trials)
                 self._fill_slots()
-                if not self.live:
-                    return  # nothing running, nothing left to launch
+                # nothing running, nothing left to launch; unless the executor has no room
+                # yet for what is (pilots at their maximum, winding down): wait for it
+                if not self.live and self.executor.free_slots() > 0:
+                    return
             self._handle(self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())))
             if time.monotonic() >= next_ingest:
                 for live in list(self.live.values()):
