@@ -335,8 +335,9 @@ def test_a_lock_that_cannot_be_created_is_a_clear_error(cli):
     cli.runs.parent.mkdir(parents=True, exist_ok=True)
     cli.runs.write_text("a file where the runs dir should be\n")
     proc = cli("submit", spec, env=NETWORK)
-    assert proc.returncode != 0
-    assert "cannot write the driver lock" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2  # checked before the lock is written (store/private.py)
+    assert f"runs dir {cli.runs} is not a folder" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_driver_whose_lock_was_taken_over_exits_at_once(cli):
