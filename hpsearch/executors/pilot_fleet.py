@@ -2,8 +2,13 @@
 
 A pilot is stored `submitting` before its sbatch, with its job id right after; its name
 (`hps.<experiment>.<tag>.pilot.<n>`) finds it again if the driver died in between. It is
-`running` once its heartbeat comes, and `ended` when it wrote its exit, when sacct says its
-job ended, or when its heartbeat has been silent for `lost_after` (it is then cancelled).
+`running` once its heartbeat comes, and `ended` when it wrote its exit, or when Slurm says its
+job ended: sacct's state is final AND squeue no longer lists it (a job COMPLETING during
+KillWait still has processes writing). A pilot whose heartbeat has been silent for
+`lost_after` is cancelled but not ended: scancel may fail, and a silent pilot may only be
+slow (a stopped process, a hung file system), its trials still running. Its trials are
+retried only once Slurm confirms the job gone, so one trial dir never has two attempts
+writing it (issue 22).
 How many pilots to have is hpsearch.pilot.supply's business, not this file's.
 """
 
@@ -67,6 +72,7 @@ class PilotJob:
     watch: p.Watch = field(init=False)
     stop_sent: bool = False
     ended_as: str | None = None  # Slurm's final state, once known
+    lost: str | None = None  # why the driver gave it up; it ends once Slurm confirms it gone
 
     def __post_init__(self) -> None:
         self.watch = p.Watch(self.paths.heartbeat)
@@ -78,7 +84,8 @@ class PilotJob:
     def accepting(self) -> bool:
         """May trials still be bound to it (now, or once it runs)?"""
         return (self.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING, r.PILOT_RUNNING)
-                and not self.stop_sent and self.heartbeat.get("state", "running") == "running")
+                and not self.stop_sent and self.lost is None
+                and self.heartbeat.get("state", "running") == "running")
 
     def remaining(self) -> float:
         """Seconds the pilot has left, as its last heartbeat said, less the time since."""
@@ -214,13 +221,20 @@ class Fleet:
             gone = p.read_json(pilot.paths.exit)
             if gone is not None:
                 ended.append(self._ended(pilot, None, f"it left: {gone.get('reason')}"))
-            elif pilot.state == r.PILOT_RUNNING and pilot.watch.silent_for() > self.lost_after:
-                self._scancel(pilot)
-                ended.append(self._ended(pilot, None, f"its heartbeat was silent for "
-                                                      f"{self.lost_after:g} s; cancelled"))
+            elif (pilot.state == r.PILOT_RUNNING and pilot.lost is None
+                  and pilot.watch.silent_for() > self.lost_after):
+                self._give_up(pilot)
         if time.monotonic() >= self.next_query:
             ended += self._query()
         return ended
+
+    def _give_up(self, pilot: PilotJob) -> None:
+        pilot.lost = f"its heartbeat was silent for {self.lost_after:g} s"
+        self._scancel(pilot)
+        self.next_query = 0.0  # ask Slurm at once
+        self.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}): "
+                                              f"{pilot.lost}; cancelled; its trials run again "
+                                              "once Slurm confirms the job ended"))
 
     def _query(self) -> list[PilotJob]:
         self.next_query = time.monotonic() + self.job.executor.poll_interval
@@ -229,15 +243,26 @@ class Fleet:
             return []
         try:
             records = self.slurm.sacct(list(jobs))
+            if records is None:  # no accounting: a lost pilot ends when squeue drops it
+                final = {pilot.job_id: None for pilot in jobs.values() if pilot.lost}
+            else:
+                final = {rec.job_id: rec for rec in records
+                         if rec.finished and rec.job_id in jobs}
+            queued = {q.job_id for q in self.slurm.squeue(final)} if final else set()
         except SlurmError as exc:
             self.next_query = time.monotonic() + self.health.query_failed(exc)
             return []
         ended = []
-        for rec in records or []:
-            pilot = jobs.get(rec.job_id)
-            if pilot is not None and rec.finished and pilot.id in self.pilots:
-                ended.append(self._ended(pilot, rec.state, f"Slurm job {rec.job_id} "
-                                                           f"{rec.raw_state}"))
+        for job_id, rec in final.items():
+            pilot = jobs[job_id]
+            if job_id in queued or pilot.id not in self.pilots:
+                continue  # COMPLETING: its processes may still write
+            why = f"Slurm job {job_id} {rec.raw_state}" if rec else f"Slurm job {job_id} gone"
+            ended.append(self._ended(pilot, rec.state if rec else None,
+                                     f"{pilot.lost}; {why}" if pilot.lost else why))
+        for pilot in jobs.values():
+            if pilot.lost and pilot.id in self.pilots:
+                self._scancel(pilot)  # again: the last one may have failed
         return ended
 
     def _ended(self, pilot: PilotJob, slurm_state: str | None, why: str) -> PilotJob:
