@@ -25,7 +25,7 @@ from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
-from hpsearch.slurm.parse import parse_time_limit
+from hpsearch.slurm.parse import JobRecord, parse_time_limit
 from hpsearch.spec.model import Pilots, SlurmJob
 from hpsearch.store import rows as r
 
@@ -241,10 +241,11 @@ class Fleet:
         jobs = {pilot.job_id: pilot for pilot in self.pilots.values() if pilot.job_id}
         if not jobs:
             return []
+        final: dict[str, JobRecord | None]
         try:
             records = self.slurm.sacct(list(jobs))
             if records is None:  # no accounting: a lost pilot ends when squeue drops it
-                final = {pilot.job_id: None for pilot in jobs.values() if pilot.lost}
+                final = {job_id: None for job_id, pilot in jobs.items() if pilot.lost}
             else:
                 final = {rec.job_id: rec for rec in records
                          if rec.finished and rec.job_id in jobs}
