@@ -19,6 +19,7 @@ Files in $HPSEARCH_TRIAL_DIR:
     checkpoints/     $HPSEARCH_CHECKPOINT_DIR
     checkpoints.jsonl  one JSON object per saved checkpoint: {"step": 3, "path": "step-00000003.pt"}
     STOP             asks the trial to stop early: written when search.pruner rejects it
+                     (obeyed only if it is a regular file of this user's, not a link)
     stdout.log, stderr.log, exit_code
 
 A trial in another language reports by appending the same JSON lines to metrics.jsonl, or
@@ -36,6 +37,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -257,7 +259,29 @@ def should_stop() -> bool:
     process got SIGTERM/SIGUSR1/SIGUSR2 (cancel, time limit, preemption): save a checkpoint
     and exit. The first call installs the signal handlers; call it once early."""
     _install_handlers()
-    return _stop_signal is not None or (trial_dir() / "STOP").exists()
+    return _stop_signal is not None or _stop_file()
+
+
+_refused_stop: str | None = None  # why a STOP file was not obeyed, told once on stderr
+
+
+def _stop_file() -> bool:
+    """Whether the driver's STOP file is there: a regular file of this user's (lstat, so a
+    link is not followed nor a FIFO opened). Another user's file there stops nothing."""
+    global _refused_stop
+    path = trial_dir() / "STOP"
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+        return True
+    why = "not a regular file" if not stat.S_ISREG(info.st_mode) else \
+        f"owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})"
+    if why != _refused_stop:
+        _refused_stop = why
+        print(f"hpsearch.trial: ignored {path}: {why}", file=sys.stderr, flush=True)
+    return False
 
 
 def interrupted() -> str | None:

@@ -339,11 +339,24 @@ def test_an_exit_code_file_that_is_a_fifo_or_endless_is_no_exit_code(tmp_path):
     """A driver that adopts a trial reads the exit code its shell recorded: a FIFO or a
     link to /dev/zero in its place is no exit code (the attempt is lost), never a read
     that blocks or never ends."""
-    from hpsearch.executors.local import LocalExecutor
+    from hpsearch.launch.attempt import read_exit_code
     fifo, zero, good = tmp_path / "fifo", tmp_path / "zero", tmp_path / "good"
     for folder in (fifo, zero, good):
         folder.mkdir()
     os.mkfifo(fifo / "exit_code")
     (zero / "exit_code").symlink_to("/dev/zero")
-    (good / "exit_code").write_text("7\n")
-    assert [LocalExecutor._exit_code_file(d) for d in (fifo, zero, good)] == [None, None, 7]
+    (good / "exit_code").write_text("7 2\n")
+    assert [read_exit_code(d, 2) for d in (fifo, zero, good)] == [None, None, 7]
+
+
+def test_an_exit_code_of_another_attempt_is_not_this_attempts_end(tmp_path):
+    """The exit code file names its attempt: attempt 1's (not yet set aside, or as a stale
+    NFS cache of the trial dir still shows it) is never read as attempt 2's end; a file of
+    an older hpsearch, without the attempt, is read as before."""
+    from hpsearch.launch.attempt import EXIT_TRAP, read_exit_code
+    env = {**os.environ, "HPSEARCH_TRIAL_DIR": str(tmp_path), "HPSEARCH_ATTEMPT": "1"}
+    subprocess.run(["/bin/sh", "-c", EXIT_TRAP + "exit 3"], env=env, check=False)
+    assert (tmp_path / "exit_code").read_text() == "3 1\n"
+    assert read_exit_code(tmp_path, 1) == 3 and read_exit_code(tmp_path, 2) is None
+    (tmp_path / "exit_code").write_text("5\n")
+    assert read_exit_code(tmp_path, 2) == 5

@@ -37,6 +37,17 @@ def other_uid() -> int:
         return pwd.getpwnam(OTHER).pw_uid
 
 
+def _run_as(uid: int, folder: Path, script: str, *args: str) -> None:
+    """As user `uid`, run the sh `script` in `folder` (given as a descriptor opened here, so
+    the second user needs no access to the folders above it)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        subprocess.run(["/bin/sh", "-c", f'cd "/proc/self/fd/$0" && {script}', str(fd), *args],
+                       pass_fds=[fd], user=uid, check=True, capture_output=True)
+    finally:
+        os.close(fd)
+
+
 def _write_as(uid: int, folder: Path, name: str, data: dict) -> None:
     """As user `uid`, create folder/name with `data`, through a descriptor of the folder
     opened here (so the second user needs no access to the folders above it)."""
@@ -143,7 +154,6 @@ def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shar
     the victim's environment and stdio and could forge its metrics: the client checks the
     server's uid (SO_PEERCRED), sends nothing, and runs the trial cold."""
     import socket
-    import sys
 
     from hpsearch.warm import socket_path
     shared = shared_tmp
@@ -269,3 +279,120 @@ def test_a_folder_others_can_write_or_own_is_refused_with_how_to_fix_it(cli, oth
     proc = cli("submit", spec, check=2)
     assert "is a symbolic link" in proc.stderr
     assert not (cli.cwd / "driver.lock").exists() and not (cli.cwd / "store.sqlite").exists()
+
+
+# -- files whose presence is the signal, and trial output (issue 22, item 3) ----------------
+
+def test_a_stop_and_a_cancel_another_user_plants_in_a_pilot_dir_are_not_obeyed(other_uid,
+                                                                                 tmp_path):
+    """A group member who can write a pilot's folder must not stop the pilot nor cancel its
+    trials: their `stop` and `cancel/T.A.json` are passed over, and so is a FIFO as `stop`
+    (looked at with lstat, never opened); the pilot's log names each once. The owner's
+    `stop` still works."""
+    from hpsearch.pilot import protocol as p
+    from tests.test_pilot_protocol import REPORT, _driver_beat, _launch, _pilot, _wait_for
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, stderr=subprocess.PIPE)
+    for folder in (paths.root, paths.dir("cancel")):
+        os.chmod(folder, 0o777)  # as a group-writable project folder leaves them
+    name = p.name_of(0, 1)
+    p.write_json(paths.file("inbox", name),
+                 p.launch_to_dict(_launch(tmp_path, 0, command="sleep 3; " + REPORT)))
+    _wait_for(lambda: p.names(paths.dir("started")) == [name], beat)
+    _write_as(other_uid, paths.dir("cancel"), name, {})
+    _write_as(other_uid, paths.root, "stop", {})
+    _wait_for(lambda: p.names(paths.dir("ended")) == [name], beat)
+    assert p.read_json(paths.file("ended", name))["reason"] == "exited"  # not cancelled
+    os.unlink(paths.stop)
+    _run_as(other_uid, paths.root, "mkfifo stop")
+    for _ in range(10):  # the pilot looks at `stop` every few hundredths of a second
+        _wait_for(lambda: True, beat)
+        time.sleep(0.1)
+    assert proc.poll() is None and p.read_json(paths.heartbeat)["state"] == "running"
+    os.unlink(paths.stop)
+    paths.stop.touch()  # the owner's
+    assert proc.wait(timeout=30) == 0
+    assert p.read_json(paths.exit)["reason"] == "the driver asked it to stop"
+    log = proc.stderr.read()
+    for refused in (f"{paths.file('cancel', name)}: owned by uid {other_uid}",
+                    f"{paths.stop}: owned by uid {other_uid}",
+                    f"{paths.stop}: not a regular file"):
+        assert log.count(f"refused {refused}") == 1, log
+
+
+def test_trial_output_another_user_wrote_is_not_read(other_uid, tmp_path):
+    """metrics.jsonl, checkpoints.jsonl and result.json another user put in a trial dir
+    give no metric, checkpoint or result; one warning names each. The owner's stdout.log
+    beside them is read."""
+    from hpsearch.ingest.checkpoints import CheckpointScan
+    from hpsearch.ingest.trial_files import TrialFiles
+    from hpsearch.trial import CHECKPOINT_MANIFEST
+    trial_dir = tmp_path / "trial"
+    trial_dir.mkdir(mode=0o777)
+    os.chmod(trial_dir, 0o777)
+    _write_as(other_uid, trial_dir, "metrics.jsonl", {"step": 0, "loss": 0.125})
+    _write_as(other_uid, trial_dir, "result.json", {"loss": 0.125})
+    _write_as(other_uid, trial_dir, CHECKPOINT_MANIFEST, {"step": 9, "path": "step-9"})
+    (trial_dir / "stdout.log").write_text("@hpsearch step=1 loss=0.5\n")
+    files = TrialFiles(trial_dir)
+    assert [r["loss"] for r in files.read_new(final=True)] == [0.5]
+    assert files.result() is None
+    owned = f"owned by uid {other_uid}, not by the experiment's owner (uid {os.geteuid()})"
+    assert files.warnings == [f"metrics.jsonl: ignored: {owned}; not read",
+                              f"result.json: ignored: {owned}"]
+    scan = CheckpointScan(trial_dir)
+    (trial_dir / "checkpoints").mkdir()
+    (trial_dir / "checkpoints" / "step-9").write_text("weights")
+    assert [c["step"] for c in scan.new()] == [9]  # by its name, not by their manifest
+    assert scan.steps == {} and scan.warnings == [f"{CHECKPOINT_MANIFEST}: {owned}; not read"]
+
+
+def test_a_stop_file_another_user_wrote_does_not_stop_a_trial(other_uid, tmp_path):
+    trial_dir = tmp_path / "trial"
+    trial_dir.mkdir()
+    os.chmod(trial_dir, 0o777)
+    _write_as(other_uid, trial_dir, "STOP", {})
+    code = "from hpsearch import trial; print(trial.should_stop(), trial.should_stop())"
+    env = {**os.environ, "HPSEARCH_TRIAL_DIR": str(trial_dir)}
+
+    def should_stop() -> subprocess.CompletedProcess:
+        import sys
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=60, check=True)
+    proc = should_stop()
+    assert proc.stdout == "False False\n"
+    assert proc.stderr == (f"hpsearch.trial: ignored {trial_dir / 'STOP'}: owned by uid "
+                           f"{other_uid}, not by this user (uid {os.geteuid()})\n")  # once
+    (trial_dir / "STOP").unlink()
+    (trial_dir / "STOP").touch()  # the driver's
+    assert should_stop().stdout == "True True\n"
+
+
+def test_a_cancel_request_another_user_wrote_cancels_nothing(other_uid, tmp_path, capfd):
+    """A driver job reads `cancel.request` when Slurm sends it SIGTERM: another user's file
+    must not turn a preemption into a cancel. `hpsearch cancel` replaces whatever is at the
+    request's path (a link included) instead of writing through it."""
+    from hpsearch.driver import slurm_job
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    os.chmod(exp, 0o777)
+    _write_as(other_uid, exp, slurm_job.CANCEL_REQUEST, {})
+    assert not slurm_job.cancel_requested(exp)
+    assert not slurm_job.cancel_requested(exp)
+    assert capfd.readouterr().err.count(f"refused {exp / slurm_job.CANCEL_REQUEST}: owned "
+                                         f"by uid {other_uid}") == 1
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (exp / slurm_job.CANCEL_REQUEST).unlink()
+    (exp / slurm_job.CANCEL_REQUEST).symlink_to(victim)
+    assert not slurm_job.cancel_requested(exp)
+    slurm_job.request_cancel(exp)
+    assert victim.read_text() == "precious" and slurm_job.cancel_requested(exp)
+
+
+def test_another_users_pilot_pickle_is_never_loaded(other_uid, tmp_path):
+    """submitit would unpickle, and so run, whatever is at the pilot's pickle path."""
+    from tests.test_pilot_submitted import assert_refused, run_on_node, submitted
+    folder, pickle, marker = submitted(tmp_path)
+    os.chown(pickle, other_uid, -1)
+    assert_refused(run_on_node(folder), pickle, marker, f"owned by uid {other_uid}")

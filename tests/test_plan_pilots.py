@@ -70,7 +70,7 @@ def test_plan_prints_the_pilot_batch_script_of_the_golden_file(cli, case):
     assert "srun" not in script and "--signal" not in script
     for line in ("#SBATCH --no-requeue", f"#SBATCH --nodes={CASES[case]['nodes']}",
                  "#SBATCH --ntasks-per-node=1", "#SBATCH --time=00:05:00",
-                 "<python> -u -m submitit.core._submit <runs>/pgold/pilots/submitit"):
+                 "<python> -u -m hpsearch.pilot.submitted <runs>/pgold/pilots/submitit"):
         assert line in script.splitlines(), line
 
 

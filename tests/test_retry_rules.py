@@ -233,6 +233,6 @@ for step in range(600):
     time.sleep(1.0)
     os.kill(shell.pid, signal.SIGUSR2)  # the batch shell only, as B: does
     assert shell.wait(timeout=30) == 75
-    assert (tdir / "exit_code").read_text().strip() == "75"
+    assert (tdir / "exit_code").read_text().split() == ["75", str(launch.attempt)]
     (saved,) = (tdir / "checkpoints").iterdir()
     assert saved.read_text() == "USR2"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 from tests.helpers import AWK_QUAD, quad
 
@@ -57,3 +59,17 @@ def test_best_out_without_an_end_to_wait_for_is_refused(cli):
     proc = cli("submit", _spec(cli, "nowait"), "--detach", "--best-out", "b.json", check=2)
     assert "--best-out needs the end of the search" in proc.stderr
     assert not cli.runs.exists()
+
+
+def test_detach_under_umask_002_makes_a_private_runs_dir_and_runs(cli):
+    """`submit --detach` makes the runs dir and the experiment folder itself, before the
+    driver starts: under a project space's umask 002 they must come out owner-only, not
+    group-writable and then refused by the driver's own check (exit 2, as before)."""
+    old = os.umask(0o002)
+    try:
+        proc = cli("submit", _spec(cli, "bg002"), "--detach", "--wait", check=0)
+    finally:
+        os.umask(old)
+    assert "experiment bg002: completed" in proc.stdout
+    assert stat.S_IMODE(cli.runs.stat().st_mode) == 0o700
+    assert stat.S_IMODE((cli.runs / "bg002").stat().st_mode) == 0o700

@@ -60,7 +60,7 @@ def test_trial_sees_env_params_and_writes_its_files(cli):
         assert json.loads((tdir / "result.json").read_text()) == {"loss": t.params["lr"]}
         assert sorted(p.name for p in (tdir / "checkpoints").iterdir()) == [
             f"ckpt-{i}" for i in range(5)]
-        assert (tdir / "exit_code").read_text().strip() == "0"
+        assert (tdir / "exit_code").read_text().split() == ["0", str(t.attempt)]
         # result.json wins over the last report (lr * 1) for the objective
         assert t.objective_values == [t.params["lr"]]
         rows = reader.metrics(t.id)

@@ -188,8 +188,9 @@ def _run(spec, create: bool, args) -> int:
         print(f"experiment {spec.name}: driver submitted as Slurm job {job_id}")
         return _started_elsewhere(spec, job_id, args.wait)
     if args.detach:
-        pid = session.detach(lambda ready: session.drive(spec, create, _printer(False), ready),
-                             exp_dir / "driver.log")
+        with session.share_mode(spec):  # the folders and log made before the driver starts
+            pid = session.detach(lambda ready: session.drive(spec, create, _printer(False),
+                                                             ready), exp_dir / "driver.log")
         print(f"experiment {spec.name}: driver running in the background (pid {pid})")
         return _started_elsewhere(spec, None, args.wait)
     started = time.time()

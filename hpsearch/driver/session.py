@@ -26,6 +26,7 @@ from hpsearch.spec.model import Spec
 from hpsearch.spec.validate import load_spec, parse_spec
 from hpsearch.store import rows as r
 from hpsearch.store import runs
+from hpsearch.store.private import make_private
 from hpsearch.store.store import STORE_FILE, Reader, Store
 
 if TYPE_CHECKING:
@@ -228,8 +229,8 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
 
     exp_dir = spec.experiment_dir
     lock = runs.DriverLock(exp_dir)
-    with storage_errors(spec):
-        lock.acquire()  # refuses while a driver runs; released before the job can start
+    with storage_errors(spec), share_mode(spec):  # its job's `resume` sets it again
+        lock.acquire(group_readable=spec.share == "group")  # refuses while a driver runs
         try:
             if create:
                 _start_over_if_never_started(exp_dir)
@@ -256,8 +257,8 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     in_job = slurm_job.in_driver_job()
     if in_job:
         slurm_job.arm()
-    with storage_errors(spec):
-        lock.acquire()
+    with storage_errors(spec), share_mode(spec):
+        lock.acquire(group_readable=spec.share == "group")
         try:
             search = make_search(spec)
             if create:
@@ -299,6 +300,24 @@ def _note_cold_starts(spec: Spec, store: Store, on_event: Callable[[str], None])
 
 
 @contextlib.contextmanager
+def share_mode(spec: Spec):
+    """`share: group`: what the driver, and the trials it starts, create is group-readable
+    and never group-writable (umask 027, whatever the caller's: a project space's 002, or
+    077), the store and its journals included (SQLite gives those the store's mode); sbatch
+    passes the umask on to Slurm jobs (SLURM_UMASK). What must stay the owner's is in 0700
+    folders (hpsearch.store.private). Otherwise the umask is left as it is: the 0700
+    experiment folder keeps others out."""
+    if spec.share != "group":
+        yield
+        return
+    umask = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(umask)
+
+
+@contextlib.contextmanager
 def storage_errors(spec: Spec):
     """A full disk or a permission error on the runs dir: one clear message, no traceback.
     Each store change is one transaction, so the store stays as the last commit left it;
@@ -327,7 +346,7 @@ def detach(run: Callable[[Callable[[], None]], int], log_path: Path) -> int:
     Returns the daemon's pid once it reported ready; raises with its message if it failed
     before that. The daemon survives the terminal closing.
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    make_private(log_path.parent)  # the driver checks it again (share: group opens it to 0750)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child

@@ -11,6 +11,10 @@ In such a run:
   same job id; else a new driver job is submitted). The next run resumes and adopts them.
 - `hpsearch cancel` first writes `<exp>/cancel.request`, then sends SIGTERM: that SIGTERM
   stops the search and cancels the trials, as Ctrl-C does for an attached driver.
+
+The request counts only if it is a regular file of the owner's, and `driver.job` is read
+only if it is a small one (hpsearch.store.trusted): a file another user put there cancels
+nothing and names no job to signal; the driver's log (or `cancel`'s stderr) says so once.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 
 from hpsearch.errors import Conflict
 from hpsearch.slurm.sbatch import directive
 from hpsearch.spec.model import Spec
+from hpsearch.store.trusted import Untrusted, present, read_trusted
 
 CANCEL_REQUEST = "cancel.request"
 DRIVER_JOB_FILE = "driver.job"  # the driver job's id, for `cancel` and `--wait`
@@ -67,11 +73,39 @@ def take_early() -> list[int]:
 
 
 def request_cancel(exp_dir: Path) -> None:
-    (exp_dir / CANCEL_REQUEST).write_text(f"{time.time()}\n")
+    """Write the request by rename: whatever was at its path (a link, another user's file)
+    is replaced, never written through."""
+    tmp = exp_dir / f".{CANCEL_REQUEST}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.write_text(f"{time.time()}\n")
+    os.replace(tmp, exp_dir / CANCEL_REQUEST)
 
 
 def cancel_requested(exp_dir: Path) -> bool:
-    return (exp_dir / CANCEL_REQUEST).exists()
+    return present(exp_dir / CANCEL_REQUEST, on_refused=_refused)
+
+
+_told: set[str] = set()
+
+
+def _refused(message: str) -> None:
+    """Say once (in the driver job's log, or on cancel's stderr) why a file was not obeyed.
+    One write(2): leave_on runs in a signal handler, where print may be reentrant."""
+    if message not in _told:
+        _told.add(message)
+        os.write(sys.stderr.fileno(), f"hpsearch: {message}\n".encode())
+
+
+def _driver_job_id(exp_dir: Path) -> str | None:
+    """The recorded driver job's id; None if there is none, or the file is not a small
+    regular file of this user's."""
+    path = exp_dir / DRIVER_JOB_FILE
+    try:
+        raw = read_trusted(path, 256)
+    except Untrusted as exc:
+        _refused(f"refused {path}: {exc}")
+        return None
+    return (raw or b"").decode("ascii", "replace").strip() or None
 
 
 def clear_cancel(exp_dir: Path) -> None:
@@ -127,13 +161,12 @@ def stop(exp_dir: Path, wait: float) -> str | None:
     SIGTERM) and wait until it let go of the experiment. A driver job still pending (never
     started, or requeued) is simply cancelled, and None returned: the caller then cancels
     the trials itself, as with no driver. None too when there is no driver job."""
-    path = exp_dir / DRIVER_JOB_FILE
-    if not path.exists():
+    job_id = _driver_job_id(exp_dir)
+    if job_id is None:
         return None
     from hpsearch.slurm.commands import Slurm
     from hpsearch.slurm.failures import retrying
     slurm = Slurm()
-    job_id = path.read_text().strip()
     queued = retrying(lambda: slurm.squeue([job_id]))
     if not queued:
         return None  # it has ended

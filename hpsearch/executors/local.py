@@ -30,8 +30,7 @@ from pathlib import Path
 
 from hpsearch import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
-from hpsearch.launch.attempt import prepare_trial_dir, shell_body
-from hpsearch.store.trusted import read_trusted
+from hpsearch.launch.attempt import prepare_trial_dir, read_exit_code, shell_body
 
 
 @dataclass
@@ -191,7 +190,7 @@ class LocalExecutor(Executor):
             self._watch(run)
             return Started(known.trial_id, known.attempt, self.host, pid, procs.start_time(pid),
                            known.gpus)
-        code = self._exit_code_file(known.trial_dir)
+        code = read_exit_code(known.trial_dir, known.attempt)
         if code is not None:
             return Ended(known.trial_id, known.attempt, code, "exited",
                          "ended while no driver was running")
@@ -293,7 +292,7 @@ class LocalExecutor(Executor):
             return 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells say
         if procs.start_time(run.pid) is not None:
             return _STILL_RUNNING
-        return self._exit_code_file(run.trial_dir)
+        return read_exit_code(run.trial_dir, run.attempt)
 
     def _finish(self, run: _Running, code: int | None) -> Ended:
         procs.signal_group(run.pid, signal.SIGKILL)  # reap whatever the trial left behind
@@ -311,17 +310,6 @@ class LocalExecutor(Executor):
             return Ended(run.trial_id, run.attempt, None, "lost",
                          "the process ended and left no exit code")
         return Ended(run.trial_id, run.attempt, code, "exited", _signal_detail(code))
-
-    @staticmethod
-    def _exit_code_file(trial_dir: Path) -> int | None:
-        """The exit code the attempt's shell recorded; None if there is none, or what is
-        there is not a small regular file of this user's (a trial may have put a FIFO or
-        a link to /dev/zero in its place: never a read that blocks or never ends)."""
-        try:
-            raw = read_trusted(trial_dir / "exit_code", 64)
-            return int(raw.strip()) if raw is not None else None
-        except (OSError, ValueError):
-            return None
 
 
 def _launch_failed(launch: Launch, exc: OSError) -> Ended:

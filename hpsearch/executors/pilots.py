@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started, Update
+from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
 from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
@@ -27,6 +27,7 @@ from hpsearch.pilot import protocol as p
 from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.spec.model import PILOT_RESERVE, SlurmJob
+from hpsearch.store.trusted import present
 
 TICK = 0.02  # seconds between looks at the pilots' files while waiting (part of the gap)
 RELEASE_WAIT = 15.0  # seconds release() waits for the pilots to leave
@@ -61,6 +62,7 @@ class PilotExecutor(Executor):
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
         self.told: list[tuple[p.PilotPaths, str]] = []  # ends poll() returned (archive them)
+        self.refused: set[str] = set()  # files in pilot dirs not read (not this user's)
         self.beat = p.Beat(p.pilots_dir(job.experiment_dir) / p.DRIVER_HEARTBEAT,
                            self.cfg.heartbeat)
         self.beat.path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,14 +217,26 @@ class PilotExecutor(Executor):
                 by_pilot[pilot.id] = (set(p.names(pilot.paths.dir("started"))),
                                       set(p.names(pilot.paths.dir("ended"))))
             started, ended = by_pilot[pilot.id]
-            if not bound.started and (bound.name in started or bound.name in ended):
+            in_started = bound.name in started and self._own(pilot, "started", bound.name)
+            in_ended = bound.name in ended and self._own(pilot, "ended", bound.name)
+            if not bound.started and (in_started or in_ended):
                 bound.started = True
                 events += self._started(tid, bound.launch.attempt, pilot, bound.name)
-            if bound.name in ended:
+            if in_ended:
                 del self.bound[tid]
                 events.append(self._ended_from_file(tid, bound.launch.attempt, pilot.paths,
                                                     bound.name, pilot.job_id))
         return events
+
+    def _own(self, pilot: PilotJob, state: str, name: str) -> bool:
+        """Did the pilot write `state/name`? A file of another user's, a link or a FIFO
+        there tells nothing (named once in the events; issue 22)."""
+        return present(pilot.paths.file(state, name), on_refused=self._refused)
+
+    def _refused(self, message: str) -> None:
+        if message not in self.refused:
+            self.refused.add(message)
+            self.fleet.notes.append(Note(None, "warning", message))
 
     def _started(self, trial_id: int, attempt: int, pilot: PilotJob, name: str) -> list:
         """Started (its pilot's job id, its own nodes and GPUs), and where it runs."""

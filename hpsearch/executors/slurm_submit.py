@@ -9,19 +9,27 @@ lost connection: transient) leaves its name *unsure*: before it is sent again it
 up by name, and taken if found. A limit (the user's job count) or a transient failure holds
 the launch (`sbatch` returns None) and backs submits off through SlurmHealth; a permanent
 refusal raises SlurmError for the executor to fail the attempt.
+
+A manifest is read only if it is a regular file of the owner's under MAX_MANIFEST bytes
+(hpsearch.store.trusted): one another user put there is passed over, as if missing, and an
+event names it once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
-from hpsearch.executors.base import Adoptable, Launch
+from hpsearch.executors.base import Adoptable, Launch, Note
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT
 from hpsearch.spec.model import SlurmJob
+from hpsearch.store.trusted import Untrusted, read_trusted
+
+MAX_MANIFEST = 64 << 20  # [trial, attempt] per task, ~15 bytes; MaxArraySize is at most 4M
 
 
 class Submitter:
@@ -31,6 +39,7 @@ class Submitter:
         self.unsure: set[str] = set()  # names whose sbatch may have submitted them anyway
         self.max_array: int | None = None  # MaxArraySize, asked once
         self.array_cap: int | None = None  # fewer tasks per array after a limit refused one
+        self.refused: set[str] = set()  # manifests not read (told once)
 
     # -- names ------------------------------------------------------------------------------
     def job_name(self, trial_id: int, attempt: int) -> str:
@@ -47,7 +56,7 @@ class Submitter:
         if found is not None:
             return found
         for manifest in sorted(self.arrays_dir.glob("*.json")):  # was it in an array?
-            tasks = [tuple(t) for t in json.loads(manifest.read_text())]
+            tasks = self._tasks(manifest) or []
             if (known.trial_id, known.attempt) in tasks:
                 array_id = self.slurm.job_id_by_name(manifest.stem, self.job.created)
                 if array_id is not None:
@@ -123,11 +132,25 @@ class Submitter:
             return chunk, [], []
         return chunk, [f"{array_id.split('_')[0]}_{i}" for i in range(len(chunk))], []
 
-    @staticmethod
-    def _adopt_array(array_id: str, manifest, waiting: list[Launch]):
+    def _tasks(self, manifest: Path) -> list[tuple] | None:
+        """The (trial, attempt) of each task of an array; None if its manifest is missing or
+        is not one this user wrote."""
+        try:
+            raw = read_trusted(manifest, MAX_MANIFEST)
+        except Untrusted as exc:
+            if str(manifest) not in self.refused:
+                self.refused.add(str(manifest))
+                self.health.notes.append(Note(None, "warning",
+                                              f"refused array manifest {manifest}: {exc}"))
+            return None
+        return [tuple(t) for t in json.loads(raw)] if raw is not None else None
+
+    def _adopt_array(self, array_id: str, manifest: Path, waiting: list[Launch]):
+        keys = self._tasks(manifest)
+        if keys is None:  # which task runs which trial is unknown: cancel it, submit again
+            return [], [], [array_id]
         by_key = {(la.trial_id, la.attempt): la for la in waiting}
-        tasks = [(tuple(key), f"{array_id}_{i}")
-                 for i, key in enumerate(json.loads(manifest.read_text()))]
+        tasks = [(key, f"{array_id}_{i}") for i, key in enumerate(keys)]
         kept = [(by_key[key], job_id) for key, job_id in tasks if key in by_key]
         return ([la for la, _ in kept], [job_id for _, job_id in kept],
                 [job_id for key, job_id in tasks if key not in by_key])

@@ -122,9 +122,9 @@ class CheckpointScan:
                 self.steps[name] = step
             else:
                 self._malformed(line, "expected {\"step\": integer, \"path\": name}")
-        if self.manifest.not_regular:
-            self._warn_once(CHECKPOINT_MANIFEST, f"{CHECKPOINT_MANIFEST}: not a regular file; "
-                                                 "not read")
+        if self.manifest.refused:
+            self._warn_once(CHECKPOINT_MANIFEST, f"{CHECKPOINT_MANIFEST}: "
+                                                 f"{self.manifest.refused}; not read")
 
     def _malformed(self, line: Line, reason: str) -> None:
         message = limited(self.malformed, CHECKPOINT_MANIFEST,

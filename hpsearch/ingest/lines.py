@@ -7,6 +7,11 @@ of a line; a longer one is reported once as too long and its remaining bytes are
 to its end, so memory stays bounded and every byte is read once. Its Cursor says where
 reading stands; the driver stores it in the same commit as what the lines produced, so a
 resumed driver reads only bytes it has not read before.
+
+A file is read only if it is a regular file of the experiment's owner, opened without
+following a link and without blocking (hpsearch.store.trusted): a FIFO, a link to /dev/zero
+or a file another user put in the trial dir gives nothing, and `refused` says why. Files a
+trial appends to have no size cap (they are read in bounded pieces); result.json has one.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ from __future__ import annotations
 import errno
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from hpsearch.store.trusted import LINK, Untrusted, open_trusted, read_trusted
 
 MAX_LINE = 1 << 20  # bytes of one line that are kept: 1 MiB
 MAX_WARNINGS = 20  # about skipped lines, per file and trial
@@ -67,7 +73,7 @@ class AppendedFile:
         self.cursor = cursor or Cursor()
         self.prefix = prefix
         self.restarted = False  # the last lines() found a new file at the path (or a shorter one)
-        self.not_regular = False  # the path is a FIFO, device or folder: never read
+        self.refused: str | None = None  # why the file at the path is never read
         self.bytes_read = 0  # total, for tests and benchmarks
         self._pending = bytearray()  # the start of a line whose end is not written yet
 
@@ -85,15 +91,17 @@ class AppendedFile:
         With a prefix, other lines may or may not be returned. Consume the iterator
         fully: the cursor moves as lines are returned."""
         self.restarted = False
+        self.refused = None
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block us
-        except (FileNotFoundError, NotADirectoryError):
+            opened = open_trusted(self.path)  # no size cap: the trial appends to it
+        except Untrusted as exc:  # a link, FIFO, device or folder, or another user's file
+            self.refused = f"not a regular file ({exc})" if str(exc) == LINK else str(exc)
             return iter(())
-        info = os.fstat(fd)  # before fdopen, which refuses a folder with an OSError
-        self.not_regular = not stat.S_ISREG(info.st_mode)
-        if self.not_regular:
-            os.close(fd)
+        except NotADirectoryError:
             return iter(())
+        if opened is None:
+            return iter(())
+        fd, info = opened
         fh = os.fdopen(fd, "rb", buffering=0)
         c = self.cursor
         if c.inode is not None and (info.st_ino != c.inode
@@ -215,19 +223,10 @@ def _data_extent(fd: int, position: int, size: int) -> tuple[int, int]:
 
 
 def read_small(path: Path, limit: int = MAX_LINE) -> bytes | None:
-    """A whole small file (result.json): None if there is none; ValueError with the reason
-    if it is not a regular file or is larger than `limit` bytes; OSError if unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit} bytes")
-    return data
+    """A whole small file (result.json): None if there is none; ValueError (Untrusted) with
+    the reason if it is a link, not a regular file, another user's or larger than `limit`
+    bytes; OSError if unreadable."""
+    return read_trusted(path, limit)
 
 
 def limited(counts: dict[str, int], source: str, message: str) -> str | None:

@@ -42,14 +42,22 @@ def experiment_status(status: str, driver_pid: int | None) -> str:
 
 def resume_hint(name: str, exp_dir=None) -> str:
     """How to continue an interrupted experiment. With a driver job on record (submit
-    --driver-job), that job may only be pending or requeued: check it before resuming."""
+    --driver-job), that job may only be pending or requeued: check it before resuming. A
+    record that is not a small regular file of this user's names no job, and the hint says
+    it was ignored."""
     from pathlib import Path
-    job = Path(exp_dir) / "driver.job" if exp_dir is not None else None
-    try:
-        job_id = job.read_text().strip() if job is not None else ""
-    except OSError:
-        job_id = ""
+
+    from hpsearch.store.trusted import Untrusted, read_trusted
+    job_id, ignored = "", ""
+    if exp_dir is not None:
+        job = Path(exp_dir) / "driver.job"
+        try:
+            job_id = (read_trusted(job, 256) or b"").decode("ascii", "replace").strip()
+        except Untrusted as exc:
+            ignored = f" ({job} ignored: {exc})"
+        except OSError:
+            pass
     if job_id:
         return (f"its driver job {job_id} may still be pending or requeued (squeue -j "
                 f"{job_id}); if it is gone, continue it with: hpsearch resume {name}")
-    return f"continue it with: hpsearch resume {name}"
+    return f"continue it with: hpsearch resume {name}{ignored}"

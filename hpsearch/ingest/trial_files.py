@@ -114,8 +114,8 @@ class TrialFiles:
     def _lines(self, name: str, final: bool):
         source = self.files[name]
         lines = source.lines(final)
-        if source.not_regular and self.warned.get(name, 0) == 0:
-            self._warn(name, None, "not a regular file; not read")
+        if source.refused and self.warned.get(name, 0) == 0:
+            self._warn(name, None, f"{source.refused}; not read")
         return lines
 
     def _stdout_line(self, line: Line) -> dict | None:

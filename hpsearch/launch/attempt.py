@@ -10,19 +10,45 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hpsearch.spec.model import Spec
 from hpsearch.store import runs
+from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.template import render
 
 _WARM = "\0python\0"  # stands for {python} until the warm client's command line replaces it
 
-# Runs before the trial's command in the same shell; records its exit status for a driver
-# that may have been restarted meanwhile (and so cannot wait for it).
-EXIT_TRAP = "trap 'printf \"%s\\n\" \"$?\" > \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n"
+# Runs before the trial's command in the same shell; records its exit status, and the
+# attempt it ends, for a driver that may have been restarted meanwhile (and so cannot wait
+# for it): read_exit_code.
+EXIT_TRAP = ("trap 'printf \"%s %s\\n\" \"$?\" \"$HPSEARCH_ATTEMPT\" "
+             "> \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n")
+
+
+def read_exit_code(trial_dir: Path, attempt: int,
+                   on_refused: Callable[[str], None] | None = None) -> int | None:
+    """The exit code attempt `attempt`'s shell recorded (EXIT_TRAP). None if there is none;
+    if the file names another attempt (an earlier one's, not yet set aside, or as a host's
+    stale cache of the trial dir shows it: never read as this attempt's end); or if it is
+    not a small regular file of this user's (a trial may have put a FIFO or a link to
+    /dev/zero there), which on_refused(message naming it) is told."""
+    path = trial_dir / "exit_code"
+    try:
+        raw = read_trusted(path, 64)
+        words = raw.split() if raw is not None else []
+        if not words or (len(words) > 1 and int(words[1]) != attempt):
+            return None
+        return int(words[0])
+    except Untrusted as exc:
+        if on_refused is not None:
+            on_refused(f"refused {path}: {exc}")
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 @dataclass(frozen=True)

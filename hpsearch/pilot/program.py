@@ -33,11 +33,12 @@ from pathlib import Path
 from hpsearch import procs
 from hpsearch.executors.base import Ended, Launch, Started
 from hpsearch.executors.local import LocalExecutor
-from hpsearch.launch.attempt import shell_body
+from hpsearch.launch.attempt import read_exit_code, shell_body
 from hpsearch.launch.base import shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
 from hpsearch.slurm.hostlist import compress, expand
+from hpsearch.store.trusted import present
 
 TICK = 0.02  # seconds between looks at the inbox: part of the idle gap between trials on a slot
 MARGIN = 5.0  # seconds kept free before the pilot's end
@@ -88,7 +89,7 @@ class Pilot:
         self.killed = False  # trials still running at the end were stopped
         self.idle_since = time.monotonic()
         self.stopped_for_end: set[int] = set()
-        self.refused: set[str] = set()  # inbox files it will not run (not the driver's)
+        self.refused: set[str] = set()  # files it will not obey (not the driver's)
         self.held_ends: list[tuple[float, str, str, Ended]] = []  # failed ends, told soon
         self.remote: set[int] = set()  # trials whose command runs on another node (srun)
         self.launch_dirs: dict[int, str] = {}  # their trial dirs
@@ -115,7 +116,7 @@ class Pilot:
     def _step(self) -> str | None:
         now = time.monotonic()
         self._watch_driver()
-        if self.paths.stop.exists():
+        if present(self.paths.stop, on_refused=self._refused):  # another user's: no stop
             self._drain("the driver asked it to stop")
         if self.asked:
             self._wind_down(f"Slurm sent {self.asked}")
@@ -186,7 +187,7 @@ class Pilot:
             self._start(name, p.launch_from_dict(data), grant)
 
     def _refused(self, message: str) -> None:
-        if message not in self.refused:  # once per file, not at every look at the inbox
+        if message not in self.refused:  # once per file, not at every look at it
             self.refused.add(message)
             print(f"hpsearch pilot: {message}", file=sys.stderr, flush=True)
 
@@ -226,7 +227,8 @@ class Pilot:
             if parsed is None:
                 continue  # never: names() lists only names that parse
             tid, _ = parsed
-            if tid in self.grants and self.grants[tid][0] == name:
+            if tid in self.grants and self.grants[tid][0] == name \
+                    and present(self.paths.file("cancel", name), on_refused=self._refused):
                 self.runner.cancel(tid)
 
     def _report(self, event: Started | Ended) -> None:
@@ -258,12 +260,12 @@ class Pilot:
         """The end of a trial run through srun on another node, as that node's shell wrote
         it in the trial dir; without it, the trial did not end by itself there."""
         self.remote.discard(event.trial_id)
+        trial_dir = self.launch_dirs.pop(event.trial_id, None)
         if event.reason != "exited":
             return event
-        try:
-            code = int((Path(self.launch_dirs.pop(event.trial_id)) / "exit_code")
-                       .read_text().strip())
-        except (OSError, ValueError, KeyError):
+        code = (read_exit_code(Path(trial_dir), event.attempt, self._refused)
+                if trial_dir else None)
+        if code is None:
             return dataclasses.replace(event, exit_code=None, reason="lost", detail=(
                 f"its srun step on {grant.nodes[0]} ended (srun exit {event.exit_code}) and "
                 "the trial's shell there wrote no exit code"))

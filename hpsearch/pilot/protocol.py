@@ -141,11 +141,16 @@ def names(directory: Path) -> list[str]:
 
 def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:
     """Rename `src/name` to `dst/name`; False when it is no longer in src (the other side
-    moved it first)."""
+    moved it first). On NFS a rename whose reply was lost is sent again and fails with
+    ENOENT although it happened: the destination then holds it, and the move succeeded
+    (listing the folder asks the server, where a lookup could answer from a stale cache)."""
     try:
         os.rename(paths.file(src, name), paths.file(dst, name))
     except FileNotFoundError:
-        return False
+        try:
+            return name in os.listdir(paths.dir(dst))
+        except FileNotFoundError:
+            return False
     return True
 
 
@@ -173,9 +178,14 @@ def archive(paths: PilotPaths, name: str) -> None:
 def where(paths: PilotPaths, name: str) -> str | None:
     """How far an assignment got in this pilot: its furthest state, or None if it never
     came here."""
-    # inbox before withdrawn: an attempt taken back may be assigned to the same pilot again
-    for state in ("ended", "started", "claimed", "inbox", "withdrawn"):
-        if paths.file(state, name).exists():
+    # inbox first: the pilot may claim it (inbox/ -> claimed/) while we look, and a look at
+    # claimed/ before that rename and at inbox/ after it would find it nowhere (a restarted
+    # driver would run it a second time). An attempt in inbox/ is in no later state here: a
+    # claimed one is never assigned again. inbox before withdrawn: an attempt taken back
+    # may be assigned to the same pilot again.
+    # Listings, not lookups: an NFS client may answer a lookup from a cached "no such file".
+    for state in ("inbox", "ended", "started", "claimed", "withdrawn"):
+        if name in names(paths.dir(state)):
             return state
     return None
 

@@ -2,7 +2,7 @@
 
 submitit pickles the pilot's entry point (hpsearch.pilot.program.main) with its pilot dir,
 writes the batch script and keeps the job's logs in its folder; on the node it unpickles and
-calls it. Two things differ from submitit's defaults, on purpose:
+calls it. A few things differ from submitit's defaults, on purpose:
 
 - `use_srun=False`: the pilot is ONE process on the allocation's first node. Through srun it
   would be one task per node, and that step would hold CPUs the trials' own steps need.
@@ -14,6 +14,9 @@ calls it. Two things differ from submitit's defaults, on purpose:
   its failures are classified (transient, limit, permanent), and a submit whose answer was lost
   is looked up by job name before it is sent again. submitit runs `sbatch` itself and only
   raises on failure; `_submit_command` below is submitit's own, with that one call replaced.
+- the node runs `python -m hpsearch.pilot.submitted`, not `submitit.core._submit`: a pickle
+  is code, so it is unpickled only if this user wrote it, in a folder only this user can
+  write; the folder is made owner-only here, whatever the umask (hpsearch.pilot.submitted).
 
 No requeue: a pilot that Slurm would requeue (node failure) is replaced by a new pilot, which
 may land elsewhere; one pilot id is one allocation (docs/pilots.md says why).
@@ -21,6 +24,7 @@ may land elsewhere; one pilot id is one allocation (docs/pilots.md says why).
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import uuid
@@ -50,6 +54,11 @@ class _Submitit(submitit.SlurmExecutor):
         # Slurm package, and `hpsearch plan` prints the script on machines without Slurm
         return 1
 
+    @property
+    def _submitit_command_str(self) -> str:
+        return " ".join([self.python, "-u -m hpsearch.pilot.submitted",
+                         shlex.quote(str(self.folder))])
+
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         text = super()._make_submission_file_text(command, uid)
         return "\n".join(line for line in text.split("\n")
@@ -59,6 +68,7 @@ class _Submitit(submitit.SlurmExecutor):
         tmp_uuid = uuid.uuid4().hex
         folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
         folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)  # the pickle in it runs as the owner: no one else may write
         script = folder / f".submission_file_{tmp_uuid}.sh"
         script.write_text(self._make_submission_file_text(command, tmp_uuid))
         job_id = self._sbatch(script.read_text())

@@ -13,6 +13,7 @@ LAUNCHERS = ("none", "srun", "torchrun", "mpirun", "horovodrun")
 RUNTIMES = ("none", "apptainer", "singularity", "pyxis", "charliecloud", "podman")
 PLACEMENT_POLICIES = ("leaf-switch", "any")
 PLACEMENT_MODES = ("auto", "switches", "nodelist")
+SHARES = ("private", "group")  # who may read an experiment's folder (docs/security.md)
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -318,6 +319,7 @@ class Spec:
     container: Container = field(default_factory=Container)
     placement: Placement = field(default_factory=Placement)
     env: tuple[tuple[str, str], ...] = ()
+    share: str = "private"  # group: results group-readable (0750/0640), never group-writable
     source: Path | None = None  # the YAML file it came from
     raw: dict = field(default_factory=dict, compare=False, repr=False)  # as written, for the store
     text: str = field(default="", compare=False, repr=False)  # the YAML as read, for the store

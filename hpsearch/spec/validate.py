@@ -30,7 +30,7 @@ DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
             "retries", "checkpoints", "executor", "launcher", "container", "env",
-            "placement")
+            "placement", "share")
 SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max_failures",
                "timeout", "enqueue", "warm_start", "reproducible")
 OBJECTIVE_KEYS = ("metric", "direction")
@@ -205,6 +205,7 @@ class _Validator:
             container=self.optional(top, "container", (), self.container, m.Container()),
             placement=self.optional(top, "placement", (), self.placement, m.Placement()),
             env=env, raw=raw,
+            share=self.choice(top.get("share", "private"), ("share",), m.SHARES, "share"),
         )
         found = checks.pilots_fit(spec.resources, spec.executor.pilots)
         if found:

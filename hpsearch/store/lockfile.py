@@ -219,15 +219,16 @@ class DriverLock:
         return self.path.parent.name
 
     # -- the driver's side -----------------------------------------------------------------
-    def acquire(self, private: bool = True) -> None:
+    def acquire(self, private: bool = True, group_readable: bool = False) -> None:
         """Take the lock (taking over a stale one) and start the heartbeat. Raises Conflict
         while a live driver holds it, StorageError where it cannot be created. private (a
-        driver): make the runs dir and experiment folder owner-only, and refuse (BadInput)
-        ones another user owns or may write; `cancel` and `delete` only clean up."""
+        driver): make the runs dir and experiment folder owner-only (group_readable: 0750,
+        the spec's `share: group`), and refuse (BadInput) ones another user owns or may
+        write; `cancel` and `delete` only clean up."""
         storage_override()  # a bad HPSEARCH_STORAGE is exit 2 before anything is created
         try:
-            if private:
-                make_private(self.path.parent)  # 0700; another user's or open folder: exit 2
+            if private:  # 0700 (0750); another user's or open folder: exit 2
+                make_private(self.path.parent, group_readable)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             record = LockRecord.mine(self.name)

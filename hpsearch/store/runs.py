@@ -52,6 +52,8 @@ def trial_dir(exp_dir: Path, trial_id: int) -> Path:
 
 
 def list_experiments(runs_dir: Path) -> list[Path]:
+    """The experiments under runs_dir whose store this user may read: in a shared runs dir,
+    another user's private ones (spec `share`) are left out."""
     if not runs_dir.is_dir():
         return []
-    return sorted(p for p in runs_dir.iterdir() if (p / STORE_FILE).exists())
+    return sorted(p for p in runs_dir.iterdir() if os.access(p / STORE_FILE, os.R_OK))

@@ -67,8 +67,8 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
             return connect()
         except sqlite3.OperationalError as exc:
             name = getattr(exc, "sqlite_errorname", "")
-            if name == "SQLITE_CANTOPEN" and path.is_file():
-                return _open_immutable(path)
+            if name in ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY") and path.is_file():
+                return _open_immutable(path)  # a WAL store, its folder not writable here
             if name != "SQLITE_READONLY_ROLLBACK":
                 raise
         if time.monotonic() > deadline:
@@ -121,9 +121,10 @@ def _head(path: Path) -> bytes | None:
 
 def _open_immutable(path: Path) -> sqlite3.Connection:
     """A store in a folder this process cannot write (a read-only mount, another user's
-    runs dir): a WAL store cannot be opened there even read-only (its -shm index cannot be
-    created), so it is read as an immutable file, exact when no -wal file holds commits
-    not yet copied into it (a driver that is running, or was killed)."""
+    runs dir, a `share: group` experiment read by a group member): a WAL store cannot be
+    opened there even read-only (its -shm index cannot be created), so it is read as an
+    immutable file, exact when no -wal file holds commits not yet copied into it (a driver
+    that is running, or was killed)."""
     wal = path.with_name(path.name + "-wal")
     if wal.exists() and wal.stat().st_size > 0:
         raise StorageError(f"{path} cannot be read here: its folder is not writable by this "

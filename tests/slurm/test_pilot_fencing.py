@@ -124,3 +124,27 @@ def _events(runs, name) -> list[dict]:
         return reader.events(limit=200)
     finally:
         reader.close()
+
+
+def test_an_end_file_the_pilot_did_not_write_ends_nothing(cli, slurm_cluster, tmp_path):
+    """A FIFO where the pilot's `ended/` file of a running attempt would go (put there by a
+    process of the trial, or by anyone who could write the folder): the driver must not read
+    it as the attempt's end, a lost attempt to run again beside the first; it names it once
+    and the trial completes in its one attempt. Before, it ended the attempt `lost`."""
+    name, mark = f"pl-fifo-{RUN}", tmp_path / "attempts.log"
+    spec = cli.write_spec(SPEC.format(name=name, mark=mark).replace("echo 40", "echo 10"))
+    driver = cli.popen("submit", spec, env=slurm_cluster.env)
+    try:
+        assert _wait_for(lambda: "start 1" in _lines(mark), 120), "the trial never started"
+        os.mkfifo(p.PilotPaths(p.pilots_dir(cli.runs / name) / "1").file(
+            "ended", p.name_of(0, 1)))
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, out + err
+    assert _lines(mark) == ["start 1", "end 1"]
+    (only,) = _attempts(cli.runs, name)[0]
+    assert only["state"] == "completed"
+    refused = [e["message"] for e in _events(cli.runs, name) if "refused" in e["message"]]
+    assert len(refused) == 1 and "ended" in refused[0] and "not a regular file" in refused[0]
