@@ -1,20 +1,26 @@
 """`hpsearch dashboard NAME`: optuna-dashboard on a mirror kept up to date while the search
-runs, checked in headless Chromium (the trials listed, a screenshot); without
-optuna-dashboard, a clear message and exit 2."""
+runs, browsed while its driver runs (its API, and headless Chromium: the trials listed, a
+screenshot); without optuna-dashboard, a clear message and exit 2."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
+from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE
-from tests.interop_search import run_search, write_spec
+from tests.helpers import read_store, wait_for_trials
+from tests.interop_search import SPEC, run_search
 
 
 def _chromium() -> str:
@@ -50,31 +56,95 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_dashboard_lists_the_trials_of_a_running_search(cli):
+# Trial 1 (x=1, lr=0.02) waits after its step-1 report while the file HOLD exists: the search
+# runs until the test lets it go. The 7 others run to their ends meanwhile, in the other slot.
+HOLD = "hold"
+GATE = "while [ $s = 1 ] && [ $HPSEARCH_TRIAL_ID = 1 ] && [ -e {hold} ]; do sleep 0.05; done; "
+STATES = {"completed": "Complete", "running": "Running", "failed": "Fail", "pruned": "Pruned"}
+
+
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no http_proxy
+
+
+def _api(base: str, path: str):
+    with DIRECT.open(base + path, timeout=30) as reply:
+        return json.load(reply)
+
+
+def _mirrored_trials(base: str, timeout: float, ready) -> list[dict]:
+    """The trials the dashboard's API shows, once ready(trials) holds (the server prints
+    its address before it listens: refused connections are asked again)."""
+    deadline = time.monotonic() + timeout
+    trials: object = "no answer"
+    while True:
+        try:
+            studies = _api(base, "/api/studies")["study_summaries"]
+            trials = _api(base, f"/api/studies/{studies[0]['study_id']}")["trials"] \
+                if studies else "no study"
+            if isinstance(trials, list) and ready(trials):
+                return trials
+        except OSError as exc:  # refused (URLError), or cut off
+            trials = exc
+        assert time.monotonic() < deadline, trials
+        time.sleep(0.2)
+
+
+def _number(trials: list[dict], number: int) -> dict:
+    return next((t for t in trials if t["number"] == number), {})
+
+
+def test_dashboard_shows_a_search_while_its_driver_runs_it(cli):
+    """Browsed while the driver runs (trial 1 held, the 7 others ended): the API and the
+    page show each ended trial with its state and objective value as the store has them, and
+    trial 1 running with its reports so far; the search then ends unharmed, with all its
+    trials, and the mirror's last sync shows trial 1 complete."""
     pytest.importorskip("optuna_dashboard")
-    driver = cli.popen("submit", write_spec(cli, sleep=0.3, parallel=2))
-    deadline = time.time() + 30
-    while not (cli.runs / "interop" / STORE_FILE).exists() and time.time() < deadline:
-        time.sleep(0.05)
+    hold = cli.cwd / HOLD
+    hold.touch()
+    spec = cli.write_spec(SPEC.format(name="interop", parallel=2,
+                                      sleep=GATE.format(hold=hold)), "interop.yaml")
+    driver = cli.popen("submit", spec)
     port = _free_port()
-    server = cli.popen("dashboard", "interop", "--port", port, "--interval", "0.2",
-                       "--storage", cli.cwd / "mirror.log")
+    base = f"http://127.0.0.1:{port}"
+    server = None
     try:
+        wait_for_trials(cli, "interop", lambda rows: bool(rows), timeout=60)
+        server = cli.popen("dashboard", "interop", "--port", port, "--interval", "0.2",
+                           "--storage", cli.cwd / "mirror.log")
+        rows = wait_for_trials(cli, "interop", lambda rows: len(rows) == 8 and [
+            t.id for t in rows if t.state not in r.FINISHED] == [1], timeout=60)
         url = None
         while url is None:  # its first line: the first sync; then the address
             line = server.stdout.readline()
             assert line, server.stderr.read()
             found = re.search(r"http://\S+", line)
             url = found and found.group(0)
-        assert url == f"http://127.0.0.1:{port}/dashboard/"
-        assert driver.wait(timeout=60) == 1  # some trials fail, by design
-        time.sleep(1.0)  # the mirror's last sync, after the driver ended
+        assert url == f"{base}/dashboard/"
+        trials = _mirrored_trials(base, 30, lambda trials: len(trials) == 8 and len(
+            _number(trials, 1).get("intermediate_values", ())) == 2)
+        assert driver.poll() is None, "the driver must still run while it is browsed"
+        assert {t.id: t.state for t in rows} == {
+            0: "completed", 1: "running", 2: "completed", 3: "completed", 4: "failed",
+            5: "failed", 6: "pruned", 7: "pruned"}, rows
+        shown = {t["number"]: t for t in trials}
+        for row in rows:
+            trial = shown[row.id]
+            assert trial["state"] == STATES[row.state], (row, trial)
+            assert {a["key"]: a["value"] for a in trial["user_attrs"]}["hpsearch_trial"] == \
+                str(row.id)
+            if row.state == "completed":
+                assert trial["values"] == row.objective_values, (row, trial)
+        assert [shown[n]["values"] for n in (0, 2, 3)] == [[1.0], [4.0], [4.0]]  # x * x
+        assert "values" not in shown[1]  # none yet
+        assert shown[1]["intermediate_values"] == [{"step": 0, "value": 3.0},
+                                                   {"step": 1, "value": 2.0}]
+
         home = _text(_browse(cli, url, "--dump-dom"))
         assert "interop" in home and "MINIMIZE" in home, home
-        trials = _text(_browse(cli, url + "studies/0/trials", "--dump-dom"))
-        assert "8 Trials" in trials, trials
-        for number, state in [(0, "Complete"), (1, "Complete"), (4, "Fail"), (6, "Pruned")]:
-            assert f"Trial {number} {state}" in trials, trials
+        page = _text(_browse(cli, url + "studies/0/trials", "--dump-dom"))
+        assert "8 Trials" in page, page
+        for number, state in [(0, "Complete"), (1, "Running"), (4, "Fail"), (6, "Pruned")]:
+            assert f"Trial {number} {state}" in page, page
         shot = cli.cwd / "dashboard.png"
         _browse(cli, url + "studies/0", f"--screenshot={shot}")
         data = shot.read_bytes()
@@ -84,10 +154,28 @@ def test_dashboard_lists_the_trials_of_a_running_search(cli):
         assert len(data) > 30_000  # figures drawn, not a blank page
         if os.environ.get("HPSEARCH_KEEP_SCREENSHOT"):
             shutil.copy(shot, os.environ["HPSEARCH_KEEP_SCREENSHOT"])
+        assert driver.poll() is None, "the driver must still run while it is browsed"
+
+        hold.unlink()  # trial 1 goes on: the search ends
+        out, err = driver.communicate(timeout=60)
+        assert driver.returncode == 1, (out, err)  # some trials fail, by design
+        ended = read_store(cli.runs, "interop")[1]
+        assert {t.id: t.state for t in ended} == {**{t.id: t.state for t in rows},
+                                                   1: "completed"}
+        assert ended[1].objective_values == [1.0]
+        with contextlib.closing(sqlite3.connect(
+                f"file:{cli.runs / 'interop' / STORE_FILE}?mode=ro", uri=True)) as db:
+            assert db.execute("pragma integrity_check").fetchone() == ("ok",)
+        final = _mirrored_trials(base, 30, lambda trials: _number(trials, 1).get(
+            "state") == "Complete")  # the mirror's last sync, after the driver ended
+        assert len(final) == 8 and _number(final, 1)["values"] == [1.0]
     finally:
-        driver.kill() if driver.poll() is None else None
-        server.terminate()
-        server.wait(timeout=30)
+        hold.unlink(missing_ok=True)
+        if driver.poll() is None:
+            driver.kill()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def test_without_optuna_dashboard_it_says_what_to_install(cli):

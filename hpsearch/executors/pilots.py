@@ -203,6 +203,9 @@ class PilotExecutor(Executor):
             pilot = max(fits, key=self._free_in)
             name = p.name_of(launch.trial_id, launch.attempt)
             self.fleet.store.bind_attempt(launch.trial_id, launch.attempt, pilot.job_id)
+            # taken back from this pilot before? Then withdrawn/ must no longer hold it: a
+            # withdraw whose reply was lost is told by the name there (protocol.move)
+            p.discard(pilot.paths, name, "withdrawn")
             p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(launch))
             self.ready.pop(0)
             self.bound[launch.trial_id] = _Bound(launch, pilot, name)

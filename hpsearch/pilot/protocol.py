@@ -143,7 +143,9 @@ def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:
     """Rename `src/name` to `dst/name`; False when it is no longer in src (the other side
     moved it first). On NFS a rename whose reply was lost is sent again and fails with
     ENOENT although it happened: the destination then holds it, and the move succeeded
-    (listing the folder asks the server, where a lookup could answer from a stale cache)."""
+    (listing the folder asks the server, where a lookup could answer from a stale cache).
+    So `dst/name` must not be there from an earlier move: the driver discards withdrawn/
+    before it assigns an attempt to the same pilot again; claimed/ is never reused."""
     try:
         os.rename(paths.file(src, name), paths.file(dst, name))
     except FileNotFoundError:
@@ -154,6 +156,14 @@ def move(paths: PilotPaths, name: str, src: str, dst: str) -> bool:
     return True
 
 
+def discard(paths: PilotPaths, name: str, state: str) -> None:
+    """Remove `state/name` if it is there."""
+    try:
+        os.unlink(paths.file(state, name))
+    except FileNotFoundError:
+        pass
+
+
 def archive(paths: PilotPaths, name: str) -> None:
     """Move an attempt's started/ and ended/ files to done/, once the driver has stored its
     end: listing started/ and ended/ then costs the attempts in flight, not every attempt
@@ -161,10 +171,7 @@ def archive(paths: PilotPaths, name: str) -> None:
     cancel/ file, if the driver wrote one, is removed: the pilot lists cancel/ every tick.
     A file already moved, or never written, is passed over; a pilot dir made before done/
     existed gets it here."""
-    try:
-        os.unlink(paths.file("cancel", name))
-    except FileNotFoundError:
-        pass
+    discard(paths, name, "cancel")
     for state in ("started", "ended"):
         source, target = paths.file(state, name), paths.file(f"done/{state}", name)
         try:
