@@ -178,6 +178,8 @@ class Fleet:
                 "slots_per_node": self.cfg.slots_per_node, "trial_nodes": res.nodes,
                 "trial_tasks_per_node": res.tasks_per_node,
                 "trial_cpus": res.tasks_per_node * res.cpus_per_task,
+                "trial_cpus_per_task": res.cpus_per_task,
+                "trial_mem_mb": int(memory_mb(res.mem)) if res.mem else None,
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,

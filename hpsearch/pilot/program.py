@@ -37,6 +37,7 @@ from hpsearch.launch.attempt import read_exit_code, shell_body
 from hpsearch.launch.base import shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
+from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
 from hpsearch.slurm.hostlist import compress, expand
 from hpsearch.store.trusted import present
 
@@ -58,20 +59,25 @@ class Allocation:
     nodes: tuple[str, ...]
     batch_host: str
     gpu_ids: tuple[str, ...] = ()
+    end_time: float | None = None  # Unix time of the job's time limit, if Slurm told it
 
     @classmethod
     def from_env(cls, env=os.environ) -> Allocation:
         nodes = tuple(expand(env.get("SLURM_JOB_NODELIST", ""))) or (socket.gethostname(),)
         gpus = env.get("CUDA_VISIBLE_DEVICES") or env.get("SLURM_JOB_GPUS") or ""
         return cls(env.get("SLURM_JOB_ID", ""), nodes, env.get("SLURMD_NODENAME", nodes[0]),
-                   tuple(g for g in gpus.split(",") if g.strip()))
+                   tuple(g for g in gpus.split(",") if g.strip()), job_end(env))
 
 
 class Pilot:
     def __init__(self, paths: p.PilotPaths, config: dict, alloc: Allocation) -> None:
         self.paths, self.cfg, self.alloc = paths, config, alloc
         self.began = time.monotonic()
-        self.end = self.began + float(config["time_limit"]) - MARGIN
+        # The job's clock, not this process's: Python starts seconds (a slow file system:
+        # minutes) after the job did, and the time limit counts from the job's start.
+        left = float(config["time_limit"]) if alloc.end_time is None \
+            else alloc.end_time - time.time()
+        self.end = self.began + left - MARGIN
         self.signal_name = config.get("signal")
         leaves = p.read_json(paths.root.parent / p.TOPOLOGY) or {}
         self.slots = Slots(list(alloc.nodes), int(config["slots_per_node"]),
@@ -80,6 +86,7 @@ class Pilot:
         self.runner = LocalExecutor(self.slots.total, None, 1, config.get("trial_time"),
                                     float(config["kill_grace"]), self.signal_name,
                                     float(config["signal_before"]))
+        self.runner.base_env = without_shape(self.runner.base_env)  # each trial gets its own
         self.grants: dict[int, tuple[str, Grant]] = {}  # trial id -> (assignment name, grant)
         self.beat = p.Beat(paths.heartbeat, float(config["heartbeat"]))
         self.driver = p.Watch(paths.root.parent / p.DRIVER_HEARTBEAT)
@@ -198,15 +205,17 @@ class Pilot:
     def _start(self, name: str, launch: Launch, grant: Grant) -> None:
         nodes = compress(list(grant.nodes))
         n = len(grant.nodes)
-        env = {**launch.env, "SLURM_JOB_NODELIST": nodes, "SLURM_NODELIST": nodes,
-               "SLURM_NNODES": str(n), "SLURM_JOB_NUM_NODES": str(n),
-               "SLURM_TASKS_PER_NODE": f"{self.cfg['trial_tasks_per_node']}(x{n})",
+        tasks = int(self.cfg["trial_tasks_per_node"])
+        cpus_per_task = int(self.cfg.get("trial_cpus_per_task")
+                            or int(self.cfg["trial_cpus"]) // max(1, tasks))
+        env = {**launch.env,
+               # the trial's own size, not the pilot job's (hpsearch.slurm.environment)
+               **for_pilot_trial(nodes, n, tasks, cpus_per_task, grant.gpus,
+                                 self.cfg.get("trial_mem_mb")),
                # the trial's own srun steps share the pilot's nodes with other trials' steps:
                # the pilot's slots, not Slurm's step accounting, keep them apart
                "SLURM_OVERLAP": "1",
                "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id}
-        if grant.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(grant.gpus)
         command = launch.command
         (launch.trial_dir / "exit_code").unlink(missing_ok=True)  # an earlier attempt's
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from hpsearch.slurm import failures, parse
+from hpsearch.slurm.environment import outside_allocation
 from hpsearch.slurm.failures import SlurmError  # noqa: F401 - re-exported: callers catch it here
 from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
 
@@ -47,7 +48,10 @@ class Slurm:
                  timeout: float = DEFAULT_TIMEOUT,
                  max_ids_per_call: int = MAX_IDS_PER_CALL) -> None:
         # SLURM_TIME_FORMAT=standard: the parsers read ISO times, whatever the user set.
-        self.env = {**os.environ, **(env or {}), "SLURM_TIME_FORMAT": "standard"}
+        # Not the allocation it may run in: a job submitted from inside one would inherit its
+        # shape (hpsearch.slurm.environment).
+        self.env = {**outside_allocation(os.environ), **(env or {}),
+                    "SLURM_TIME_FORMAT": "standard"}
         self.timeout = timeout
         self.max_ids_per_call = max(1, max_ids_per_call)
         self.calls: collections.Counter[str] = collections.Counter()
