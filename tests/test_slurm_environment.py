@@ -45,3 +45,18 @@ def test_a_pilot_ends_by_its_jobs_clock_when_slurm_tells_it(tmp_path):
     assert 100 - MARGIN - 1 < pilot.end - time.monotonic() <= 100 - MARGIN
     pilot = Pilot(paths, config, Allocation("7", ("n1",), "n1"))  # not told: the limit
     assert 600 - MARGIN - 1 < pilot.end - time.monotonic() <= 600 - MARGIN
+
+
+def test_a_steps_gpus_narrow_to_the_slots_positions_on_its_node():
+    import subprocess
+    from hpsearch.slurm.environment import select_step_gpus
+    show = 'echo "$CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS ${GPU_DEVICE_ORDINAL-unset}"'
+    step = {"PATH": "/bin:/usr/bin", "SLURM_STEP_GPUS": "4,5,6,7",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    out = subprocess.run(["/bin/sh", "-c", select_step_gpus([1, 3]) + show], env=step,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1,3", "5,7", "unset"]
+    told = {"PATH": "/bin:/usr/bin", "CUDA_VISIBLE_DEVICES": "1"}  # no GPUs from Slurm
+    out = subprocess.run(["/bin/sh", "-c", select_step_gpus([1]) + show], env=told,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "unset"]

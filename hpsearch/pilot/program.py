@@ -37,7 +37,12 @@ from hpsearch.launch.attempt import read_exit_code, shell_body
 from hpsearch.launch.base import shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
-from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
+from hpsearch.slurm.environment import (
+    for_pilot_trial,
+    job_end,
+    select_step_gpus,
+    without_shape,
+)
 from hpsearch.slurm.hostlist import compress, expand
 from hpsearch.store.trusted import present
 
@@ -221,10 +226,16 @@ class Pilot:
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
             # exec: only the shell on that node writes the exit code; srun's own would hide
             # a node that failed under it (srun exited 0 when its node's slurmd died)
+            # its own GPUs there: slurmstepd gives the step all of the job's GPUs on the node
+            narrow = select_step_gpus([self.alloc.gpu_ids.index(g) for g in grant.gpus]) \
+                if grant.gpus else ""
             command = "exec " + shell_join([
                 "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
                 f"--cpus-per-task={self.cfg['trial_cpus']}", "--kill-on-bad-exit=1",
-                "/bin/sh", "-c", shell_body(self.signal_name, command)])
+                # overlapping steps are all bound to the node's lowest cores under
+                # task/affinity: leave them to the job's cpuset and the kernel instead
+                "--cpu-bind=none",
+                "/bin/sh", "-c", narrow + shell_body(self.signal_name, command)])
             self.remote.add(launch.trial_id)
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)

@@ -76,8 +76,10 @@ def for_pilot_trial(nodes: str, n_nodes: int, tasks_per_node: int, cpus_per_task
            "SLURM_CPUS_ON_NODE": str(tasks_per_node * cpus_per_task),
            "SLURM_JOB_CPUS_PER_NODE": f"{tasks_per_node * cpus_per_task}(x{n_nodes})"}
     if gpus:
-        env.update({"SLURM_GPUS_ON_NODE": str(len(gpus)), "SLURM_GPUS_PER_NODE": str(len(gpus)),
-                    "SLURM_JOB_GPUS": ",".join(gpus), "CUDA_VISIBLE_DEVICES": ",".join(gpus)})
+        # output variables only: SLURM_GPUS_PER_NODE would be srun's input, and every
+        # overlapping step of the trial would get the node's first GPU
+        env.update({"SLURM_GPUS_ON_NODE": str(len(gpus)), "SLURM_JOB_GPUS": ",".join(gpus),
+                    "CUDA_VISIBLE_DEVICES": ",".join(gpus)})
     if mem_mb:
         env["SLURM_MEM_PER_NODE"] = str(mem_mb)
     return env
@@ -101,3 +103,21 @@ def job_end(env: Mapping[str, str], timeout: float = 10.0) -> float | None:
         return float(proc.stdout.split()[0]) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
+
+
+# The GPU variables slurmstepd sets for a step: a step started without a GPU request gets
+# all of the job's GPUs on its node.
+_STEP_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+                       "SLURM_STEP_GPUS")
+
+
+def select_step_gpus(positions: list[int]) -> str:
+    """sh that narrows the GPU variables slurmstepd set for this step to the job's GPUs at
+    these positions on its node (0-based), so that each trial in a pilot sees its own slot's
+    GPUs on every node, whatever ids the job has there. Nothing changes where the step got
+    no GPUs from Slurm (SLURM_STEP_GPUS unset)."""
+    fields = ",".join(str(i + 1) for i in positions)
+    narrow = "; ".join(
+        f'[ -n "${{{v}-}}" ] && {v}=$(printf %s "${v}" | cut -d, -f{fields}) && export {v}'
+        for v in _STEP_GPU_VARIABLES)
+    return f'if [ -n "${{SLURM_STEP_GPUS-}}" ]; then {narrow}; fi\n'
