@@ -28,10 +28,12 @@ def test_outside_a_job_nothing_is_removed():
 
 
 def test_a_trial_in_a_pilot_gets_the_slurm_variables_of_its_own_size():
-    env = for_pilot_trial("node[3-4]", 2, 2, 3, ["1", "2"], 500)
+    env = for_pilot_trial("node[3-4]", 2, 2, 3, ["1", "2"], [1, 2], 500)
     assert env["SLURM_NTASKS"] == "4" and env["SLURM_CPUS_PER_TASK"] == "3"
     assert env["SLURM_TASKS_PER_NODE"] == "2(x2)" and env["SLURM_JOB_CPUS_PER_NODE"] == "6(x2)"
     assert env["CUDA_VISIBLE_DEVICES"] == "1,2" and env["SLURM_GPUS_ON_NODE"] == "2"
+    assert env["HPSEARCH_GPU_FIELDS"] == "2,3"  # its srun steps: the slot's GPUs
+    assert "SLURM_GPUS_PER_NODE" not in env  # srun's input: every step would get GPU 0
     assert env["SLURM_MEM_PER_NODE"] == "500" and "SLURM_MEM_PER_CPU" not in env
 
 
@@ -47,16 +49,19 @@ def test_a_pilot_ends_by_its_jobs_clock_when_slurm_tells_it(tmp_path):
     assert 600 - MARGIN - 1 < pilot.end - time.monotonic() <= 600 - MARGIN
 
 
+
 def test_a_steps_gpus_narrow_to_the_slots_positions_on_its_node():
     import subprocess
-    from hpsearch.slurm.environment import select_step_gpus
-    show = 'echo "$CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS ${GPU_DEVICE_ORDINAL-unset}"'
+
+    from hpsearch.launch.base import GPU_NARROW
+    show = 'echo "$CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS"'
     step = {"PATH": "/bin:/usr/bin", "SLURM_STEP_GPUS": "4,5,6,7",
-            "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    out = subprocess.run(["/bin/sh", "-c", select_step_gpus([1, 3]) + show], env=step,
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3", "HPSEARCH_GPU_FIELDS": "2,4"}
+    out = subprocess.run(["/bin/sh", "-c", GPU_NARROW + "\n" + show], env=step,
                          capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["1,3", "5,7", "unset"]
-    told = {"PATH": "/bin:/usr/bin", "CUDA_VISIBLE_DEVICES": "1"}  # no GPUs from Slurm
-    out = subprocess.run(["/bin/sh", "-c", select_step_gpus([1]) + show], env=told,
-                         capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["1", "unset"]
+    assert out.split() == ["1,3", "5,7"]
+    for unchanged in ({**step, "HPSEARCH_GPU_FIELDS": ""},  # not in a pilot
+                      {**step, "SLURM_STEP_GPUS": ""}):  # no GPUs from Slurm
+        out = subprocess.run(["/bin/sh", "-c", GPU_NARROW + "\n" + show], env=unchanged,
+                             capture_output=True, text=True, check=True).stdout
+        assert out.split()[0] == "0,1,2,3"

@@ -153,9 +153,24 @@ def exports(pairs: Mapping[str, str | int]) -> str:
     return "export " + " ".join(f"{name}={value}" for name, value in pairs.items())
 
 
-def rank_script(export_lines: Sequence[str], command: str) -> str:
-    """What one rank's `sh -c` runs: its rank variables, then the user's command."""
-    return "\n".join([*export_lines, command])
+# A trial in a pilot shares the pilot's nodes with other trials; its srun steps overlap the
+# pilot's, and Slurm gives such a step all of the job's GPUs on each of its nodes (it cannot
+# pick distinct GPUs for overlapping steps, and its --gpu-bind leaves a one-task step alone).
+# The pilot tells the trial its slot's positions among the job's GPUs on every node
+# (HPSEARCH_GPU_FIELDS, 1-based, as cut takes them); in a step that got GPUs from Slurm,
+# this narrows what slurmstepd set to those. Elsewhere (a job of its own, no pilot) it does
+# nothing.
+GPU_NARROW = (
+    'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then '
+    'CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, '
+    '-f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, '
+    '-f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi')
+
+
+def rank_script(export_lines: Sequence[str], command: str, layout: RankLayout) -> str:
+    """What one rank's `sh -c` runs: under Slurm its GPUs in a pilot, its rank variables,
+    then the user's command."""
+    return "\n".join([*([GPU_NARROW] if layout.under_slurm else []), *export_lines, command])
 
 
 # srun steps name their nodes: in a job it is the whole allocation (what srun takes anyway);

@@ -29,6 +29,6 @@ class HorovodrunLauncher(Launcher):
                      "WORLD_SIZE": layout.world_size,
                      "LOCAL_RANK": '"${HOROVOD_LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}"',
                      "LOCAL_WORLD_SIZE": layout.tasks_per_node}),
-            node_rank_line(layout)], command)
+            node_rank_line(layout)], command, layout)
         horovodrun = ["horovodrun", "-np", str(layout.world_size), "-H", hosts, *self.args]
         return script([*lines, command_line(horovodrun, runtime, ["sh", "-c", ranks], layout)])

@@ -87,7 +87,7 @@ class MpirunLauncher(Launcher):
                      "WORLD_SIZE": layout.world_size,
                      "LOCAL_RANK": '"${OMPI_COMM_WORLD_LOCAL_RANK:-$MPI_LOCALRANKID}"',
                      "LOCAL_WORLD_SIZE": layout.tasks_per_node}),
-            node_rank_line(layout)], command)
+            node_rank_line(layout)], command, layout)
         passed = [arg for name in PASSED for arg in ("-x", name)]
         mpirun = ["mpirun", "-np", str(layout.world_size), "--host", hosts,
                   *OPEN_MPI_OPTIONS, *step_options, *passed, *self.args]

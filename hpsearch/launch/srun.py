@@ -31,7 +31,7 @@ class SrunLauncher(Launcher):
         ranks = rank_script([exports({
             "RANK": '"$SLURM_PROCID"', "WORLD_SIZE": layout.world_size,
             "LOCAL_RANK": '"$SLURM_LOCALID"', "LOCAL_WORLD_SIZE": layout.tasks_per_node,
-            "NODE_RANK": '"$SLURM_NODEID"'})], command)
+            "NODE_RANK": '"$SLURM_NODEID"'})], command, layout)
         argv = ["srun", f"--nodes={layout.nodes}", NODELIST, f"--ntasks={layout.world_size}",
                 f"--ntasks-per-node={layout.tasks_per_node}",
                 # Since Slurm 22.05 srun no longer takes --cpus-per-task from the allocation.

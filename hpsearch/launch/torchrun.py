@@ -35,7 +35,7 @@ class TorchrunLauncher(Launcher):
 
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
         self.check(layout, runtime)
-        ranks = rank_script([exports({"NODE_RANK": '"$GROUP_RANK"'})], command)
+        ranks = rank_script([exports({"NODE_RANK": '"$GROUP_RANK"'})], command, layout)
         torchrun_args = [f"--nnodes={layout.node_count}",
                          f"--nproc-per-node={layout.tasks_per_node}", "--rdzv-backend=static",
                          *self.args, "--no-python", "sh", "-c", ranks]

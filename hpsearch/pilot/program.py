@@ -34,15 +34,10 @@ from hpsearch import procs
 from hpsearch.executors.base import Ended, Launch, Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import read_exit_code, shell_body
-from hpsearch.launch.base import shell_join
+from hpsearch.launch.base import GPU_NARROW, shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
-from hpsearch.slurm.environment import (
-    for_pilot_trial,
-    job_end,
-    select_step_gpus,
-    without_shape,
-)
+from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
 from hpsearch.slurm.hostlist import compress, expand
 from hpsearch.store.trusted import present
 
@@ -216,6 +211,7 @@ class Pilot:
         env = {**launch.env,
                # the trial's own size, not the pilot job's (hpsearch.slurm.environment)
                **for_pilot_trial(nodes, n, tasks, cpus_per_task, grant.gpus,
+                                 [self.alloc.gpu_ids.index(g) for g in grant.gpus],
                                  self.cfg.get("trial_mem_mb")),
                # the trial's own srun steps share the pilot's nodes with other trials' steps:
                # the pilot's slots, not Slurm's step accounting, keep them apart
@@ -226,16 +222,13 @@ class Pilot:
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
             # exec: only the shell on that node writes the exit code; srun's own would hide
             # a node that failed under it (srun exited 0 when its node's slurmd died)
-            # its own GPUs there: slurmstepd gives the step all of the job's GPUs on the node
-            narrow = select_step_gpus([self.alloc.gpu_ids.index(g) for g in grant.gpus]) \
-                if grant.gpus else ""
             command = "exec " + shell_join([
                 "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
                 f"--cpus-per-task={self.cfg['trial_cpus']}", "--kill-on-bad-exit=1",
                 # overlapping steps are all bound to the node's lowest cores under
                 # task/affinity: leave them to the job's cpuset and the kernel instead
                 "--cpu-bind=none",
-                "/bin/sh", "-c", narrow + shell_body(self.signal_name, command)])
+                "/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)])
             self.remote.add(launch.trial_id)
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)

@@ -63,9 +63,13 @@ def without_shape(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def for_pilot_trial(nodes: str, n_nodes: int, tasks_per_node: int, cpus_per_task: int,
-                    gpus: tuple[str, ...] | list[str], mem_mb: int | None) -> dict[str, str]:
+                    gpus: tuple[str, ...] | list[str], gpu_positions: list[int],
+                    mem_mb: int | None) -> dict[str, str]:
     """The Slurm variables of a trial on `n_nodes` nodes (`nodes`, compressed) of a pilot,
-    as an allocation of the trial's own size would set them."""
+    as an allocation of the trial's own size would set them. `gpus`: its GPU ids on the
+    pilot's first node; `gpu_positions`: where they are among the job's GPUs on each node
+    (0-based; a slot has the same positions on every node), for its srun steps
+    (HPSEARCH_GPU_FIELDS: hpsearch.launch.base.GPU_NARROW)."""
     tasks = tasks_per_node * n_nodes
     env = {"SLURM_JOB_NODELIST": nodes, "SLURM_NODELIST": nodes,
            "SLURM_NNODES": str(n_nodes), "SLURM_JOB_NUM_NODES": str(n_nodes),
@@ -79,7 +83,8 @@ def for_pilot_trial(nodes: str, n_nodes: int, tasks_per_node: int, cpus_per_task
         # output variables only: SLURM_GPUS_PER_NODE would be srun's input, and every
         # overlapping step of the trial would get the node's first GPU
         env.update({"SLURM_GPUS_ON_NODE": str(len(gpus)), "SLURM_JOB_GPUS": ",".join(gpus),
-                    "CUDA_VISIBLE_DEVICES": ",".join(gpus)})
+                    "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+                    "HPSEARCH_GPU_FIELDS": ",".join(str(i + 1) for i in gpu_positions)})
     if mem_mb:
         env["SLURM_MEM_PER_NODE"] = str(mem_mb)
     return env
@@ -104,20 +109,3 @@ def job_end(env: Mapping[str, str], timeout: float = 10.0) -> float | None:
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
 
-
-# The GPU variables slurmstepd sets for a step: a step started without a GPU request gets
-# all of the job's GPUs on its node.
-_STEP_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
-                       "SLURM_STEP_GPUS")
-
-
-def select_step_gpus(positions: list[int]) -> str:
-    """sh that narrows the GPU variables slurmstepd set for this step to the job's GPUs at
-    these positions on its node (0-based), so that each trial in a pilot sees its own slot's
-    GPUs on every node, whatever ids the job has there. Nothing changes where the step got
-    no GPUs from Slurm (SLURM_STEP_GPUS unset)."""
-    fields = ",".join(str(i + 1) for i in positions)
-    narrow = "; ".join(
-        f'[ -n "${{{v}-}}" ] && {v}=$(printf %s "${v}" | cut -d, -f{fields}) && export {v}'
-        for v in _STEP_GPU_VARIABLES)
-    return f'if [ -n "${{SLURM_STEP_GPUS-}}" ]; then {narrow}; fi\n'

@@ -11,6 +11,7 @@ export MASTER_PORT=34567
 hpsearch_hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed 's/$/:2/' | paste -sd, -)
 horovodrun -np 4 -H "$hpsearch_hosts" \
     podman run --rm --network=host --ipc=host --device nvidia.com/gpu=all -v /scratch/data:/data:ro -v /shared/projects/digits:/shared/projects/digits -v /shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 -w /shared/projects/digits -e 'HPSEARCH_*' -e RANK -e WORLD_SIZE -e LOCAL_RANK -e LOCAL_WORLD_SIZE -e NODE_RANK -e MASTER_ADDR -e MASTER_PORT -e 'SLURM_*' -e 'OMPI_*' -e 'PMI_*' -e 'PMIX_*' -e MPI_LOCALRANKID -e 'HOROVOD_*' -e CUDA_VISIBLE_DEVICES -e NCCL_DEBUG localhost/hpsearch-digits:latest \
-    sh -c 'export RANK="${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}" WORLD_SIZE=4 LOCAL_RANK="${HOROVOD_LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}" LOCAL_WORLD_SIZE=2
+    sh -c 'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi
+export RANK="${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}" WORLD_SIZE=4 LOCAL_RANK="${HOROVOD_LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}" LOCAL_WORLD_SIZE=2
 export NODE_RANK="$((RANK / 2))"
 python train.py --lr 0.01 --name '"'"'a b'"'"''

@@ -12,6 +12,7 @@ hpsearch_hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed 's/$/:2/' |
 hpsearch_srun_args="--nodelist=$SLURM_JOB_NODELIST --cpus-per-task=8"
 mpirun -np 4 --host "$hpsearch_hosts" --allow-run-as-root --bind-to none --mca plm_slurm_args "$hpsearch_srun_args" -x MASTER_ADDR -x MASTER_PORT -x HPSEARCH_EXPERIMENT -x HPSEARCH_TRIAL_ID -x HPSEARCH_ATTEMPT -x HPSEARCH_TRIAL_DIR -x HPSEARCH_CHECKPOINT_DIR -x HPSEARCH_PARAMS \
     podman run --rm --network=host --ipc=host --device nvidia.com/gpu=all -v /scratch/data:/data:ro -v /shared/projects/digits:/shared/projects/digits -v /shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 -w /shared/projects/digits -e 'HPSEARCH_*' -e RANK -e WORLD_SIZE -e LOCAL_RANK -e LOCAL_WORLD_SIZE -e NODE_RANK -e MASTER_ADDR -e MASTER_PORT -e 'SLURM_*' -e 'OMPI_*' -e 'PMI_*' -e 'PMIX_*' -e MPI_LOCALRANKID -e 'HOROVOD_*' -e CUDA_VISIBLE_DEVICES -e NCCL_DEBUG localhost/hpsearch-digits:latest \
-    sh -c 'export RANK="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" WORLD_SIZE=4 LOCAL_RANK="${OMPI_COMM_WORLD_LOCAL_RANK:-$MPI_LOCALRANKID}" LOCAL_WORLD_SIZE=2
+    sh -c 'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi
+export RANK="${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" WORLD_SIZE=4 LOCAL_RANK="${OMPI_COMM_WORLD_LOCAL_RANK:-$MPI_LOCALRANKID}" LOCAL_WORLD_SIZE=2
 export NODE_RANK="$((RANK / 2))"
 python train.py --lr 0.01 --name '"'"'a b'"'"''

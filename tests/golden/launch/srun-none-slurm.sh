@@ -9,5 +9,6 @@ MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node" | sed -n 's/.* NodeAd
 export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
 srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
-    sh -c 'export RANK="$SLURM_PROCID" WORLD_SIZE=4 LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE=2 NODE_RANK="$SLURM_NODEID"
+    sh -c 'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi
+export RANK="$SLURM_PROCID" WORLD_SIZE=4 LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE=2 NODE_RANK="$SLURM_NODEID"
 python train.py --lr 0.01 --name '"'"'a b'"'"''

@@ -11,5 +11,6 @@ export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
 srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 \
     ch-run -b /scratch/data:/data -b /shared/projects/digits:/shared/projects/digits -b /shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 -c /shared/projects/digits /shared/images/digits -- \
-    sh -c 'exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=static --no-python sh -c 'export NODE_RANK="$GROUP_RANK"
+    sh -c 'exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=static --no-python sh -c 'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi
+export NODE_RANK="$GROUP_RANK"
 python train.py --lr 0.01 --name '"'"'a b'"'"''

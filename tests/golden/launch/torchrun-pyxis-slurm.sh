@@ -9,5 +9,6 @@ MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node" | sed -n 's/.* NodeAd
 export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
 srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=2 --ntasks-per-node=1 --cpus-per-task=8 --kill-on-bad-exit=1 --container-image=/shared/images/digits.sqsh --container-mounts=/scratch/data:/data:ro,/shared/projects/digits:/shared/projects/digits,/shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 --container-workdir=/shared/projects/digits --container-env=NCCL_DEBUG \
-    sh -c 'exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=static --no-python sh -c 'export NODE_RANK="$GROUP_RANK"
+    sh -c 'exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"' torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=static --no-python sh -c 'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi
+export NODE_RANK="$GROUP_RANK"
 python train.py --lr 0.01 --name '"'"'a b'"'"''
