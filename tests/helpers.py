@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hpsearch.store.store import STORE_FILE, Reader
 
@@ -85,3 +89,19 @@ def wait_for_trials(cli, name: str, predicate, timeout: float = 30, every: float
             pass
         time.sleep(every)
     raise AssertionError(f"timed out waiting on {name}")
+
+
+def ensure_system_entry(make: list[str], lookup: Callable[[str], Any], name: str) -> Any:
+    """lookup(name) (pwd.getpwnam, grp.getgrnam), after creating the user or group with
+    `make + [name]` (useradd, groupadd) if missing. Safe when another test process creates
+    it at the same moment (scripts/test.sh runs the cluster's tests beside the others):
+    useradd fails while another holds /etc/passwd's lock, or when it was just made."""
+    for _ in range(100):
+        try:
+            return lookup(name)
+        except KeyError:
+            pass
+        if subprocess.run([*make, name], capture_output=True).returncode == 0:
+            return lookup(name)
+        time.sleep(0.1)
+    return lookup(name)  # KeyError naming it

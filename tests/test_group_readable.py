@@ -27,6 +27,7 @@ import pytest
 from hpsearch.errors import BadInput
 from hpsearch.spec.validate import parse_spec
 from hpsearch.store.store import Store
+from tests.helpers import ensure_system_entry
 
 OTHER, GROUP = "hpsearch-other", "hpsearch-share"
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,10 +122,7 @@ def member() -> tuple[int, int, int]:
     for make, lookup, name in ((["useradd", "--system", "--no-create-home", "--shell",
                                  "/usr/sbin/nologin"], pwd.getpwnam, OTHER),
                                (["groupadd", "--system"], grp.getgrnam, GROUP)):
-        try:
-            lookup(name)
-        except KeyError:
-            subprocess.run([*make, name], check=True, capture_output=True)
+        ensure_system_entry(make, lookup, name)
     user = pwd.getpwnam(OTHER)
     return user.pw_uid, user.pw_gid, grp.getgrnam(GROUP).gr_gid
 

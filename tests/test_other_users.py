@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_store
+from tests.helpers import ensure_system_entry, read_store
 
 OTHER = "hpsearch-other"
 
@@ -29,12 +29,8 @@ def other_uid() -> int:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    try:
-        return pwd.getpwnam(OTHER).pw_uid
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        OTHER], check=True, capture_output=True)
-        return pwd.getpwnam(OTHER).pw_uid
+    return ensure_system_entry(["useradd", "--system", "--no-create-home", "--shell",
+                                "/usr/sbin/nologin"], pwd.getpwnam, OTHER).pw_uid
 
 
 def _run_as(uid: int, folder: Path, script: str, *args: str) -> None:

@@ -3,6 +3,7 @@ of an earlier experiment of the same name, nor another user's job of the same na
 
 from __future__ import annotations
 
+import pwd
 import shutil
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.helpers import job_prefix, read_store
+from tests.helpers import ensure_system_entry, job_prefix, read_store
 
 RUN = uuid.uuid4().hex[:6]
 OTHER_USER = "hpsearch-other"
@@ -61,9 +62,8 @@ def test_a_recreated_experiment_never_adopts_the_jobs_of_the_old_one(cli, slurm_
 @pytest.fixture(scope="module")
 def other_user(slurm_cluster):
     """A second Unix user with a Slurm association (the cluster enforces associations)."""
-    if subprocess.run(["id", OTHER_USER], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", OTHER_USER],
-                       check=True, capture_output=True)
+    ensure_system_entry(["useradd", "--no-create-home", "--shell", "/bin/sh"], pwd.getpwnam,
+                        OTHER_USER)
     slurm_cluster.run("sacctmgr", "-i", "add", "user", OTHER_USER, "account=root",
                       check=False)
     return OTHER_USER
