@@ -4,7 +4,7 @@
 #
 #   scripts/test.sh            # the whole suite, as CI and the README run it (as root it
 #                              # installs the Slurm cluster, ch-run, mpirun, tmux, chromium);
-#                              # the cluster's tests, and beside them the rest on 2 workers
+#                              # the tests without a cluster on 2 workers, then the cluster's
 #   scripts/test.sh --quick    # the inner loop: ruff, mypy, lint-imports, then the tests that
 #                              # need no Slurm cluster, no apt-installed program (chromium,
 #                              # ch-run, tmux, mpirun) and are not marked slow, on 2 workers;
@@ -71,24 +71,18 @@ if [ "$(id -u)" = 0 ]; then
     apt-get install -y -q tmux chromium || { apt-get update -q && apt-get install -y -q tmux chromium; }
   fi
 fi
-# Two runs side by side, both always: the Slurm cluster's tests one at a time (some stop
-# Slurm's daemons, kill a node's slurmd or set account limits, which cluster tests beside them
-# would feel; most of their time is spent waiting on Slurm), and beside them the tests that
-# need no cluster on two workers (xdist, whole files per worker, as the quick tier). The
-# cluster's output follows once both are done. Fails if either fails. docs/testing.md#tiers.
+# Two runs, both always: the tests that need no cluster on two workers (xdist, whole files
+# per worker, as the quick tier), then the cluster's tests one at a time: some stop Slurm's
+# daemons, kill a node's slurmd or set account limits, which tests beside them would feel.
+# Fails if either fails. docs/testing.md#tiers has the times.
+status=0
 run() {  # pytest ARGS...: exit 5 (no test selected, e.g. with -k) is no failure
   local rc=0
   .venv/bin/python -m pytest -q -rs "$@" || rc=$?
-  [ "$rc" = 0 ] || [ "$rc" = 5 ]
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; fi
 }
-cluster_log=$(mktemp)
-run -m cluster "$@" >"$cluster_log" 2>&1 &
-cluster=$!
-status=0
-echo "== pytest: the tests that need no Slurm cluster (2 workers; the cluster's run beside them)"
-run -n 2 --dist loadfile -m "not cluster" "$@" || status=1
-wait "$cluster" || status=1
+echo "== pytest: the tests that need no Slurm cluster (2 workers)"
+run -n 2 --dist loadfile -m "not cluster" "$@"
 echo "== pytest: the Slurm cluster's tests (one at a time)"
-cat "$cluster_log"
-rm -f "$cluster_log"
+run -m cluster "$@"
 exit $status
