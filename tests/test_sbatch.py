@@ -6,6 +6,7 @@ Set UPDATE_GOLDEN=1 to rewrite the files after a deliberate change, then read th
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ env: {OMP_NUM_THREADS: 8, WANDB_MODE: offline}
 def _script(extra: str, attempt: int = 1) -> str:
     spec = parse_spec(BASE + extra, "golden.yaml", Path("/work/project"))
     launch = build_launch(spec, 0, attempt, {"lr": 0.1, "tag": "it's a $(test)"})
-    return batch_script(spec.slurm_job(), launch)
+    # a GPU trial's sampler runs on the driver's python (docs/gpu.md): not this machine's path
+    return batch_script(spec.slurm_job(), launch).replace(sys.executable, "/venv/bin/python")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

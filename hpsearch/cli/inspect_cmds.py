@@ -12,6 +12,7 @@ from pathlib import Path
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.ingest import outcome
 from hpsearch.report import budget
+from hpsearch.report.gpu_use import describe, read_gpu_use
 from hpsearch.store import STORE_FILE, runs
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
@@ -67,6 +68,7 @@ def status(args) -> int:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
         trouble = reader.slurm_trouble() if exp.status == "running" else None
         pilots = pilot_lines(reader, runs_dir_of(args) / args.name)
+        gpu, pilot_gpu = read_gpu_use(reader, exp.spec_yaml, pilots, time.time())
     finally:
         reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
@@ -95,12 +97,13 @@ def status(args) -> int:
             t = dataclasses.replace(t, leaves=pilot_leaf[t.job_id])
         spent = staged and [str(staged[t.id].steps), "" if staged[t.id].rung is None
                             else str(staged[t.id].rung)]
+        used = [describe(gpu.get(t.id))] if gpu else []  # measured GPU use (docs/gpu.md)
         rows.append([str(t.id), t.state, str(t.attempt), duration, *(spent or []), _where(t),
-                     values, format_params(t.params), note])
+                     *used, values, format_params(t.params), note])
     _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []), "where",
-            "objective", "params", "error"], rows)
+            *(["gpu"] if gpu else []), "objective", "params", "error"], rows)
     if pilots:
-        _pilot_table(pilots)
+        _pilot_table(pilots, pilot_gpu)
     return 0
 
 
@@ -115,15 +118,18 @@ def _budgets(exp_dir: Path, trials) -> dict:
     return {b.trial: b for b in budget.trial_budgets(data.trials, data.curves, data.usage)}
 
 
-def _pilot_table(pilots) -> None:
+def _pilot_table(pilots, gpu: dict) -> None:
     """The pilot jobs: each one's job, state, nodes and leaf, the trials running in it,
-    how long it has run (waited, held its nodes) and the time left of its limit."""
+    how long it has run (waited, held its nodes) and the time left of its limit; where its
+    trials' GPUs were sampled, its GPUs' busy fraction."""
     from hpsearch.tui import text
     live = sum(1 for p in pilots if p.live)
     print(f"\npilots: {live} live, {len(pilots) - live} ended")
-    _table(["pilot", "job", "state", "nodes", "trials", "time", "left", "note"],
+    _table(["pilot", "job", "state", "nodes", "trials", "time", "left",
+            *(["gpu"] if gpu else []), "note"],
            [[str(p.id), p.job_id or "", p.state, text.pilot_where(p), text.pilot_trials(p),
-             text.pilot_age(p), text.pilot_left(p), p.reason or ""] for p in pilots])
+             text.pilot_age(p), text.pilot_left(p), *([describe(gpu.get(p.id))] if gpu else []),
+             p.reason or ""] for p in pilots])
 
 
 def _where(t) -> str:
@@ -217,7 +223,7 @@ def export(args) -> int:
     view = read_view(exp_dir)
     data = collect(exp_dir, use_sacct=False, view=view)
     records = exporting.records(view, {b.trial: b for b in budget.trial_budgets(
-        data.trials, data.curves, data.usage)})
+        data.trials, data.curves, data.usage)}, data.gpu)
     text = exporting.render(records, args.format)
     if args.out is None:
         sys.stdout.write(text)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from hpsearch.executors import retry
 from hpsearch.executors.base import Ended
 from hpsearch.ingest.checkpoints import CheckpointScan
+from hpsearch.ingest.gpu_samples import GpuSamples
 from hpsearch.ingest.trial_files import TrialFiles, objective_values
 from hpsearch.store.store import Store
 
@@ -34,10 +35,12 @@ class LiveTrial:
     files: TrialFiles
     last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
     ckpts: CheckpointScan = field(init=False)
+    gpu: GpuSamples = field(init=False)  # its GPU samplers' files (docs/gpu.md)
     adopted: bool = False  # in flight when this driver began: it may have ended unseen
 
     def __post_init__(self) -> None:
         self.ckpts = CheckpointScan(self.trial_dir)
+        self.gpu = GpuSamples(self.trial_dir)
 
     def verdict(self, ended: Ended, metrics: list[str]
                 ) -> tuple[list[float] | None, str | None, str | None]:
@@ -72,20 +75,26 @@ class LiveTrials:
                          self.store.last_metrics(trial_id))
         manifest = saved.get("manifest")
         live.ckpts = CheckpointScan(trial_dir, manifest if isinstance(manifest, dict) else None)
+        live.gpu = GpuSamples(trial_dir, saved.get("gpu"))
         return live
 
     def ingest(self, live: LiveTrial, final: bool = False) -> None:
         records = live.files.read_new(final=final)
         found = live.ckpts.new()
-        warnings = live.files.warnings + live.ckpts.warnings
+        gpu = live.gpu.read_new(final=final)
+        warnings = live.files.warnings + live.ckpts.warnings + live.gpu.refused
         live.files.warnings.clear()
         live.ckpts.warnings.clear()
-        # records, warnings, where reading stopped and what the pruner made of the records:
-        # one commit, so resume reads on from there and the pruner decides as it did
+        live.gpu.refused.clear()
+        # records, GPU samples, warnings, where reading stopped and what the pruner made of
+        # the records: one commit, so resume reads on from there and the pruner decides as
+        # it did
         with self.store.batch():
             self.store.add_output(live.trial_id, live.attempt, records, warnings,
                                   {"files": live.files.unsaved(),
-                                   "manifest": live.ckpts.unsaved()})
+                                   "manifest": live.ckpts.unsaved(),
+                                   "gpu": live.gpu.unsaved()})
+            self.store.add_gpu_use(live.trial_id, gpu)
             if self.stopper:
                 self.stopper.observe(live.trial_id, records)
         for rec in records:

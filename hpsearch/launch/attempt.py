@@ -113,12 +113,16 @@ def _launcher_name(spec_launcher) -> str:
 def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path) -> str:
     """The trial's command as its launcher starts it over its ranks, in its container."""
     from hpsearch.launch import layout_for, make_launcher, make_runtime, port_for
+    from hpsearch.launch.base import gpu_sampler_line
 
+    # a trial that asks for GPUs has them sampled on each of its nodes (docs/gpu.md)
+    sampler = sys.executable if spec.resources.gpus_per_node > 0 else None
     layout = layout_for(spec.resources, master_port=port_for(spec.name, trial_id),
                         under_slurm=spec.executor.type == "slurm", workdir=str(spec.workdir),
-                        trial_dir=str(trial_dir))
+                        trial_dir=str(trial_dir), gpu_sampler=sampler)
     runtime = make_runtime(spec.container, [name for name, _ in spec.env])
-    return make_launcher(spec.launcher).wrap(command, layout, runtime)
+    text = make_launcher(spec.launcher).wrap(command, layout, runtime)
+    return text if sampler is None else gpu_sampler_line(sampler) + "\n" + text
 
 
 def prepare_trial_dir(launch: Launch) -> None:

@@ -53,6 +53,7 @@ class RankLayout:
     under_slurm: bool = False  # True: the text is a batch script's body in an allocation
     binds: tuple[str, ...] = ()  # host paths every runtime binds at the same path
     workdir: str | None = None   # the command's working directory (containers start there)
+    gpu_sampler: str | None = None  # the python that samples GPUs on nodes after the first
 
     @property
     def node_count(self) -> int:
@@ -72,11 +73,11 @@ def port_for(experiment: str, trial_id: int) -> int:
 
 
 def layout_for(resources, *, master_port: int, under_slurm: bool, workdir: str,
-               trial_dir: str) -> RankLayout:
+               trial_dir: str, gpu_sampler: str | None = None) -> RankLayout:
     """A RankLayout from the spec's `resources`, binding the workdir and the trial dir."""
     return RankLayout(resources.nodes, resources.tasks_per_node, resources.gpus_per_node,
                       resources.cpus_per_task, master_port, under_slurm,
-                      (str(workdir), str(trial_dir)), str(workdir))
+                      (str(workdir), str(trial_dir)), str(workdir), gpu_sampler)
 
 
 # -- binds ------------------------------------------------------------------------------------
@@ -169,8 +170,28 @@ GPU_NARROW = (
 
 def rank_script(export_lines: Sequence[str], command: str, layout: RankLayout) -> str:
     """What one rank's `sh -c` runs: under Slurm its GPUs in a pilot, its rank variables,
-    then the user's command."""
-    return "\n".join([*([GPU_NARROW] if layout.under_slurm else []), *export_lines, command])
+    (on a node after the first, local rank 0 starts the node's GPU sampler) then the user's
+    command."""
+    sampler = ([other_nodes_sampler_line(layout.gpu_sampler)]
+               if layout.gpu_sampler and layout.node_count > 1 else [])
+    return "\n".join([*([GPU_NARROW] if layout.under_slurm else []), *export_lines, *sampler,
+                      command])
+
+
+# GPU sampling (hpsearch.gpu.sampler, docs/gpu.md): one sampler per node of a trial that asked
+# for GPUs, on the GPUs it holds there. The first node's starts in the trial's launch text
+# (hpsearch.launch.attempt), every other node's in its local rank 0. A subshell starts it, so
+# a `wait` in the trial's command never waits for it; it watches the shell that started it
+# ($$ is that shell's pid, in the subshell too) and ends with it; its output goes nowhere,
+# and nothing it does can fail the trial.
+def gpu_sampler_line(python: str, node: str = "0") -> str:
+    return (f"( {shlex.quote(python)} -m hpsearch.gpu.sampler {node} \"$$\" </dev/null "
+            ">/dev/null 2>&1 & )")
+
+
+def other_nodes_sampler_line(python: str) -> str:
+    return ('if [ "${LOCAL_RANK-}" = 0 ] && [ "${NODE_RANK:-0}" != 0 ]; then '
+            + gpu_sampler_line(python, '"$NODE_RANK"') + "; fi")
 
 
 # srun steps name their nodes: in a job it is the whole allocation (what srun takes anyway);

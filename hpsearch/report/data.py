@@ -11,7 +11,8 @@ them by how each trial ended.
 Pilots: the attempts that ran in a pilot all carry the pilot's Slurm job id, so sacct's
 usage of that job is the pilot's, never an attempt's. Such an attempt is counted from the
 store (its nodes x the time between its start and end); the pilots' own node-hours, busy
-and idle, are in hpsearch.report.pilot_usage.
+and idle, are in hpsearch.report.pilot_usage. GPU use measured by the samplers (docs/gpu.md):
+hpsearch.report.gpu_use.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch.ingest import outcome
+from hpsearch.report.gpu_use import GpuUse, pilot_gpu_use, pilot_gpus_per_node, trial_gpu_use
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
 from hpsearch.store import STORE_FILE, runs
@@ -72,6 +74,8 @@ class ReportData:
     updated: float = 0.0
     pilots: list[PilotUsage] = field(default_factory=list)
     space: dict[str, dict] = field(default_factory=dict)  # the spec's search.space entries
+    gpu: dict[int, GpuUse] = field(default_factory=dict)  # trial -> its measured GPU use
+    pilot_gpu: dict[int, GpuUse] = field(default_factory=dict)  # pilot -> its GPUs' use
 
 
 def attempt_class(state: str | None, reason: str | None) -> str:
@@ -114,6 +118,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
                 "select trial, attempt, state, started, finished, job_id, nodes, reason, host "
                 "from attempts order by trial, attempt").fetchall())
         pilot_rows = reader.pilots() if reader.db["pilots"].exists() else []
+        gpu_rows = reader.gpu_use()
     finally:
         reader.close()
     gpus_of = {t.id: _gpu_count(t.gpus) for t in trials}
@@ -147,17 +152,22 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     if jobs and not use_sacct:
         notes.append("sacct not asked (--no-sacct): times from the store, 1 node per attempt "
                      "unless its nodes are recorded")
+    gpu, busy_by_job = trial_gpu_use(gpu_rows, [a[:2] + a[3:6] for a in attempts], now)
+    pilots = [pilot_usage(row, max(1, len(_hosts(row.nodes))),
+                          by_job.get(row.job_id) if row.job_id else None,
+                          spans.get(row.id, []), heartbeat_of(exp_dir, row), now)
+              for row in pilot_rows]
+    gpus_per_node = pilot_gpus_per_node(exp.spec_yaml) if pilots and gpu else 0
+    pilot_gpu = {p.pilot: use for p, row in zip(pilots, pilot_rows) if (use := pilot_gpu_use(
+        busy_by_job.get(row.job_id or "", 0.0), p.nodes, gpus_per_node, p.seconds))}
     return ReportData(name=exp.name, strategy=exp.strategy, executor=executor,
                       status=outcome.experiment_status(exp.status,
                                                        runs.DriverLock(exp_dir).holder()),
                       metrics=metrics, directions=tuple(exp.directions),
                       trials=trials, curves=curves, usage=usage, notes=notes,
                       created=exp.created, updated=exp.updated,
-                      space=spec_space(exp.spec_yaml),
-                      pilots=[pilot_usage(row, max(1, len(_hosts(row.nodes))),
-                                          by_job.get(row.job_id) if row.job_id else None,
-                                          spans.get(row.id, []), heartbeat_of(exp_dir, row),
-                                          now) for row in pilot_rows])
+                      space=spec_space(exp.spec_yaml), pilots=pilots, gpu=gpu,
+                      pilot_gpu=pilot_gpu)
 
 
 def _curves(rows) -> dict[int, list[tuple[int, float]]]:

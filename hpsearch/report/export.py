@@ -7,7 +7,10 @@ or else the last report), <metric>_last and <metric>_last_step (its last interme
 and that step);
 started and finished (ISO-8601 with UTC offset), duration (seconds), host, exit_code, error,
 trial_dir; then steps, node_hours, gpu_hours, segments, rung (the resource it used,
-hpsearch.report.budget). A value a trial does not have is empty (CSV) or null (JSON).
+hpsearch.report.budget); then, where any trial's GPUs were sampled (docs/gpu.md),
+gpu_util (mean utilisation, percent), gpu_mem_max_mib, gpu_busy_hours, gpu_held_hours and
+gpu_busy (the busy fraction, 0 to 1). A value a trial does not have is empty (CSV) or null
+(JSON).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import json
 from hpsearch.interop.optuna_trials import iso
 from hpsearch.interop.store_view import StoreView, last_reports
 from hpsearch.report import budget
+from hpsearch.report.gpu_use import GpuUse
 
 
-def records(view: StoreView, budgets: dict[int, budget.TrialBudget]) -> list[dict]:
+def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
+            gpu: dict[int, GpuUse] | None = None) -> list[dict]:
     """One dict per trial, every dict with the same keys (see the module docstring)."""
     objectives = [o.metric for o in view.spec.objectives]
     names = view.metric_names
@@ -46,8 +51,19 @@ def records(view: StoreView, budgets: dict[int, budget.TrialBudget]) -> list[dic
             rec.update({"steps": b and b.steps, "node_hours": b and b.node_hours,
                         "gpu_hours": b and b.gpu_hours, "segments": b and b.segments,
                         "rung": b and b.rung})
+        if gpu:  # measured GPU use (docs/gpu.md)
+            rec.update(_gpu_columns(gpu.get(t.id)))
         out.append(rec)
     return out
+
+
+def _gpu_columns(use: GpuUse | None) -> dict:
+    if use is None:
+        return dict.fromkeys(("gpu_util", "gpu_mem_max_mib", "gpu_busy_hours", "gpu_held_hours",
+                              "gpu_busy"))
+    return {"gpu_util": use.util_mean, "gpu_mem_max_mib": use.mem_max_mib,
+            "gpu_busy_hours": use.busy_gpu_hours, "gpu_held_hours": use.held_gpu_hours,
+            "gpu_busy": use.busy_fraction}
 
 
 def render(found: list[dict], fmt: str) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hpsearch.report import budget, figures
 from hpsearch.report.data import CLASSES, ReportData
+from hpsearch.report.gpu_table import gpu_section
 from hpsearch.store import rows as r
 
 _CSS = """
@@ -217,6 +218,7 @@ status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}
 {_budget_table(data)}
 {_resource_table(data)}
 {_pilot_table(data)}
+{gpu_section(data)}
 </body></html>
 """
     path = out_dir / "report.html"

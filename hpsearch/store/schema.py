@@ -93,7 +93,17 @@ def _v7(db: sqlite_utils.Database) -> None:
     db["attempts"].add_column("budget", int)
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(db: sqlite_utils.Database) -> None:
+    """GPU use measured by the samplers (hpsearch.gpu, hpsearch.ingest.gpu_samples): per
+    attempt and node of a trial, what its samples add up to."""
+    db["gpu_use"].create({
+        "trial": int, "attempt": int, "node": int, "gpus": int, "samples": int,
+        "gpu_samples": int, "util_sum": float, "busy_gpu_seconds": float,
+        "mem_max_mib": float, "first": float, "last": float,
+    }, pk=("trial", "attempt", "node"))
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -263,6 +263,13 @@ class Reader:
                                " group by name", (trial_id,))  # value: of the max(step) row
         return {name: (step, math.nan if value is None else value) for name, step, value in rows}
 
+    def gpu_use(self) -> list[dict]:
+        """Every row of gpu_use (per trial, attempt and node: what its GPU samples added up
+        to); [] for a store written before it existed."""
+        if not self.db["gpu_use"].exists():
+            return []
+        return list(self.db["gpu_use"].rows_where(order_by="trial, attempt, node"))
+
     def events(self, trial_id: int | None = None, limit: int = 50) -> list[dict]:
         where, args = ("trial = ?", [trial_id]) if trial_id is not None else (None, [])
         found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
@@ -301,7 +308,7 @@ TROUBLE_KINDS = ("slurm_unreachable", "slurm_limit", "slurm_reachable", "slurm_a
 
 for _query in ("experiment", "trials", "trial", "state_counts", "metrics", "objective_curves",
                "attempts", "all_metrics", "all_attempts", "checkpoints", "checkpoint_steps",
-               "reads", "last_metrics", "events", "pilots", "slurm_trouble"):
+               "reads", "last_metrics", "events", "pilots", "slurm_trouble", "gpu_use"):
     setattr(Reader, _query, _reads(getattr(Reader, _query)))
 
 
@@ -567,6 +574,26 @@ class Store(Reader):
             self.db.conn.executemany(
                 "insert or replace into trial_reads (trial, source, state) values (?,?,?)",
                 [(trial_id, source, _dumps(state)) for source, state in reads.items()])
+
+    def add_gpu_use(self, trial_id: int, tallies: list) -> None:
+        """Add what new GPU samples came to (hpsearch.ingest.gpu_samples.GpuTally, per
+        attempt and node) to the trial's totals. Call it inside the batch() that stores
+        where reading stopped, so no sample is added twice."""
+        rows = [(trial_id, t.attempt, t.node, t.gpus, t.samples, t.gpu_samples, t.util_sum,
+                 t.busy_gpu_seconds, t.mem_max_mib, t.first, t.last) for t in tallies]
+        if not rows:
+            return
+        with self.batch():
+            self.db.conn.executemany(
+                "insert into gpu_use (trial, attempt, node, gpus, samples, gpu_samples,"
+                " util_sum, busy_gpu_seconds, mem_max_mib, first, last)"
+                " values (?,?,?,?,?,?,?,?,?,?,?) on conflict (trial, attempt, node) do update"
+                " set gpus = max(gpus, excluded.gpus), samples = samples + excluded.samples,"
+                " gpu_samples = gpu_samples + excluded.gpu_samples,"
+                " util_sum = util_sum + excluded.util_sum,"
+                " busy_gpu_seconds = busy_gpu_seconds + excluded.busy_gpu_seconds,"
+                " mem_max_mib = max(mem_max_mib, excluded.mem_max_mib),"
+                " first = min(first, excluded.first), last = max(last, excluded.last)", rows)
 
     # -- pilots ----------------------------------------------------------------------------
     def add_pilot(self, pilot_id: int, job_name: str) -> None:
