@@ -81,14 +81,17 @@ def test_a_retry_stored_but_not_launched_runs_after_resume_not_ending_with_the_l
 
 
 def test_resume_adopts_trials_still_running(cli):
-    spec, runlog = _spec(cli, "adopt", sleep=2.5)
+    """Both trials run when the driver dies; each sleeps 6 s so that they are still running
+    when `resume` starts, even on a loaded 2-core machine (at 2.5 s, a CI-like run with
+    other tests beside it saw them end first: ended while no driver ran, not adopted)."""
+    spec, runlog = _spec(cli, "adopt", sleep=6, trials=2)
     crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:2"})
     assert crashed.returncode == -signal.SIGKILL
     _, rows = read_store(cli.runs, "adopt")
     running = [t for t in rows if t.state == "running"]
     assert len(running) == 2 and all(procs.alive(t.pid, t.pid_start) for t in running)
     cli("resume", "adopt", check=0, timeout=180)
-    _assert_exactly_once(cli, "adopt", runlog)
+    _assert_exactly_once(cli, "adopt", runlog, trials=2)
     events = cli("status", "adopt", check=0)
     assert events.returncode == 0
     from hpsearch.store.store import Reader
