@@ -4,7 +4,8 @@
 #
 #   scripts/test.sh            # the whole suite, as CI and the README run it (as root it
 #                              # installs the Slurm cluster, ch-run, mpirun, tmux, chromium);
-#                              # the tests without a cluster on 2 workers, then the cluster's
+#                              # the tests without a cluster on 2 workers beside the
+#                              # slurm_clock cluster tests, then the other cluster tests
 #   scripts/test.sh --quick    # the inner loop: ruff, mypy, lint-imports, then the tests that
 #                              # need no Slurm cluster, no apt-installed program (chromium,
 #                              # ch-run, tmux, mpirun) and are not marked slow, on 2 workers;
@@ -71,18 +72,35 @@ if [ "$(id -u)" = 0 ]; then
     apt-get install -y -q tmux chromium || { apt-get update -q && apt-get install -y -q tmux chromium; }
   fi
 fi
-# Two runs, both always: the tests that need no cluster on two workers (xdist, whole files
-# per worker, as the quick tier), then the cluster's tests one at a time: some stop Slurm's
-# daemons, kill a node's slurmd or set account limits, which tests beside them would feel.
-# Fails if either fails. docs/testing.md#tiers has the times.
+# Three runs, all always. First, side by side: the tests that need no cluster on two workers
+# (xdist, whole files per worker, as the quick tier), and the cluster's `slurm_clock` tests
+# one at a time: they wait mostly on Slurm's own clocks (whole-minute time limits,
+# SlurmdTimeout, daemons stopped for a while), so they leave the CPUs to the others; they
+# also stop Slurm's daemons, kill a node's slurmd or set account limits, which other cluster
+# tests would feel, so nothing else touches the cluster meanwhile. Then the rest of the
+# cluster's tests one at a time. Fails if any fails. docs/testing.md#tiers has the times.
 status=0
 run() {  # pytest ARGS...: exit 5 (no test selected, e.g. with -k) is no failure
   local rc=0
   .venv/bin/python -m pytest -q -rs "$@" || rc=$?
   if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; fi
 }
-echo "== pytest: the tests that need no Slurm cluster (2 workers)"
+clock_log=$(mktemp)
+trap 'rm -f "$clock_log"' EXIT
+echo "== pytest: the tests that need no Slurm cluster (2 workers), and beside them the"
+echo "   cluster's slurm_clock tests (one at a time; their output follows when both end)"
+( rc=0
+  .venv/bin/python -m pytest -q -rs -p no:cacheprovider -m "cluster and slurm_clock" "$@" \
+    >"$clock_log" 2>&1 || rc=$?
+  echo "$rc" >"$clock_log.rc" ) &
+clock=$!
 run -n 2 --dist loadfile -m "not cluster" "$@"
-echo "== pytest: the Slurm cluster's tests (one at a time)"
-run -m cluster "$@"
+wait "$clock"
+echo "== pytest: the Slurm cluster's slurm_clock tests (they ran beside the above)"
+cat "$clock_log"
+clock_rc=$(cat "$clock_log.rc")
+rm -f "$clock_log.rc"
+if [ "$clock_rc" != 0 ] && [ "$clock_rc" != 5 ]; then status=1; fi
+echo "== pytest: the rest of the Slurm cluster's tests (one at a time)"
+run -m "cluster and not slurm_clock" "$@"
 exit $status

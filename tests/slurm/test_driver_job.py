@@ -13,6 +13,10 @@ import pytest
 
 from tests.helpers import event_kinds, job_prefix, read_store
 
+# Waits on Slurm's clocks and stops or limits its daemons: scripts/test.sh runs these beside
+# the tests without a cluster, never beside other cluster tests (docs/testing.md#tiers).
+pytestmark = pytest.mark.slurm_clock
+
 RUN = uuid.uuid4().hex[:6]
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = """

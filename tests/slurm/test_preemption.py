@@ -26,6 +26,10 @@ import pytest
 from hpsearch.slurm.hostlist import expand
 from hpsearch.store.store import STORE_FILE, Reader
 
+# Waits on Slurm's clocks and stops or limits its daemons: scripts/test.sh runs these beside
+# the tests without a cluster, never beside other cluster tests (docs/testing.md#tiers).
+pytestmark = pytest.mark.slurm_clock
+
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "digits_ddp" / "train.py"
 RUN = uuid.uuid4().hex[:6]
