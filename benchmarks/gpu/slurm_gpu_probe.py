@@ -100,7 +100,12 @@ def one_gpu(args) -> None:
     say(f"probe trial={os.environ.get('HPSEARCH_TRIAL_ID', '-')} host={socket.gethostname()} "
         f"pid={os.getpid()} {env_words()} cuda_count={n} uuids={','.join(uuids) or '-'} "
         f"nvml_pid_on={on} began={BEGAN:.3f}")
-    time.sleep(args.sleep)
+    if n and args.busy_if_odd and int(args.x) % 2:  # keep the GPU busy: the sampler sees it
+        until = time.time() + args.sleep
+        while time.time() < until:
+            (x @ x).sum().item()
+    else:
+        time.sleep(args.sleep)
     say(f"probe_end trial={os.environ.get('HPSEARCH_TRIAL_ID', '-')} ended={time.time():.3f}")
     say(f"@hpsearch step=0 loss={args.x}")
 
@@ -148,6 +153,8 @@ def main() -> None:
     p.add_argument("--x", type=float, default=1.0)
     p.add_argument("--sleep", type=float, default=6.0)
     p.add_argument("--nccl", action="store_true")
+    # trials with an odd --x spend --sleep seconds in matmuls instead (GPU sampling, docs/gpu.md)
+    p.add_argument("--busy-if-odd", action="store_true")
     args = p.parse_args()
     (nccl if args.nccl else one_gpu)(args)
 
