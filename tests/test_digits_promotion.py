@@ -148,3 +148,58 @@ def test_a_promotion_search_through_hpsearch_ends_its_best_trial_bit_for_bit(
     assert trials[0].objective_values == [json.loads((whole_dir / "result.json")
                                                      .read_text())["val_acc"]]
     assert trials[0].attempt == 3  # segments of 1, 3 and 9 epochs
+
+
+PROBE = """import os, runpy, sys
+print(f"rank {os.environ['RANK']} torch_preloaded={'torch' in sys.modules}", flush=True)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_warm_two_rank_torchrun_segments_start_warm_and_end_bit_for_bit(cli, split_runs, tmp_path):
+    """`launcher: torchrun` with `executor.warm` (issue 26 item 6): hpsearch.warm.ranks takes
+    torchrun's place and each rank forks from the warm server, so a promoted segment's ranks
+    find torch imported before the script runs (the first segment runs cold: it starts the
+    server). The fully trained trial's every epoch equals the uninterrupted torchrun run's."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    spec = cli.write_spec(f"""
+        name: digits-warm-ranks
+        command: >-
+          {{python}} {tmp_path / 'probe.py'} {TRAIN} --lr {{lr}} --width 32 --batch-size 64
+          --optimizer adam --seed 3 --device cpu --epochs 3
+        search:
+          strategy: grid
+          parallel: 1
+          space: {{lr: {{choices: [0.01, 0.00001, 0.00002]}}}}
+          pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 3,
+                   max_resource: 3}}
+        objective: {{metric: val_acc, direction: maximize}}
+        resources: {{tasks_per_node: 2}}
+        launcher: torchrun
+        executor: {{type: local, warm: [numpy, torch, torch._dynamo, sklearn.datasets]}}
+        env: {{OMP_NUM_THREADS: 1}}
+        """)
+    runtime = tmp_path / "rt"
+    runtime.mkdir()
+    try:
+        proc = cli("submit", spec, env={"XDG_RUNTIME_DIR": str(runtime)}, timeout=600)
+    finally:
+        subprocess.run(["pkill", "-f", "--", f"--socket {runtime}/"], check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from tests.helpers import read_store
+    _, trials = read_store(cli.runs, "digits-warm-ranks")
+    assert [t.state for t in trials] == ["completed", "paused", "paused"], proc.stdout
+    best = cli.runs / "digits-warm-ranks" / "trials" / "00000"
+    whole_dir, _ = split_runs["two ranks"]["whole"]
+    assert _without_time(_metrics(best)) == _without_time(_metrics(whole_dir))
+    assert trials[0].attempt == 2  # segments of 1 and 3 epochs
+    # every segment after the server started: both ranks forked warm
+    def probes(trial_dir: Path) -> list[str]:
+        return [line for log in sorted(trial_dir.glob("stdout*.log"))
+                for line in log.read_text().splitlines() if "torch_preloaded=" in line]
+
+    promoted = probes(best)
+    assert len(promoted) == 4, promoted  # 2 segments x 2 ranks
+    assert sorted(promoted[2:]) == ["rank 0 torch_preloaded=True",
+                                    "rank 1 torch_preloaded=True"], promoted

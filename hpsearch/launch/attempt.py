@@ -119,7 +119,8 @@ def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path) -> 
     sampler = sys.executable if spec.resources.gpus_per_node > 0 else None
     layout = layout_for(spec.resources, master_port=port_for(spec.name, trial_id),
                         under_slurm=spec.executor.type == "slurm", workdir=str(spec.workdir),
-                        trial_dir=str(trial_dir), gpu_sampler=sampler)
+                        trial_dir=str(trial_dir), gpu_sampler=sampler,
+                        warm_ranks=sys.executable if spec.executor.warm is not None else None)
     runtime = make_runtime(spec.container, [name for name, _ in spec.env])
     text = make_launcher(spec.launcher).wrap(command, layout, runtime)
     return text if sampler is None else gpu_sampler_line(sampler) + "\n" + text

@@ -54,6 +54,8 @@ class RankLayout:
     binds: tuple[str, ...] = ()  # host paths every runtime binds at the same path
     workdir: str | None = None   # the command's working directory (containers start there)
     gpu_sampler: str | None = None  # the python that samples GPUs on nodes after the first
+    # executor.warm: the python whose `-m hpsearch.warm ranks` starts torchrun's workers
+    warm_ranks: str | None = None
 
     @property
     def node_count(self) -> int:
@@ -73,11 +75,12 @@ def port_for(experiment: str, trial_id: int) -> int:
 
 
 def layout_for(resources, *, master_port: int, under_slurm: bool, workdir: str,
-               trial_dir: str, gpu_sampler: str | None = None) -> RankLayout:
+               trial_dir: str, gpu_sampler: str | None = None,
+               warm_ranks: str | None = None) -> RankLayout:
     """A RankLayout from the spec's `resources`, binding the workdir and the trial dir."""
     return RankLayout(resources.nodes, resources.tasks_per_node, resources.gpus_per_node,
                       resources.cpus_per_task, master_port, under_slurm,
-                      (str(workdir), str(trial_dir)), str(workdir), gpu_sampler)
+                      (str(workdir), str(trial_dir)), str(workdir), gpu_sampler, warm_ranks)
 
 
 # -- binds ------------------------------------------------------------------------------------

@@ -8,6 +8,10 @@ first. Locally torchrun runs once, on 127.0.0.1 and the trial's port. Each worke
 user's shell command through `--no-python sh -c` (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; NODE_RANK comes from its GROUP_RANK).
 `args` go to torchrun (e.g. `--max-restarts=1`).
+
+With `executor.warm` and no `args`, `python -m hpsearch.warm ranks` takes torchrun's place
+(hpsearch.warm.ranks): the same workers with the same variables, started without an agent
+that imports torch, so that a promoted or retried segment's ranks all start warm.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from hpsearch.launch.base import (
 # Runs on each node, inside the container, where Slurm's and the script's variables are set.
 NODE_SCRIPT = ('exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR"'
                ' --master-port="$MASTER_PORT" "$@"')
+# The same with hpsearch.warm.ranks ($0: the python that runs it).
+WARM_NODE_SCRIPT = ('exec "$0" -m hpsearch.warm ranks --node-rank="$SLURM_NODEID"'
+                    ' --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"')
 
 
 class TorchrunLauncher(Launcher):
@@ -36,16 +43,23 @@ class TorchrunLauncher(Launcher):
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
         self.check(layout, runtime)
         ranks = rank_script([exports({"NODE_RANK": '"$GROUP_RANK"'})], command, layout)
-        torchrun_args = [f"--nnodes={layout.node_count}",
-                         f"--nproc-per-node={layout.tasks_per_node}", "--rdzv-backend=static",
-                         *self.args, "--no-python", "sh", "-c", ranks]
+        warm = layout.warm_ranks if not self.args else None
+        sizes = [f"--nnodes={layout.node_count}", f"--nproc-per-node={layout.tasks_per_node}"]
+        if warm:
+            program = [warm, "-m", "hpsearch.warm", "ranks"]
+            torchrun_args = [*sizes, "--", "sh", "-c", ranks]
+        else:
+            program = ["torchrun"]
+            torchrun_args = [*sizes, "--rdzv-backend=static", *self.args, "--no-python", "sh",
+                             "-c", ranks]
         if not layout.under_slurm:
-            argv = ["torchrun", "--node-rank=0", f"--master-addr={LOCAL_ADDR}",
+            argv = [*program, "--node-rank=0", f"--master-addr={LOCAL_ADDR}",
                     f"--master-port={layout.master_port}", *torchrun_args]
             return script([*preamble(layout, runtime), command_line([], runtime, argv, layout)])
         srun = ["srun", f"--nodes={layout.nodes}", NODELIST, f"--ntasks={layout.nodes}",
                 "--ntasks-per-node=1",
                 f"--cpus-per-task={layout.tasks_per_node * layout.cpus_per_task}",
                 "--kill-on-bad-exit=1", *runtime.srun_options(layout)]
-        per_node = ["sh", "-c", NODE_SCRIPT, "torchrun", *torchrun_args]
+        per_node = (["sh", "-c", WARM_NODE_SCRIPT, warm, *torchrun_args] if warm
+                    else ["sh", "-c", NODE_SCRIPT, "torchrun", *torchrun_args])
         return script([*preamble(layout, runtime), command_line(srun, runtime, per_node, layout)])
