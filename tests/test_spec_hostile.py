@@ -331,5 +331,5 @@ def test_the_batch_script_builder_refuses_a_line_break_it_is_given(tmp_path):
     assert "#SBATCH --partition=gpu\n" in batch_script(spec.slurm_job(), launch)
     bad = dataclasses.replace(spec, resources=dataclasses.replace(
         spec.resources, partition="gpu\n#SBATCH --uid=0"))
-    with pytest.raises(ValueError, match="control character"):
-        batch_script(bad.slurm_job(), launch)
+    with pytest.raises(ValueError, match="control character"):  # the trial's resources
+        batch_script(bad.slurm_job(), build_launch(bad, 1, 1, {"x": 0.5}))

@@ -18,7 +18,8 @@ def register(sub) -> None:
                     "  # and exits with code 2", validate)
     p.add_argument("spec", type=Path)
     p = add_command(sub, "plan", "Dry run: the number of trials (or grid size) and the exact "
-                    "command line each trial would run; with executor.pilots, the pilot job's "
+                    "command line each trial would run (and, with per-trial resources, its "
+                    "size); with executor.pilots, the pilot job's "
                     "batch script, then each trial's command inside a pilot.",
                     "  hpsearch plan examples/quadratic/grid.yaml          # every grid point\n"
                     "  hpsearch plan examples/quadratic/spec.yaml --limit 3\n"
@@ -40,6 +41,10 @@ def validate(args) -> int:
     for p in s.space:
         print(f"  {p.name}: {_describe(p)}")
     print("  objective: " + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives))
+    if spec.resources.per_trial:
+        print("  resources per trial: " + ", ".join(
+            f"{key} from {{{param}}}" for key, param in spec.resources.per_trial)
+            + f" (the largest: {spec.resources.size()})")
     if s.pruner.enabled:
         print(f"  {_pruner_line(spec)}")
     for line in _search_extras(s):
@@ -130,8 +135,11 @@ def plan(args) -> int:
             break
         launch = build_launch(spec, asked.trial_id, 1, asked.params)
         print(f"\ntrial {asked.trial_id}: {format_params(asked.params)}")
+        resources = launch.resources or spec.resources
+        if spec.resources.per_trial:  # trials of several sizes: each one's own
+            print(f"  size: {resources.size()}")
         if pilots:
-            n = spec.resources.nodes
+            n = resources.nodes
             print(f"  runs inside a pilot (no job of its own), on {n} node{'s' * (n > 1)} of "
                   f"the pilot's allocation:\n  $ {launch.command}")
         elif spec.executor.type == "slurm":

@@ -101,8 +101,9 @@ class Attempts:
         attempt = row.attempt if unlaunched else row.attempt + 1
         history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
                    if a["attempt"] < attempt]
-        plan = retry.next_overrides(self.retries, self.resources, history,
-                                   self.store.checkpoint_steps(trial_id))
+        # the factors apply to the trial's own memory and time (per-trial resources)
+        plan = retry.next_overrides(self.retries, self.resources.for_params(row.params),
+                                    history, self.store.checkpoint_steps(trial_id))
         failure = history[-1].failure if history else None
         reason = ("launched again: the driver stopped before it was" if unlaunched else
                   "re-run after interruption" if row.state != r.QUEUED else

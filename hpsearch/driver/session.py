@@ -56,12 +56,13 @@ def make_executor(spec: Spec, store: Store | None = None) -> Executor:
             gpus = detect_gpus() or None
         elif ex.gpus:
             gpus = list(ex.gpus)
-        per_trial = spec.resources.gpus_per_node or 1
+        per_trial = spec.resources.gpus_per_node or 1  # the largest trial's
         if gpus is not None and len(gpus) < per_trial:
-            raise BadInput(f"executor.gpus lists {len(gpus)} device(s) but each trial needs "
+            raise BadInput(f"executor.gpus lists {len(gpus)} device(s) but a trial needs "
                            f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
                            key="executor.gpus")
-        return LocalExecutor(spec.search.parallel, gpus, per_trial, ex.timeout, ex.grace,
+        return LocalExecutor(spec.search.parallel, gpus, spec.least_gpus_per_node() or 1,
+                             ex.timeout, ex.grace,
                              spec.checkpoints.signal, spec.checkpoints.signal_before,
                              ahead=1 if asks_ahead(spec.search) else 0)
     if ex.pilots is not None and store is not None:

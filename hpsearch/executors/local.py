@@ -94,7 +94,11 @@ class LocalExecutor(Executor):
         """signal_name: sent to the trial's process group `signal_before` seconds before its
         timeout (checkpoints.signal), so it can save and exit to be resumed. ahead: how many
         attempts may wait, trial dir made, for a slot; each starts the moment one frees,
-        before the driver has finalized the trial that ended (hpsearch.driver.session says when)."""
+        before the driver has finalized the trial that ended (hpsearch.driver.session says when).
+        gpus_per_trial: the GPU slots of a launch that does not say (Launch.resources), and
+        the fewest any trial takes (per-trial resources: what free_slots counts with). A
+        trial takes max(1, its gpus_per_node) slots; attempts start in the order submitted,
+        so a large one waiting for its slots is never overtaken by smaller ones."""
         self.parallel = parallel
         self.signal = getattr(signal, f"SIG{signal_name}") if signal_name else None
         self.signal_before = signal_before
@@ -122,6 +126,17 @@ class LocalExecutor(Executor):
             free = min(free, len(self.free_gpus) // self.gpus_per_trial)
         return free
 
+    def _gpus_of(self, launch: Launch) -> int:
+        """The GPU slots this attempt takes: its trial's own gpus_per_node, at least 1."""
+        if launch.resources is None:
+            return self.gpus_per_trial
+        return max(1, launch.resources.gpus_per_node)
+
+    def _fits(self, launch: Launch) -> bool:
+        """Whether the attempt could start now: a slot, and its GPU slots, are free."""
+        return len(self.running_) < self.parallel and (
+            self.free_gpus is None or len(self.free_gpus) >= self._gpus_of(launch))
+
     def submit(self, launch: Launch) -> None:
         """Start it now, or (every slot busy) let it wait for one; poll() reports it as
         Started when it starts, or as Ended if it could not."""
@@ -131,7 +146,7 @@ class LocalExecutor(Executor):
         except OSError as exc:
             self.events.append(_launch_failed(launch, exc))
             return
-        if self._runnable() > 0:
+        if not self.waiting and self._fits(launch):
             self._spawn(ready)
         else:
             self.waiting[launch.trial_id] = ready
@@ -140,7 +155,7 @@ class LocalExecutor(Executor):
         """Start the attempt's process on the driver's thread (a vfork-exec of /bin/sh:
         about a millisecond, however large the driver)."""
         launch = ready.launch
-        gpus = self._take_gpus()
+        gpus = self._take_gpus(self._gpus_of(launch))
         env = {**self.base_env, **launch.env}
         if self.free_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
@@ -166,7 +181,9 @@ class LocalExecutor(Executor):
                                    if self.free_gpus is not None else None))
 
     def _start_waiting(self) -> None:
-        while self.waiting and self._runnable() > 0:
+        """In the order submitted: the first waits until its GPU slots are free, and those
+        after it wait too (a 2-GPU trial is not starved by a stream of 1-GPU ones)."""
+        while self.waiting and self._fits(self.waiting[next(iter(self.waiting))].launch):
             self._spawn(self.waiting.pop(next(iter(self.waiting))))
 
     def withdraw(self) -> list[int]:
@@ -261,11 +278,10 @@ class LocalExecutor(Executor):
         if self.signal is not None and run.deadline is not None:
             run.signal_at = max(time.monotonic(), run.deadline - self.signal_before)
 
-    def _take_gpus(self) -> list[str]:
+    def _take_gpus(self, count: int) -> list[str]:
         if self.free_gpus is None:
             return []
-        taken, self.free_gpus = (self.free_gpus[:self.gpus_per_trial],
-                                 self.free_gpus[self.gpus_per_trial:])
+        taken, self.free_gpus = self.free_gpus[:count], self.free_gpus[count:]
         return taken
 
     def _give_back_gpus(self, gpus: list[str]) -> None:

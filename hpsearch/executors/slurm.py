@@ -72,6 +72,7 @@ class _Job:
     short_since: float | None = None  # when a final record first listed too few nodes
     runs: int = 1  # runs of this job id known as attempts (Slurm requeues keep the id)
     trial_dir: Path | None = None  # its files are the trial's heartbeat
+    node_count: int | None = None  # the nodes it asked for; None: not known (adopted)
 
 
 class SlurmExecutor(Executor):
@@ -103,9 +104,9 @@ class SlurmExecutor(Executor):
 
     def submit(self, launch: Launch) -> Started | None:
         prepare_trial_dir(launch)
-        if self.job.executor.array and self.job.resources.nodes == 1 \
+        if self.job.executor.array and self._resources(launch).nodes == 1 \
                 and not launch.sbatch_extra:  # a retry with its own options goes alone
-            self.waiting.append(launch)  # poll() submits the ready ones as one array
+            self.waiting.append(launch)  # poll() submits the ready ones: an array per size
             return None
         return self._place_and_submit(launch)
 
@@ -118,7 +119,8 @@ class SlurmExecutor(Executor):
             return None
         try:
             placement = self.planner.choose(launch.trial_id, launch.attempt, (
-                *self.job.resources.sbatch_extra, *launch.sbatch_extra))
+                *self.job.resources.sbatch_extra, *launch.sbatch_extra),
+                self._resources(launch).nodes)
         except SlurmError as exc:  # sinfo or scontrol did not answer
             self.health.submit_failed(exc, TRANSIENT)
             self._hold(launch)
@@ -127,7 +129,8 @@ class SlurmExecutor(Executor):
             if launch not in self.held:
                 self.notes.append(Note(launch.trial_id, "placement", f"waiting up to "
                                        f"{self.job.placement.max_wait:g} s for "
-                                       f"{self.job.resources.nodes} free nodes under one leaf"))
+                                       f"{self._resources(launch).nodes} free nodes under "
+                                       "one leaf"))
             self._hold(launch)
             return None
         name = self.submitter.job_name(launch.trial_id, launch.attempt)
@@ -163,6 +166,10 @@ class SlurmExecutor(Executor):
         self._track(launch, job_id)
         return Started(launch.trial_id, launch.attempt, host="", job_id=job_id)
 
+    def _resources(self, launch: Launch):
+        """The trial's own resources (per-trial resources), else the spec's."""
+        return launch.resources or self.job.resources
+
     def _hold(self, launch: Launch) -> None:
         """poll() tries it again each time (the planner's node state is cached: sinfo at
         most once per poll_interval); it asks nothing of sacct or squeue sooner."""
@@ -183,12 +190,14 @@ class SlurmExecutor(Executor):
     def _track(self, launch: Launch, job_id: str) -> None:
         now = time.monotonic()
         self.jobs[launch.trial_id] = _Job(launch.trial_id, launch.attempt, job_id, now,
-                                          last_seen=now, trial_dir=launch.trial_dir)
+                                          last_seen=now, trial_dir=launch.trial_dir,
+                                          node_count=self._resources(launch).nodes)
         self._soon()
 
     def _submit_waiting(self) -> list[Started]:
-        """Submit the buffered single-node launches: one job array per MaxArraySize chunk
-        (a lone launch goes as a plain job). A manifest written before sbatch maps each
+        """Submit the buffered single-node launches: one job array per size (trials of one
+        size, their resources alike) and MaxArraySize chunk (a lone launch goes as a plain
+        job). A manifest written before sbatch maps each
         task to its trial, so a restarted driver can find them by the array's name."""
         started = []
         while self.waiting and self.health.may_submit():
@@ -200,7 +209,7 @@ class SlurmExecutor(Executor):
             try:
                 chunk, job_ids, strays = self.submitter.submit_chunk(chunk, self.waiting)
             except SlurmError as exc:  # refused for good
-                self.waiting = self.waiting[len(chunk):]
+                self.waiting = [la for la in self.waiting if la not in chunk]
                 self._cannot_submit(chunk, exc)
                 continue
             self._scancel(strays)
@@ -296,7 +305,8 @@ class SlurmExecutor(Executor):
             if launch.trial_id == trial_id:
                 queue.remove(launch)
                 # ...unless an sbatch whose answer was lost did submit it
-                first = queue[0] if queue else None
+                first = next((la for la in queue  # who leads its size's array
+                              if self._resources(la) == self._resources(launch)), None)
                 for name in self.submitter.unsure_names(launch, first):
                     self._scancel([name], by_name=True)
                 self.planner.started(trial_id, launch.attempt)
@@ -399,14 +409,15 @@ class SlurmExecutor(Executor):
                 state, reason, nodes = rec.state, None, rec.nodes
             else:  # not reached: without rec and queued it went on above
                 continue
-            if state == "PENDING" or (state == "COMPLETING"
-                                      and len(nodes) < self.job.resources.nodes):
+            asked = job.node_count or (1 if self.job.resources.per_trial
+                                       else self.job.resources.nodes)
+            if state == "PENDING" or (state == "COMPLETING" and len(nodes) < asked):
                 nodes = ()  # squeue shows a pending job's planned nodes, and a completing
                             # one's still busy ones: keep the nodes it ran on
             nodelist = compress(list(nodes)) if nodes else job.nodes
             if state != "PENDING" or (rec is not None and rec.finished):
                 self.planner.started(job.trial_id, job.attempt)
-            if rec is not None and rec.finished and len(nodes) < self.job.resources.nodes \
+            if rec is not None and rec.finished and len(nodes) < asked \
                     and not job.nodes and now - (job.short_since or now) < SHORT_READS_FOR:
                 job.short_since = job.short_since or now  # sacct drops nodes while they
                 self._soon()                              # finish the job: ask again

@@ -95,11 +95,14 @@ class Submitter:
         return job_id
 
     def next_chunk(self, waiting: list[Launch]) -> list[Launch]:
-        """The launches to submit together next: at most MaxArraySize (asked once; a
+        """The launches to submit together next: those of the first one's size (one array
+        per size: per-trial resources), in order, at most MaxArraySize (asked once; a
         SlurmError if Slurm cannot say), fewer after a limit refused a larger array."""
         if self.max_array is None:
             self.max_array = self.slurm.max_array_size()
-        return waiting[:min(self.max_array, self.array_cap or self.max_array)]
+        size = (waiting[0].resources or self.job.resources) if waiting else None
+        alike = [la for la in waiting if (la.resources or self.job.resources) == size]
+        return alike[:min(self.max_array, self.array_cap or self.max_array)]
 
     def submit_chunk(self, chunk: list[Launch], waiting: list[Launch]
                      ) -> tuple[list[Launch], list[str], list[str]]:

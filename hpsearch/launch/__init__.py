@@ -2,7 +2,8 @@
 
     launcher = make_launcher(spec.launcher)
     runtime = make_runtime(spec.container)
-    layout = layout_for(spec.resources, master_port=port_for(spec.name, trial_id),
+    layout = layout_for(spec.resources.for_params(params),  # the trial's own resources
+                        master_port=port_for(spec.name, trial_id),
                         under_slurm=True, workdir=..., trial_dir=...)
     text = launcher.wrap(command, layout, runtime)   # batch script body, or local command
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpsearch.spec.model import Spec
+from hpsearch.spec.model import Resources, Spec
 from hpsearch.store import runs
 from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.template import render
@@ -67,6 +67,8 @@ class Launch:
     # local timeout.
     sbatch_extra: tuple[str, ...] = field(default=(), compare=False)
     time_factor: float = field(default=1.0, compare=False)
+    # The trial's own resources (Resources.for_params); None: the spec's, for every trial.
+    resources: Resources | None = field(default=None, compare=False)
 
 
 def shell_body(signal_name: str | None, command: str) -> str:
@@ -102,22 +104,25 @@ def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]
         command = command.replace(shlex.quote(_WARM), shlex.join([
             sys.executable, "-m", "hpsearch.warm", "run", "--preload",
             ",".join(spec.executor.warm), "--"]))
-    return Launch(trial_id, attempt, wrap_for_ranks(spec, trial_id, command, tdir), env, tdir,
-                  Path(spec.workdir), dict(params))
+    resources = spec.resources.for_params(params)
+    return Launch(trial_id, attempt, wrap_for_ranks(spec, trial_id, command, tdir, resources),
+                  env, tdir, Path(spec.workdir), dict(params), resources=resources)
 
 
 def _launcher_name(spec_launcher) -> str:
     return spec_launcher if isinstance(spec_launcher, str) else spec_launcher.type
 
 
-def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path) -> str:
-    """The trial's command as its launcher starts it over its ranks, in its container."""
+def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path,
+                   resources: Resources) -> str:
+    """The trial's command as its launcher starts it over its ranks (`resources`: the
+    trial's own, Resources.for_params), in its container."""
     from hpsearch.launch import layout_for, make_launcher, make_runtime, port_for
     from hpsearch.launch.base import gpu_sampler_line
 
     # a trial that asks for GPUs has them sampled on each of its nodes (docs/gpu.md)
-    sampler = sys.executable if spec.resources.gpus_per_node > 0 else None
-    layout = layout_for(spec.resources, master_port=port_for(spec.name, trial_id),
+    sampler = sys.executable if resources.gpus_per_node > 0 else None
+    layout = layout_for(resources, master_port=port_for(spec.name, trial_id),
                         under_slurm=spec.executor.type == "slurm", workdir=str(spec.workdir),
                         trial_dir=str(trial_dir), gpu_sampler=sampler,
                         warm_ranks=sys.executable if spec.executor.warm is not None else None)

@@ -39,14 +39,15 @@ class _Ask:
     nodes: tuple[str, ...] = ()  # nodes named for it while its job waits to start
     replanned: float = 0.0
     excluded: set = field(default_factory=set)  # nodes its job must not run on
+    k: int = 1  # the nodes its trial needs (per-trial resources: each its own)
 
 
 class Planner:
     def __init__(self, job: SlurmJob, slurm) -> None:
         self.cfg, self.slurm = job.placement, slurm
-        self.k = job.resources.nodes
+        self.k = job.resources.nodes  # a trial's nodes, unless choose() is told its own
         self.partition = job.resources.partition
-        self.array = job.executor.array and self.k == 1
+        self.array = job.executor.array  # single-node trials go in arrays: never placed
         self.asks: dict[tuple[int, int], _Ask] = {}
         self._topology: Topology | None = None
         self._mode: str | None = None
@@ -65,8 +66,15 @@ class Planner:
 
     @property
     def mode(self) -> str:
-        """switches | nodelist | off (policy any, arrays, or no topology known)."""
+        """switches | nodelist | off (policy any, or no topology known), for trials of more
+        than one node; a single-node trial is never placed under switches or in an array
+        (_mode_for)."""
         return self._setup()
+
+    def _mode_for(self, k: int) -> str:
+        if k == 1 and (self.array or self.mode == "switches"):
+            return "off"  # one node is always under one switch
+        return self.mode
 
     def _setup(self) -> str:
         """Learn the topology and the mode, once; returns the mode."""
@@ -78,10 +86,8 @@ class Planner:
         mode = self.cfg.mode
         if mode == "auto":
             mode = "switches" if tree else "nodelist"
-        if self.cfg.policy == "any" or self.array or (mode == "nodelist" and not self._topology):
+        if self.cfg.policy == "any" or (mode == "nodelist" and not self._topology):
             mode = "off"
-        if mode == "switches" and self.k == 1:
-            mode = "off"  # one node is always under one switch
         self._mode = mode
         return mode
 
@@ -93,22 +99,25 @@ class Planner:
         return ",".join(found) or None
 
     # -- choosing -------------------------------------------------------------------------
-    def choose(self, trial_id: int, attempt: int, options: tuple[str, ...] = ()) -> Placement:
+    def choose(self, trial_id: int, attempt: int, options: tuple[str, ...] = (),
+               nodes: int | None = None) -> Placement:
         """Options for a new job, or Placement(wait=True): ask again later. `options`: the
-        job's other sbatch options; nodes it `--exclude`s (a retry rule's) are never named."""
+        job's other sbatch options; nodes it `--exclude`s (a retry rule's) are never named.
+        `nodes`: the trial's own node count (per-trial resources), else the spec's."""
         key = (trial_id, attempt)
         ask = self.asks.setdefault(key, _Ask(first=time.monotonic()))
+        ask.k = k = nodes or self.k
         ask.excluded = {n for o in options if o.startswith("--exclude=")
                         for n in expand(o.split("=", 1)[1])}
-        if self.mode == "off":
+        mode = self._mode_for(k)
+        if mode == "off":
             return Placement()
-        if self.mode == "switches":
-            return place(self.k, {}, "leaf-switch", max_wait=self.cfg.max_wait,
-                         tree_plugin=True)
+        if mode == "switches":
+            return place(k, {}, "leaf-switch", max_wait=self.cfg.max_wait, tree_plugin=True)
         states = self._live(asking=key)
-        if self.k == 1 and not any(s.free for s in states.values()):
+        if k == 1 and not any(s.free for s in states.values()):
             return Placement()  # no idle node: a busy one with room will do
-        chosen = place(self.k, states, "leaf-switch", waited=time.monotonic() - ask.first,
+        chosen = place(k, states, "leaf-switch", waited=time.monotonic() - ask.first,
                        max_wait=self.cfg.max_wait)
         if chosen.options:
             ask.nodes = tuple(expand(chosen.options[0].split("=", 1)[1]))
@@ -119,12 +128,12 @@ class Planner:
         others fit now (or, past max_wait, the fewest leaves); None to leave it as it is."""
         ask = self.asks.get((trial_id, attempt))
         now = time.monotonic()
-        if self.mode != "nodelist" or ask is None or not ask.nodes \
+        if ask is None or self._mode_for(ask.k) != "nodelist" or not ask.nodes \
                 or now - max(ask.first, ask.replanned) < self.cfg.replan_after:
             return None
         ask.replanned = now
         states = self._live(asking=(trial_id, attempt))
-        chosen = place(self.k, states, "leaf-switch", waited=now - ask.first,
+        chosen = place(ask.k, states, "leaf-switch", waited=now - ask.first,
                        max_wait=self.cfg.max_wait)
         if not chosen.options:
             return None

@@ -43,8 +43,9 @@ def pilot_name(experiment: str, pilot_id: int, instance: str = "") -> str:
 
 def sbatch_options(job: SlurmJob, launch: Launch) -> list[str]:
     """Every resource field mapped to its sbatch option, then the user's extra options, then
-    the attempt's own (the retry rules': --exclude, --mem, --time), which win."""
-    res = job.resources
+    the attempt's own (the retry rules': --exclude, --mem, --time), which win. The resources
+    are the trial's own (per-trial resources), else the spec's."""
+    res = launch.resources or job.resources
     opts = [
         f"--job-name={job_name(job.name, launch.trial_id, launch.attempt, job.instance)}",
         f"--output={launch.trial_dir / 'stdout.log'}",
@@ -131,7 +132,8 @@ def array_name(experiment: str, first_trial: int, attempt: int, instance: str = 
 
 
 def array_script(job: SlurmJob, launches: list[Launch], throttle: int, log_dir: str) -> str:
-    """One job array for single-node trials with the same resources: task i runs launches[i].
+    """One job array for single-node trials of one size (the same resources): task i runs
+    launches[i].
 
     Each task sends its own output to its trial dir; Slurm's own messages for the task (a
     time limit, a cancel) go to log_dir/<array id>_<task>.out.
@@ -140,6 +142,10 @@ def array_script(job: SlurmJob, launches: list[Launch], throttle: int, log_dir: 
     if any(la.sbatch_extra != first.sbatch_extra for la in launches):
         raise ValueError("launches with their own sbatch options (a retry's --exclude, --mem, "
                          "--time) cannot share a job array; submit them as plain jobs")
+    if any((la.resources or job.resources) != (first.resources or job.resources)
+           for la in launches):
+        raise ValueError("trials of different sizes cannot share a job array: one array "
+                         "per size (SlurmExecutor groups them)")
     opts = [o for o in sbatch_options(job, first)
             if not o.startswith(("--job-name=", "--output=", "--error="))]
     opts = [f"--job-name={array_name(job.name, first.trial_id, first.attempt, job.instance)}",

@@ -111,7 +111,9 @@ def run_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
         return ("search", "strategy"), missing
     gpus, per_trial = spec.executor.gpus, spec.resources.gpus_per_node or 1
     if spec.executor.type == "local" and isinstance(gpus, tuple) and len(gpus) < per_trial:
-        return ("executor", "gpus"), (f"lists {len(gpus)} device(s) but each trial needs "
+        who = "the largest trial" if any(k == "gpus_per_node" for k, _ in
+                                         spec.resources.per_trial) else "each trial"
+        return ("executor", "gpus"), (f"lists {len(gpus)} device(s) but {who} needs "
                                       f"{per_trial} (resources.gpus_per_node)")
     for key, where in (("workdir", spec.workdir), ("runs_dir", spec.runs_dir)):
         problem = control_character(str(where))
@@ -169,9 +171,17 @@ def pilot_heartbeat(pilots: Pilots, heartbeat_given: bool) -> tuple[str, str] | 
 
 def pilots_fit(resources: Resources, pilots: Pilots | None) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) if no trial could ever run in a pilot: it needs more nodes than a
-    pilot holds, or a longer time limit than a whole pilot has; or None."""
+    pilot holds, or a longer time limit than a whole pilot has; or trials of several sizes
+    (per-trial resources), which pilots do not take yet; or None."""
     if pilots is None:
         return None
+    if resources.per_trial:  # a pilot's slots are all of one size (hpsearch.pilot.slots)
+        key, param = resources.per_trial[0]
+        return ("resources", key), (f"pilots do not take per-trial sizes yet: every trial in "
+                                    f"a pilot has the same resources, and {key} takes the "
+                                    f"value of parameter '{param}'; give {key} one value, "
+                                    "or run the search without executor.pilots (as jobs or "
+                                    "arrays)")
     where = ("executor", "pilots")
     if resources.nodes > pilots.nodes:
         return where + ("nodes",), (f"a pilot of {pilots.nodes} node(s) cannot hold a trial of "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +166,18 @@ class Search:
         return params
 
 
+# The fields of `resources` that may name a searched parameter ("{nodes}"): each trial then
+# has its own value (docs/spec.md#per-trial-resources).
+PER_TRIAL_FIELDS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time")
+
+
 @dataclass(frozen=True)
 class Resources:
-    """What one trial needs. The local executor uses gpus_per_node; Slurm uses all of it."""
+    """What one trial needs. The local executor uses gpus_per_node; Slurm uses all of it.
+
+    A field in `per_trial` takes each trial's value of a searched parameter (for_params);
+    the field itself then holds the largest value that parameter takes: what a search-wide
+    limit (the local executor's GPU slots, a pilot's size) must allow for."""
 
     nodes: int = 1
     tasks_per_node: int = 1
@@ -180,6 +189,26 @@ class Resources:
     account: str | None = None
     qos: str | None = None
     sbatch_extra: tuple[str, ...] = ()
+    per_trial: tuple[tuple[str, str], ...] = ()  # (field, the parameter it takes its value of)
+
+    def for_params(self, params: dict[str, Any]) -> Resources:
+        """The resources of the trial whose parameters are `params`: the one place a
+        trial's own size is made (launch, batch script, arrays, placement, GPU slots,
+        retries, plan). Without per-trial fields, these resources themselves."""
+        if not self.per_trial:
+            return self
+        own: dict[str, Any] = {}
+        for name, param in self.per_trial:
+            if param in params:  # validate() refuses a parameter some trials lack
+                value = params[param]
+                own[name] = int(value) if name not in ("mem", "time") else str(value)
+        return replace(self, per_trial=(), **own)
+
+    def size(self) -> str:
+        """One trial's size as `plan` shows it, in the spec's words:
+        'nodes=2 tasks_per_node=1 gpus_per_node=2 cpus_per_task=1 time=01:00:00'."""
+        return " ".join(f"{name}={getattr(self, name)}" for name in PER_TRIAL_FIELDS
+                        if getattr(self, name) is not None)
 
 
 # Why an attempt ended without a result (hpsearch.executors.retry.classify), each with its own rule.
@@ -335,6 +364,17 @@ class Spec:
     @property
     def experiment_dir(self) -> Path:
         return self.runs_dir / self.name
+
+    def least_gpus_per_node(self) -> int:
+        """The fewest GPUs per node a trial asks for: resources.gpus_per_node, or with
+        per-trial resources the smallest value of its parameter."""
+        name = dict(self.resources.per_trial).get("gpus_per_node")
+        param = next((p for p in self.search.space if p.name == name), None)
+        if param is None:
+            return self.resources.gpus_per_node
+        values = (param.choices if param.kind == "categorical" else
+                  (param.value,) if param.kind == "fixed" else (param.low,))
+        return min(int(v) for v in values)
 
     def slurm_job(self) -> SlurmJob:
         """The part of the spec its Slurm jobs (trials, arrays, pilots) are made of."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hpsearch.errors import BadInput
-from hpsearch.spec import checks, known_points, limits
+from hpsearch.spec import checks, known_points, limits, trial_resources
 from hpsearch.spec import model as m
 from hpsearch.spec.loading import read_spec_text
 from hpsearch.spec.pruner import pruner as pruner_spec
@@ -186,7 +186,9 @@ class _Validator:
         command = self.string(top["command"], ("command",), allowed="\n\t")
         objectives = self.objectives(top["objective"], ("objective",))
         search = self.search(top["search"], ("search",), len(objectives), name)
-        self.check_template(command, search)
+        resources = self.optional(top, "resources", (), lambda v, p: self.resources(
+            v, p, search.space), m.Resources())
+        self.check_template(command, search, {param for _, param in resources.per_trial})
         self.check_strategy_objectives(search, objectives)
         workdir = self.optional(top, "workdir", (), self.path, self.base_dir)
         if runs_dir is not None:
@@ -197,7 +199,7 @@ class _Validator:
         spec = m.Spec(
             name=name, command=command, workdir=workdir, runs_dir=runs, search=search,
             objectives=objectives,
-            resources=self.optional(top, "resources", (), self.resources, m.Resources()),
+            resources=resources,
             retries=self.optional(top, "retries", (), self.retries, m.Retries()),
             checkpoints=self.optional(top, "checkpoints", (), self.checkpoints, m.Checkpoints()),
             executor=self.optional(top, "executor", (), self.executor, m.Executor()),
@@ -299,7 +301,9 @@ class _Validator:
             out.append(m.Objective(metric, direction))
         return tuple(out)
 
-    def check_template(self, command: str, search: m.Search) -> None:
+    def check_template(self, command: str, search: m.Search, sizing: set[str]) -> None:
+        """`sizing`: parameters that size a trial (resources), which the command may leave
+        out."""
         used = placeholders(command)
         names = {p.name for p in search.space}
         for ph in used:
@@ -314,7 +318,7 @@ class _Validator:
         if "params" in used:
             return
         for p in search.space:
-            if p.name not in used:
+            if p.name not in used and p.name not in sizing:
                 raise self.fail(("search", "space", p.name),
                                 f"parameter '{p.name}' is never used in command; add {{{p.name}}} "
                                 "to it (or {params} to pass all parameters as one JSON argument)")
@@ -324,21 +328,30 @@ class _Validator:
             raise self.fail(("search", "strategy"), "cmaes optimizes one objective; use nsga2, "
                                                     "tpe or gp for several")
 
-    def resources(self, value: Any, path: KeyPath) -> m.Resources:
+    def resources(self, value: Any, path: KeyPath,
+                  space: tuple[m.Param, ...] = ()) -> m.Resources:
         d = self.mapping(value, path, RESOURCE_KEYS)
-        ints = {k: self.optional(d, k, path, lambda v, p, k=k: self.integer(
-            v, p, 0 if k == "gpus_per_node" else 1), getattr(m.Resources, k))
-            for k in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task")}
-        mem = self.optional(d, "mem", path, lambda v, p: str(self.typed(
-            v, p, lambda x: _is_int(x) or (isinstance(x, str) and re.fullmatch(
-                r"\d+[KMGT]?B?", x, re.I)), "a size such as 4G or 4000M")))
-        time = self.optional(d, "time", path, lambda v, p: self.typed(
-            str(v), p, lambda x: SLURM_TIME_RE.fullmatch(x), "a Slurm time such as 02:00:00, "
-                                                          "1-00:00:00 or 90 (minutes)"))
+        sized, per_trial = trial_resources.per_trial(self, d, path, space, self.resource_field)
+        own = {k: sized[k] if k in sized else self.optional(d, k, path, self.resource_field(k),
+                                                            getattr(m.Resources, k))
+               for k in m.PER_TRIAL_FIELDS}
         strings = {k: self.optional(d, k, path, lambda v, p, k=k: self.slurm_name(v, p, k))
                    for k in ("partition", "account", "qos")}
         extra = self.optional(d, "sbatch_extra", path, self.sbatch_extra, ())
-        return m.Resources(mem=mem, time=time, sbatch_extra=extra, **ints, **strings)
+        return m.Resources(sbatch_extra=extra, per_trial=per_trial, **own, **strings)
+
+    def resource_field(self, key: str) -> Callable[[Any, KeyPath], Any]:
+        """The check (and conversion) of one value of a per-trial field of `resources`:
+        written in the spec, or each value of the parameter the field names."""
+        if key == "mem":
+            return lambda v, p: str(self.typed(v, p, lambda x: _is_int(x) or (
+                isinstance(x, str) and re.fullmatch(r"\d+[KMGT]?B?", x, re.I)),
+                "a size such as 4G or 4000M"))
+        if key == "time":
+            return lambda v, p: self.typed(str(v), p, lambda x: SLURM_TIME_RE.fullmatch(x),
+                                           "a Slurm time such as 02:00:00, 1-00:00:00 or 90 "
+                                           "(minutes)")
+        return lambda v, p: self.integer(v, p, 0 if key == "gpus_per_node" else 1)
 
     def slurm_name(self, value: Any, path: KeyPath, what: str) -> str:
         self.check(path, checks.slurm_name(self.string(value, path), what))

@@ -1,0 +1,60 @@
+"""Per-trial resources on the emulated cluster (8 nodes, Gres=gpu:2 each): one search over
+nodes 1, 2 and gpus_per_node 1, 2, as plain jobs and as arrays (one array per size, the
+2-node trials as jobs of their own); sacct must show each trial's job with its own size.
+The same without a cluster: tests/test_trial_sizes.py."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.helpers import read_store
+
+RUN = uuid.uuid4().hex[:6]  # job names must not meet an earlier session's in accounting
+
+SPEC = """
+name: {name}
+command: 'echo "nodes=$SLURM_JOB_NUM_NODES"; echo "@hpsearch step=0 loss={{x}}"'
+search:
+  strategy: grid
+  parallel: 8
+  space:
+    x: {{choices: [0.25, 0.5]}}
+    nodes: {{choices: [1, 2]}}
+    gpus: {{choices: [1, 2]}}
+objective: {{metric: loss}}
+resources: {{nodes: "{{nodes}}", gpus_per_node: "{{gpus}}", time: "00:05:00"}}
+executor: {{type: slurm, poll_interval: 0.5, array: {array}}}
+"""
+
+
+def _gpus(alloc_tres: str) -> int:
+    """The GPUs of a job from sacct's AllocTRES ('billing=2,cpu=2,gres/gpu=4,mem=...')."""
+    tres = dict(item.split("=", 1) for item in alloc_tres.split(",") if "=" in item)
+    return int(tres.get("gres/gpu", 0))
+
+
+@pytest.mark.parametrize("array", [False, True], ids=["jobs", "arrays"])
+def test_each_trial_runs_as_a_job_of_its_own_size(cli, slurm_cluster, array):
+    name = f"sizes-{'arr' if array else 'job'}-{RUN}"
+    spec = cli.write_spec(SPEC.format(name=name, array="true" if array else "false"),
+                          f"{name}.yaml")
+    cli("submit", spec, "--no-tui", "-q", env=slurm_cluster.env, check=0, timeout=300)
+    _, trials = read_store(cli.runs, name)
+    assert len(trials) == 8 and all(t.state == "completed" for t in trials)
+    for t in trials:
+        nodes, gpus = t.params["nodes"], t.params["gpus"]
+        (record,) = slurm_cluster.wait_for_accounting(t.job_id, "State,NNodes,AllocTRES")
+        assert record[:2] == ["COMPLETED", str(nodes)], (t.id, t.job_id, record)
+        assert _gpus(record[2]) == nodes * gpus, (t.id, t.job_id, record)
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        assert f"nodes={nodes}" in out
+    if array:  # single-node trials in arrays, never two sizes in one; 2-node ones alone
+        single = [t for t in trials if t.params["nodes"] == 1]
+        assert all("_" in t.job_id for t in single)  # ready together: arrays of 2 tasks
+        sizes: dict[str, set] = {}
+        for t in single:
+            sizes.setdefault(t.job_id.split("_")[0], set()).add(t.params["gpus"])
+        assert all(len(gpus) == 1 for gpus in sizes.values()), sizes
+        assert all("_" not in t.job_id for t in trials if t.params["nodes"] == 2)
