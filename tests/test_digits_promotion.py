@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -132,8 +133,8 @@ def test_a_promotion_search_through_hpsearch_ends_its_best_trial_bit_for_bit(
         executor: {{type: local, warm: [numpy, torch, torch._dynamo, sklearn.datasets]}}
         env: {{OMP_NUM_THREADS: 1}}
         """)
-    runtime = tmp_path / "rt"
-    runtime.mkdir()
+    # a short folder: under xdist, tmp_path is too deep for a Unix socket's 107 bytes
+    runtime = Path(tempfile.mkdtemp(prefix="hw", dir="/tmp"))
     try:
         proc = cli("submit", spec, env={"XDG_RUNTIME_DIR": str(runtime)}, timeout=600)
     finally:
@@ -180,8 +181,8 @@ def test_warm_two_rank_torchrun_segments_start_warm_and_end_bit_for_bit(cli, spl
         executor: {{type: local, warm: [numpy, torch, torch._dynamo, sklearn.datasets]}}
         env: {{OMP_NUM_THREADS: 1}}
         """)
-    runtime = tmp_path / "rt"
-    runtime.mkdir()
+    # a short folder: under xdist, tmp_path is too deep for a Unix socket's 107 bytes
+    runtime = Path(tempfile.mkdtemp(prefix="hw", dir="/tmp"))
     try:
         proc = cli("submit", spec, env={"XDG_RUNTIME_DIR": str(runtime)}, timeout=600)
     finally:

@@ -45,6 +45,21 @@ def runtime_dir():
     subprocess.run(["pkill", "-f", "--", f"--socket {path}/"], check=False)
 
 
+def test_a_socket_path_too_long_for_unix_sockets_runs_cold_and_says_why(tmp_path):
+    """An XDG_RUNTIME_DIR so deep that the socket path passes the 107 bytes a Unix socket
+    takes: the trial runs cold at once and stderr says why (it ran cold without a word, and
+    tried to start a server that could not bind, before this check)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpsearch.warm", "run", "--preload", "json", "--", "-m",
+         "platform"], env={**os.environ, "XDG_RUNTIME_DIR": str(deep)},
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr
+    assert "longer than the 107 bytes a Unix socket allows" in proc.stderr
+    assert not list(deep.glob("hpsearch-warm-*/*.log"))  # no server was started
+
+
 def _spec(cli, name, xs, steps=1, pruner="none", parallel=1):
     (cli.cwd / "probe.py").write_text(PROBE)
     return cli.write_spec(f"""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hpsearch.warm import open_private, peer_uid, private_dir_problem
 
+MAX_SOCKET_PATH = 107  # sun_path on Linux: 108 bytes with the trailing NUL
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGCONT)
 
@@ -25,6 +26,10 @@ def run(path: str, preload: list[str], argv: list[str], idle_timeout: float) -> 
     problem = private_dir_problem(Path(path).parent)
     if problem:  # someone else's folder: neither our socket nor our environment goes there
         _cold(argv, f"warm starts are off on this node: {problem}")
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:  # bind and connect would fail: say why
+        _cold(argv, f"warm starts are off: the socket path {path} is longer than the "
+              f"{MAX_SOCKET_PATH} bytes a Unix socket allows; set XDG_RUNTIME_DIR to a "
+              "shorter folder")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
