@@ -114,24 +114,24 @@ def test_a_budget_that_is_not_a_positive_number_is_refused(tmp_path, budget):
     assert list(tmp_path.iterdir()) == []  # nothing trained, reported or saved
 
 
-def test_a_promotion_search_through_hpsearch_ends_its_best_trial_bit_for_bit(
-        cli, split_runs, tmp_path):
-    """The whole path: the driver runs ASHA in promotion mode over the example (segments
-    forked warm), and its fully trained trial's every epoch equals the uninterrupted run's."""
+def _warm_promotion_search(cli, name: str, script: str, epochs: int, extra: str = ""):
+    """Submit a grid of 3 lr values, ASHA in promotion mode up to `epochs`, segments forked
+    warm; returns the store's trials, in order."""
     spec = cli.write_spec(f"""
-        name: digits-promo
+        name: {name}
         command: >-
-          {{python}} {TRAIN} --lr {{lr}} --width 32 --batch-size 64 --optimizer adam
-          --seed 3 --device cpu --epochs 9
+          {{python}} {script} --lr {{lr}} --width 32 --batch-size 64 --optimizer adam
+          --seed 3 --device cpu --epochs {epochs}
         search:
           strategy: grid
           parallel: 1
           space: {{lr: {{choices: [0.01, 0.00001, 0.00002]}}}}
           pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 3,
-                   max_resource: 9}}
+                   max_resource: {epochs}}}
         objective: {{metric: val_acc, direction: maximize}}
         executor: {{type: local, warm: [numpy, torch, torch._dynamo, sklearn.datasets]}}
         env: {{OMP_NUM_THREADS: 1}}
+        {extra}
         """)
     # a short folder: under xdist, tmp_path is too deep for a Unix socket's 107 bytes
     runtime = Path(tempfile.mkdtemp(prefix="hw", dir="/tmp"))
@@ -141,8 +141,16 @@ def test_a_promotion_search_through_hpsearch_ends_its_best_trial_bit_for_bit(
         subprocess.run(["pkill", "-f", "--", f"--socket {runtime}/"], check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     from tests.helpers import read_store
-    _, trials = read_store(cli.runs, "digits-promo")
+    _, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed", "paused", "paused"], proc.stdout
+    return trials
+
+
+def test_a_promotion_search_through_hpsearch_ends_its_best_trial_bit_for_bit(
+        cli, split_runs, tmp_path):
+    """The whole path: the driver runs ASHA in promotion mode over the example (segments
+    forked warm), and its fully trained trial's every epoch equals the uninterrupted run's."""
+    trials = _warm_promotion_search(cli, "digits-promo", str(TRAIN), 9)
     best = cli.runs / "digits-promo" / "trials" / "00000"
     whole_dir, _ = split_runs["one process"]["whole"]
     assert _without_time(_metrics(best)) == _without_time(_metrics(whole_dir))
@@ -164,33 +172,8 @@ def test_warm_two_rank_torchrun_segments_start_warm_and_end_bit_for_bit(cli, spl
     find torch imported before the script runs (the first segment runs cold: it starts the
     server). The fully trained trial's every epoch equals the uninterrupted torchrun run's."""
     (tmp_path / "probe.py").write_text(PROBE)
-    spec = cli.write_spec(f"""
-        name: digits-warm-ranks
-        command: >-
-          {{python}} {tmp_path / 'probe.py'} {TRAIN} --lr {{lr}} --width 32 --batch-size 64
-          --optimizer adam --seed 3 --device cpu --epochs 3
-        search:
-          strategy: grid
-          parallel: 1
-          space: {{lr: {{choices: [0.01, 0.00001, 0.00002]}}}}
-          pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 3,
-                   max_resource: 3}}
-        objective: {{metric: val_acc, direction: maximize}}
-        resources: {{tasks_per_node: 2}}
-        launcher: torchrun
-        executor: {{type: local, warm: [numpy, torch, torch._dynamo, sklearn.datasets]}}
-        env: {{OMP_NUM_THREADS: 1}}
-        """)
-    # a short folder: under xdist, tmp_path is too deep for a Unix socket's 107 bytes
-    runtime = Path(tempfile.mkdtemp(prefix="hw", dir="/tmp"))
-    try:
-        proc = cli("submit", spec, env={"XDG_RUNTIME_DIR": str(runtime)}, timeout=600)
-    finally:
-        subprocess.run(["pkill", "-f", "--", f"--socket {runtime}/"], check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    from tests.helpers import read_store
-    _, trials = read_store(cli.runs, "digits-warm-ranks")
-    assert [t.state for t in trials] == ["completed", "paused", "paused"], proc.stdout
+    trials = _warm_promotion_search(cli, "digits-warm-ranks", f"{tmp_path / 'probe.py'} {TRAIN}",
+                                    3, "resources: {tasks_per_node: 2}\n        launcher: torchrun")
     best = cli.runs / "digits-warm-ranks" / "trials" / "00000"
     whole_dir, _ = split_runs["two ranks"]["whole"]
     assert _without_time(_metrics(best)) == _without_time(_metrics(whole_dir))
