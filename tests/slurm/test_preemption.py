@@ -287,8 +287,8 @@ def test_driver_killed_between_a_requeue_and_its_record_resumes_it_as_the_same_j
     _assert_same_as_baseline(cli, name, baseline, 6)
 
 
-def _slurmd_pid(node: str) -> int:
-    return int(Path(f"/tmp/hpsearch-slurm/run/slurmd-{node}.pid").read_text())
+def _slurmd_pid(slurm_cluster, node: str) -> int:
+    return int((slurm_cluster.state_dir / "run" / f"slurmd-{node}.pid").read_text())
 
 
 def test_ddp_trial_on_a_node_whose_slurmd_dies_resumes_on_other_nodes(
@@ -308,7 +308,7 @@ def test_ddp_trial_on_a_node_whose_slurmd_dies_resumes_on_other_nodes(
             if trials and trials[0].nodes and len(expand(trials[0].nodes)) == 2 \
                     and _checkpoints(cli, name):
                 dead = expand(trials[0].nodes)[-1]
-                os.kill(_slurmd_pid(dead), signal.SIGKILL)
+                os.kill(_slurmd_pid(slurm_cluster, dead), signal.SIGKILL)
             time.sleep(0.5)
         assert dead is not None, "the trial never ran with a checkpoint"
         while proc.poll() is None and time.monotonic() < deadline:
