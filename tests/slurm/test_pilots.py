@@ -260,7 +260,7 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
                 else []
             if len(trials) == 2 and all(t.state == "running" and t.nodes for t in trials):
                 dead = sorted(t.nodes for t in trials)[-1]  # not the pilot's batch node
-                os.kill(_slurmd_pid(dead), signal.SIGKILL)
+                os.kill(_slurmd_pid(slurm_cluster, dead), signal.SIGKILL)
             time.sleep(0.5)
         assert dead is not None, "the trials never ran"
         out, err = driver.communicate(timeout=400)
