@@ -105,7 +105,9 @@ class Experiment:
         """Optuna's `study.trials_dataframe()` of optuna_study(): one row per trial, columns
         number, value (values_0, values_1, ... for several objectives), datetime_start,
         datetime_complete, duration, params_*, user_attrs_* (other metrics and hpsearch's
-        own facts), state."""
+        own facts), state. datetime_start is the first attempt's start, datetime_complete the
+        last attempt's end; user_attrs_hpsearch_run_seconds the time it ran, summed over its
+        attempts (docs/python-api.md#times)."""
         return self.optuna_study().trials_dataframe(attrs=attrs, multi_index=multi_index)
 
 

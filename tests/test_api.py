@@ -45,6 +45,7 @@ def test_trials_dataframe_has_optunas_columns(searched):
         "params_lr", "params_steps", "params_x", "user_attrs_acc",
         "user_attrs_hpsearch_attempts", "user_attrs_hpsearch_error",
         "user_attrs_hpsearch_finished", "user_attrs_hpsearch_job_id",
+        "user_attrs_hpsearch_last_started", "user_attrs_hpsearch_run_seconds",
         "user_attrs_hpsearch_started", "user_attrs_hpsearch_state",
         "user_attrs_hpsearch_trial", "user_attrs_hpsearch_trial_dir", "state"]
     by_x = {row.params_x: row for row in df.itertuples()}

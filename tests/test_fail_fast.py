@@ -91,7 +91,7 @@ def test_more_than_a_fraction_failed_stops_the_search(cli):
 def test_max_failures_false_runs_every_trial(cli):
     spec = cli.write_spec(GRID.format(name="tolerant", bad=0, extra="  max_failures: false"))
     cli("submit", spec, "--no-tui", check=1)
-    assert read_store(cli.runs, "tolerant")[0].status == "completed"
+    assert read_store(cli.runs, "tolerant")[0].status == "failed"  # every trial failed
     assert _counts(cli, "tolerant") == {"failed": 10}
 
 

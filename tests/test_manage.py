@@ -216,8 +216,15 @@ def test_events_oldest_first_by_trial_kind_limit_and_json(cli):
                                                                "attempt 1 completed"]
     kinds = cli("events", "tiny", "--kind", "created", "storage", check=0).stdout.splitlines()
     assert [line.split()[3] for line in kinds] == ["created", "storage"]
-    assert cli("events", "tiny", "--limit", "2", check=0).stdout.splitlines() == lines[-2:]
-    assert cli("events", "tiny", "--limit", "0", check=0).stdout.splitlines() == lines
+    last_two = cli("events", "tiny", "--limit", "2", check=0)
+    assert last_two.stdout.splitlines() == lines[-2:]
+    # what is left out is said (issue 24): on stderr, so stdout stays one line an event
+    assert last_two.stderr == (f"last 2 of {len(lines)} events, oldest first; --limit N "
+                               "shows the last N, --limit 0 all\n"), last_two.stderr
+    every = cli("events", "tiny", "--limit", "0", check=0)
+    assert every.stdout.splitlines() == lines and every.stderr == ""
+    assert cli("events", "tiny", "--json", "--limit", "1", check=0).stderr.startswith(
+        f"last 1 of {len(lines)} events")
 
     data = json.loads(cli("events", "tiny", "--json", check=0).stdout)
     assert [(e["trial"], e["kind"]) for e in data] == [

@@ -146,11 +146,31 @@ def test_report_html_has_the_pilot_table_and_figure(tmp_path: Path):
                                                               0, 8)]))
     out = html.write(got, tmp_path / "rep")
     page = out.read_text()
-    assert "<h2 id='pilots'>Pilots</h2>" in page
+    assert "<h2 id='pilot-usage'>Pilots</h2>" in page
     assert "3 pilot job(s) held" in page and "idle" in page
     assert "<td class='l'>Slurm job 5000 TIMEOUT</td>" in page
     assert (tmp_path / "rep" / "pilots.png").read_bytes()[:4] == b"\x89PNG"
     assert "ran in a pilot (they share the pilot's job" in page
+
+
+def test_every_id_in_report_html_is_unique(cli):
+    """The pilots figure and the pilot table each had id 'pilots': a link to #pilots went to
+    whichever came first (issue 24). Every section of the page, parsed, has an id of its
+    own."""
+    from collections import Counter
+    from html.parser import HTMLParser
+
+    ids: list[str] = []
+
+    class Ids(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            ids.extend(value for name, value in attrs if name == "id" and value)
+
+    build_pilot_store(cli.runs / "pil")
+    cli("report", "pil", "--no-sacct", "--out", cli.cwd / "rep", check=0)
+    Ids().feed((cli.cwd / "rep" / "report.html").read_text())
+    assert {"pilots", "pilot-usage", "budget"} <= set(ids), ids
+    assert [i for i, n in Counter(ids).items() if n > 1] == [], ids
 
 
 def test_exited_pilot_without_a_recorded_end_is_held_until_its_last_heartbeat(tmp_path):

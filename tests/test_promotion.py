@@ -8,44 +8,13 @@ import csv
 import io
 import json
 import sys
-import textwrap
 
 from hpsearch.store.store import STORE_FILE, Reader
 from tests.helpers import kill_driver_repeatedly, read_store
+from tests.promotion_search import SEGMENTED, SPEC, XS
 
-# loss(step) = x + 1/(step+1); the checkpoint holds the next step; one segment per process.
-SEGMENTED = textwrap.dedent("""
-    import json, time
-    from hpsearch import trial
-    p = trial.params()
-    latest = trial.latest_checkpoint()
-    start = json.loads(latest.read_text())["next"] if latest else 0
-    end = min(int(p["steps"]), trial.budget() or int(p["steps"]))
-    print(f"segment from step {start} to {end}")
-    for step in range(start, end):
-        loss = p["x"] + 1.0 / (step + 1)
-        trial.report(step, loss=loss)
-        with trial.checkpoint(step, ".json") as path:
-            path.write_text(json.dumps({"next": step + 1}))
-        time.sleep(float(p["pause"]))
-    trial.result(loss=p["x"] + 1.0 / end)
-""")
-
-SPEC = """
-name: {name}
-command: {python} {script} {{x}} {{steps}} {{pause}}
-search:
-  strategy: grid
-  parallel: {parallel}
-  space:
-    x: {{choices: {xs}}}
-    steps: {{value: 9}}
-    pause: {{value: {pause}}}
-  pruner: {{type: asha, mode: promotion, min_resource: 1, reduction_factor: 3,
-           max_resource: 9}}
-objective: {{metric: loss, direction: minimize}}
-"""
-XS = [5, 3, 4, 1, 8, 2, 7, 0, 6]
+# loss(step) = x + 1/(step+1); the checkpoint holds the next step; one segment per process
+# (tests/promotion_search.py).
 
 
 def _spec(cli, name, xs=XS, parallel=1, pause=0.02):

@@ -112,7 +112,7 @@ def test_a_trial_that_gives_up_is_failed_and_the_search_finishes(cli):
         """)
     proc = cli("submit", spec, check=1, timeout=180)
     exp, trials = read_store(cli.runs, "gives-up")
-    assert exp.status == "completed"  # every requested trial finished, none left waiting
+    assert exp.status == "failed"  # every requested trial ran to its end, and failed
     assert [t.state for t in trials] == ["failed"] * 6
     assert [t.attempt for t in trials] == [2, 1] * 3
     assert [(a["failure"], a["exit_code"]) for a in _attempts(cli, "gives-up", 0)] == [

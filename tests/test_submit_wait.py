@@ -52,7 +52,7 @@ def test_detach_wait_blocks_until_the_end_and_returns_its_status(cli):
     assert "experiment bg: completed" in proc.stdout
     assert json.loads(out.read_text())["experiment"] == "bg"
     failed = cli("submit", _spec(cli, "bgfail", FAILING), "--detach", "--wait", check=1)
-    assert "experiment bgfail: completed" in failed.stdout and "3 failed" in failed.stdout
+    assert "experiment bgfail: failed" in failed.stdout and "3 failed" in failed.stdout
 
 
 def test_best_out_without_an_end_to_wait_for_is_refused(cli):

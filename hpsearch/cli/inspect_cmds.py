@@ -14,6 +14,7 @@ from hpsearch.ingest import outcome
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
 from hpsearch.store import STORE_FILE, runs
+from hpsearch.store import rows as r
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
 from hpsearch.tui.pilots import pilot_lines
@@ -32,8 +33,12 @@ def register(sub) -> None:
     p.add_argument("name", nargs="?")
     add_runs_dir(p)
     p = add_command(sub, "best", "The best trials (top-k), or the Pareto front of a "
-                    "multi-objective search, with params and trial dir.",
-                    "  hpsearch best quadratic\n  hpsearch best quadratic -k 5 --json", best)
+                    "multi-objective search, with params and trial dir. Objectives may be "
+                    "what a trial cost, node_hours, gpu_hours or wall_s, measured by hpsearch "
+                    "(docs/spec.md#cost-as-an-objective).",
+                    "  hpsearch best quadratic\n  hpsearch best quadratic -k 5 --json\n"
+                    "  hpsearch best cost        # examples/cost: val_acc against gpu_hours",
+                    best)
     p.add_argument("name")
     p.add_argument("-k", type=int, default=1, help="how many (single objective; default 1)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -74,11 +79,9 @@ def status(args) -> int:
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
-    finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
     shown = outcome.experiment_status(exp.status, driver)
-    by_state = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    print(f"experiment {exp.name}: {shown}, {exp.strategy}, {finished}/"
-          f"{exp.trials_requested} finished ({by_state})"
+    print(f"experiment {exp.name}: {shown}, {exp.strategy}, "
+          f"{outcome.progress(counts, exp.trials_requested)}"
           f"; driver: {f'pid {driver:d}' if driver else 'not running'}")
     if shown == outcome.INTERRUPTED:
         hint = outcome.resume_hint(exp.name, runs_dir_of(args) / args.name)
@@ -159,7 +162,7 @@ def _status_all(runs_dir: Path) -> int:
         top = best_trials(trials, exp.directions, 1)
         best_text = f"front of {len(top):d}" if len(exp.directions) > 1 else \
             (format_value(top[0].values[0]) if top else "")
-        finished = sum(counts.get(s, 0) for s in ("completed", "failed", "pruned", "paused"))
+        finished = sum(counts.get(s, 0) for s in r.DONE)
         driver = runs.DriverLock(exp_dir).holder()
         rows.append([exp.name, outcome.experiment_status(exp.status, driver), exp.strategy,
                      f"{finished}/{exp.trials_requested}",

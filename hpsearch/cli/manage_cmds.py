@@ -59,7 +59,8 @@ def register(sub) -> None:
                    help="only events of these kinds (e.g. failed requeued warning "
                         "adopted driver_left)")
     p.add_argument("--limit", type=_limit, default=50,
-                   help="the last N events (default 50; 0: all)")
+                   help="the last N events (default 50; 0: all); when some are left "
+                        "out, a line on stderr says how many there are")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_runs_dir(p)
 
@@ -224,9 +225,11 @@ def events(args) -> int:
         every = reader.events(args.trial, limit=None)
     finally:
         reader.close()
-    shown = [e for e in every if not args.kind or e["kind"] in args.kind]
-    if args.limit:
-        shown = shown[-args.limit:]
+    matching = [e for e in every if not args.kind or e["kind"] in args.kind]
+    shown = matching[-args.limit:] if args.limit else matching
+    if len(shown) < len(matching):  # say so, first; on stderr: stdout stays one line an event
+        print(f"last {len(shown)} of {len(matching)} events, oldest first; --limit N shows "
+              "the last N, --limit 0 all", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([{"time": _iso(e["time"]), "timestamp": e["time"], "trial": e["trial"],
                            "kind": e["kind"], "message": e["message"]} for e in shown],

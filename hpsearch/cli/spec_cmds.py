@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 from hpsearch.cli.common import add_command, format_params, yaml_text
 from hpsearch.spec.validate import load_spec
+from hpsearch.template import placeholders
 
 
 def register(sub) -> None:
@@ -34,13 +36,18 @@ def register(sub) -> None:
 
 def validate(args) -> int:
     spec = load_spec(args.spec)
+    _warn_missing_programs(args.spec, spec)
     s = spec.search
     print(f"{args.spec}: ok")
     print(f"  experiment {spec.name}: {s.strategy} search, {s.trials} trials, "
           f"{s.parallel} in parallel" + (f", seed {s.seed}" if s.seed is not None else ""))
     for p in s.space:
         print(f"  {p.name}: {_describe(p)}")
-    print("  objective: " + ", ".join(f"{o.direction} {o.metric}" for o in spec.objectives))
+    if not {p.name for p in s.space} & {*placeholders(spec.command), "params"}:
+        print("  the command names no parameter: the trial reads them with "
+              "hpsearch.trial.params() (or $HPSEARCH_PARAMS, params.json)")
+    print("  objective: " + ", ".join(f"{o.direction} {o.metric}" + (
+        " (measured by hpsearch)" if o.measured else "") for o in spec.objectives))
     if spec.resources.per_trial:
         print("  resources per trial: " + ", ".join(
             f"{key} from {{{param}}}" for key, param in spec.resources.per_trial)
@@ -50,6 +57,25 @@ def validate(args) -> int:
     for line in _search_extras(s):
         print(f"  {line}")
     return 0
+
+
+def _warn_missing_programs(file: Path, spec) -> None:
+    """On stderr, with the spec's file, line and key: each program the trials' launch runs
+    on the host (launcher, container runtime) that this machine's PATH lacks. A warning, not
+    an error: the compute nodes may have what the login node lacks."""
+    from hpsearch.launch.programs import missing_programs
+    from hpsearch.spec.yamlpos import load_yaml_with_lines
+
+    found = missing_programs(spec.launcher.type, spec.launcher.args, spec.container.runtime,
+                             spec.executor.warm is not None, spec.executor.type == "slurm")
+    if not found:
+        return
+    lines = load_yaml_with_lines(spec.text, str(file))[1]
+    for key, message in found:
+        path = tuple(key.split("."))
+        line = lines.get(path + ("type",)) or lines.get(path) or lines.get(path[:1])
+        where = f"{file}:{line}" if line else str(file)
+        print(f"hpsearch: warning: {where}: {key}: {message}", file=sys.stderr)
 
 
 def _search_extras(s) -> list[str]:
@@ -106,6 +132,7 @@ def plan(args) -> int:
     from hpsearch.search import make_search
 
     spec = load_spec(args.spec)
+    _warn_missing_programs(args.spec, spec)
     s = spec.search
     if s.strategy == "grid":
         from hpsearch.search.grid import grid_summary

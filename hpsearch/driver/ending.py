@@ -25,19 +25,24 @@ def leave(store: Store, why: str, running: int, on_event: Callable[[str], None])
 
 def finish(store: Store, done_at: int, timed_out: bool, gave_up: str | None,
            stopped_by: str | None) -> int:
-    """Record how the search ended, from the store's counts; return the exit code.
+    """Record how the search ended, from the store's counts; return the exit code: `failed`
+    when search.max_failures gave up or every trial that ended failed, `cancelled` when
+    stopped, else `completed` (`incomplete` where trials are missing).
 
     done_at: the number of finished (or paused) trials that completes the search;
     timed_out: its time budget ran out; gave_up: why search.max_failures stopped it;
     stopped_by: the signal or request that stopped it."""
     counts = store.state_counts()
-    done = sum(counts.get(s, 0) for s in r.FINISHED + (r.PAUSED,))
+    done = sum(counts.get(s, 0) for s in r.DONE)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if gave_up:
         store.set_experiment_status("failed", f"{gave_up} ({summary})")
         return EXIT_INCOMPLETE
     if stopped_by:
         store.set_experiment_status("cancelled", f"stopped by {stopped_by}: {summary}")
+        return EXIT_INCOMPLETE
+    if done and counts.get(r.FAILED, 0) == done:  # not one trial gave a value
+        store.set_experiment_status("failed", f"every trial failed ({summary})")
         return EXIT_INCOMPLETE
     status = "completed" if done >= done_at or timed_out else "incomplete"
     store.set_experiment_status(status, summary)

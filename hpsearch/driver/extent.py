@@ -11,7 +11,8 @@
 - Time budget (`search.timeout`): from the experiment's creation; past it no new sampled trial
   is asked (those running finish, enqueued points still run) and the search ends completed.
 Requests reach a running driver as files (hpsearch.driver.requests); only the driver writes
-the store.
+the store. A `finish` request (paused trials to train to max_resource) goes to `on_finish`,
+the promoter's (hpsearch.driver.policies); a search without promotion refuses it.
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ class Point:
 class Extent:
     def __init__(self, settings: SearchSettings, exp_dir: Path, store, search: Search,
                  on_event: Callable[[str], None],
-                 warm_start: Callable[[], tuple[list, list[str]]] = lambda: ([], [])):
+                 warm_start: Callable[[], tuple[list, list[str]]] = lambda: ([], []),
+                 on_finish: Callable[[requests.Request], None] | None = None):
         """settings: the spec's `search` section; exp_dir: where requests arrive;
         warm_start: loads search.warm_start's trials and a line per experiment
-        (hpsearch.driver.warm_start.load)."""
+        (hpsearch.driver.warm_start.load); on_finish: takes `finish` requests."""
         self.settings, self.exp_dir, self.warm_start = settings, exp_dir, warm_start
+        self.on_finish = on_finish
         self.store, self.search, self.on_event = store, search, on_event
         self.points: list[Point] = []
         self.asked_ids: set[str] = set()
@@ -79,6 +82,8 @@ class Extent:
         for request in found:
             if request.kind == "trials":
                 self._total(request)
+            elif request.kind == "finish":
+                self._finish(request)
             elif request.id in self.asked_ids:  # asked before a crash kept its file
                 requests.done(request)
             elif request.id not in queued:
@@ -125,6 +130,17 @@ class Extent:
         else:
             self._set_total(total, f"resume --trials {total}")
         requests.done(request)
+
+    def _finish(self, request: requests.Request) -> None:
+        trials = request.data.get("trials")
+        if self.on_finish is None or not isinstance(trials, list) \
+                or not all(isinstance(t, int) and not isinstance(t, bool) for t in trials):
+            self._warn(f"finish request {request.path.name} refused: " + (
+                "expected a list of trial ids" if self.on_finish else
+                "this search pauses no trials (search.pruner.mode is not promotion)"))
+            requests.done(request)
+        else:
+            self.on_finish(request)
 
     def _enqueue(self, request: requests.Request) -> None:
         params = request.data.get("params")

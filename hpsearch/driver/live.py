@@ -22,6 +22,7 @@ from hpsearch.store.store import Store
 
 if TYPE_CHECKING:
     from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
+    from hpsearch.ingest.output_watch import OutputWatch
     from hpsearch.pruning.stopper import Stopper
 
 
@@ -42,13 +43,21 @@ class LiveTrial:
         self.ckpts = CheckpointScan(self.trial_dir)
         self.gpu = GpuSamples(self.trial_dir)
 
-    def verdict(self, ended: Ended, metrics: list[str]
+    def verdict(self, ended: Ended, metrics: list[str],
+                measure: Callable[[set[str]], dict[str, float]] | None = None
                 ) -> tuple[list[float] | None, str | None, str | None]:
         """What an end means: (objective values, error, failure class). A clean exit
-        without the objective is a failure of its own class (no_objective)."""
+        without the objective is a failure of its own class (no_objective). measure: given
+        the names the trial reported, the cost metrics the driver measured (hpsearch.driver
+        .cost); they take the place of any report of the same name."""
         if ended.reason == "exited" and ended.exit_code == 0:
             last = {name: value for name, (step, value) in self.last.items()}
-            values, error = objective_values(self.files.result(), last, metrics)
+            result = self.files.result()
+            if measure is not None:
+                measured = measure(set(last) | set(result or ()))
+                last.update(measured)
+                result = {k: v for k, v in (result or {}).items() if k not in measured}
+            values, error = objective_values(result, last, metrics)
             return values, error, "no_objective" if error else None
         if ended.reason == "exited":
             error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail
@@ -62,21 +71,70 @@ class LiveTrials:
     """Opens LiveTrials where the store says reading stopped, and ingests what they wrote."""
 
     def __init__(self, store: Store, metric: str, checkpoints: CheckpointKeeper,
-                 stopper: Stopper | None, on_event: Callable[[str], None]) -> None:
-        """metric: the first objective's, whose value each checkpoint is given."""
+                 stopper: Stopper | None, on_event: Callable[[str], None],
+                 watch: OutputWatch | None = None, reading: tuple[str, float] = ("", 0.0),
+                 ) -> None:
+        """metric: the first objective's, whose value each checkpoint is given. watch:
+        where given, the trials passed to watch() are read the moment they report.
+        reading: with a pruner, why they are read so or not (open_watch's words), and the
+        driver's interval between reads of every trial; said once, here."""
         self.store, self.metric, self.checkpoints = store, metric, checkpoints
-        self.stopper, self.on_event = stopper, on_event
+        self.stopper, self.on_event, self.output_watch = stopper, on_event, watch
+        why, interval = reading
+        if why:
+            how = "as they are written" if watch else f"every {interval:g} s"
+            on_event(f"early stopping: trial reports are read {how} ({why})")
 
-    def open(self, trial_id: int, attempt: int, trial_dir: Path) -> LiveTrial:
+    def open(self, trial_id: int, attempt: int, trial_dir: Path, watch: bool = False
+             ) -> LiveTrial:
         """A trial's in-flight memory: its files are read on from where the store says
-        reading stopped (earlier attempts, a killed driver), its last values come from it."""
+        reading stopped (earlier attempts, a killed driver), its last values come from it.
+        watch: its trial dir exists (an adopted trial): watch() it now."""
         saved = self.store.reads(trial_id)
         live = LiveTrial(trial_id, attempt, trial_dir, TrialFiles(trial_dir, saved.get("files")),
                          self.store.last_metrics(trial_id))
         manifest = saved.get("manifest")
         live.ckpts = CheckpointScan(trial_dir, manifest if isinstance(manifest, dict) else None)
         live.gpu = GpuSamples(trial_dir, saved.get("gpu"))
+        if watch:
+            self.watch(live)
         return live
+
+    def reported(self, live: dict[int, LiveTrial]) -> None:
+        """With a watch (the executor's poll() wakes for it): read now the trials in flight
+        (`live`) that just wrote a report, and tell at once those the pruner rejected, not
+        at the driver's next read of every trial."""
+        if self.output_watch is None:
+            return
+        reported = [live[tid] for tid in sorted(self.output_watch.changed()) if tid in live]
+        for trial in reported:
+            self.ingest(trial)
+        if reported:
+            self.tell_stops(live)
+
+    def ingest_all(self, live: dict[int, LiveTrial]) -> None:
+        """The driver's read of every trial in flight (`live`), every INGEST_INTERVAL: then
+        the trials whose stop it committed are told, and the watches follow `live`."""
+        for trial in list(live.values()):
+            self.ingest(trial)
+        self.tell_stops(live)
+        if self.output_watch:
+            self.output_watch.follow({tid: trial.trial_dir for tid, trial in live.items()})
+
+    def tell_stops(self, live: dict[int, LiveTrial]) -> None:
+        """Tell the trials whose stop the last ingests committed (Stopper.tell)."""
+        if self.stopper and self.stopper.untold:
+            self.stopper.tell({tid: trial.trial_dir for tid, trial in live.items()})
+
+    def close(self) -> None:
+        if self.output_watch:
+            self.output_watch.close()
+
+    def watch(self, live: LiveTrial) -> None:
+        """Read `live` the moment it reports, where there is a watch: call it once its
+        trial dir exists (the executor makes it when the attempt is submitted)."""
+        if self.output_watch:
+            self.output_watch.add(live.trial_id, live.trial_dir)
 
     def ingest(self, live: LiveTrial, final: bool = False) -> None:
         records = live.files.read_new(final=final)

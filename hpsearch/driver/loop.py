@@ -35,7 +35,7 @@ from hpsearch.search.base import Search
 from hpsearch.store import rows as r
 from hpsearch.store.store import Store
 
-INGEST_INTERVAL = 1.0  # seconds between reads of running trials' metric files
+INGEST_INTERVAL = 1.0  # seconds between reads of every running trial's files
 
 
 class Driver:
@@ -61,9 +61,9 @@ class Driver:
         self.unsaved_starts: list[Started] = []  # stored with the next end (_handle)
         self.checkpoints, self.attempts = policies.checkpoints, policies.attempts
         self.stopper, self.promoter = policies.stopper, policies.promoter
-        self.extent, self.failfast = policies.extent, policies.failfast
+        self.extent, self.failfast, self.costs = policies.extent, policies.failfast, policies.costs
         self.trials = LiveTrials(store, self.metrics[0], self.checkpoints, self.stopper,
-                                 on_event)  # reading what trials in flight write
+                                 on_event, policies.watch, (policies.reading, INGEST_INTERVAL))
         self.gave_up: str | None = None  # why search.max_failures stopped the search
         self.began = time.time()
 
@@ -81,6 +81,7 @@ class Driver:
         finally:
             restore_signals(previous)
             self.executor.close()
+            self.trials.close()
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
@@ -110,7 +111,7 @@ class Driver:
             self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _adopt(self, row: r.TrialRow) -> None:
-        live = self.trials.open(row.id, row.attempt, Path(row.trial_dir))
+        live = self.trials.open(row.id, row.attempt, Path(row.trial_dir), watch=True)
         live.adopted = True
         self.live[row.id] = live
         runs = sum(1 for a in self.store.attempts(row.id)
@@ -153,13 +154,11 @@ class Driver:
                 if not self.live and self.executor.free_slots() > 0:
                     return
             self._handle(self.executor.poll(timeout=max(0.0, next_ingest - time.monotonic())))
+            self.trials.reported(self.live)  # the poll woke for a report: read it now
             if time.monotonic() >= next_ingest:
-                for live in list(self.live.values()):
-                    self.trials.ingest(live)
+                self.trials.ingest_all(self.live)
                 next_ingest = time.monotonic() + INGEST_INTERVAL
                 self.extent.take()
-                if self.stopper and self.stopper.untold:  # after each decision's commit
-                    self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
 
     def _handle(self, events: Sequence[Started | Update | Requeued | Ended | Note]) -> None:
         # Starts seen with an end are stored in the first end's commit (finalize), wherever
@@ -250,6 +249,7 @@ class Driver:
         self.live[launch.trial_id] = self.trials.open(launch.trial_id, launch.attempt,
                                                 launch.trial_dir)
         started = self.executor.submit(launch)
+        self.trials.watch(self.live[launch.trial_id])  # submit() made its trial dir
         if started is not None:
             self._record_started(started)
         self.bookkeeping.append((launch.trial_id, time.perf_counter() - began))
@@ -306,7 +306,7 @@ class Driver:
             self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")
             return
-        values, error, failure = live.verdict(ended, self.metrics)
+        values, error, failure = live.verdict(ended, self.metrics, self.costs.measurer(tid))
         if error is None and self.promoter:
             assert values is not None  # verdict: no error, the objective values
             last = live.last.get(self.metrics[0])
@@ -380,6 +380,7 @@ class Driver:
             self.executor.cancel(trial_id)
         while self.live and not self.stop_now:
             self._handle(self.executor.poll(timeout=0.5))
+            self.trials.reported(self.live)
         if self.live:
             left = ", ".join(str(t) for t in sorted(self.live))
             message = (f"stopped without waiting: trial(s) {left} may still run, asked to "

@@ -12,12 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from hpsearch.driver import requests
 from hpsearch.driver.attempts import Attempts, Launches
 from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
+from hpsearch.driver.cost import Costs
 from hpsearch.driver.extent import Extent
 from hpsearch.driver.failfast import FailFast
 from hpsearch.driver.warm_start import load as load_warm_start
 from hpsearch.executors.base import Executor
+from hpsearch.ingest.output_watch import OutputWatch, open_watch
 from hpsearch.launch.attempt import build_launch
 from hpsearch.pruning.promoter import Promoter
 from hpsearch.pruning.stopper import Stopper
@@ -39,6 +42,9 @@ class Policies:
     promoter: Promoter | None  # promotion: pause at a rung, resume when promoted
     extent: Extent             # total, enqueued points, time budget
     failfast: FailFast
+    costs: Costs               # objectives that are what a trial cost (gpu_hours, ...)
+    watch: OutputWatch | None = None  # early stopping: which trials just reported
+    reading: str = ""          # with a pruner: why reports are read as written, or not
 
 
 def policies(spec: Spec, store: Store, executor: Executor, search: Search,
@@ -51,6 +57,11 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
                if pruner.enabled and not pruner.promotion else None)
     promoter = (Promoter(pruner, objective, study, store, search, on_event)
                 if pruner.promotion else None)
+    # early stopping: a rejected trial runs on until the driver reads its report, so the
+    # executor's wait ends when one is written (where inotify can tell)
+    watch, reading = open_watch(store.filesystem) if stopper else (None, "")
+    if watch:
+        executor.wake_on(watch.fileno())
     return Policies(
         name=spec.name,
         metrics=[o.metric for o in spec.objectives],
@@ -61,6 +72,27 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
         stopper=stopper,
         promoter=promoter,
         extent=Extent(spec.search, spec.experiment_dir, store, search, on_event,
-                      partial(load_warm_start, spec)),
+                      partial(load_warm_start, spec),
+                      on_finish=partial(_finish, promoter) if promoter else None),
         failfast=FailFast(spec.search.max_failures, spec.name, store.state_counts()),
+        watch=watch,
+        reading=reading,
+        costs=Costs([o.metric for o in spec.objectives], store, on_event,
+                    _sacct(spec, executor),
+                    pilots=spec.executor.type == "slurm" and spec.executor.pilots is not None),
     )
+
+
+def _sacct(spec: Spec, executor: Executor):
+    """Where each attempt is a Slurm job of its own: sacct's usage of jobs, as `hpsearch
+    report` reads it (the executor's Slurm, so a test's stand-in answers); else None."""
+    if spec.executor.type != "slurm" or spec.executor.pilots is not None:
+        return None
+    slurm = getattr(executor, "slurm", None)
+    return slurm.sacct_usage if slurm is not None else None
+
+
+def _finish(promoter: Promoter, request: requests.Request) -> None:
+    """`hpsearch finish`: the promoter sends the trials on; the file goes once it has."""
+    promoter.request_finish(request.id, request.data["trials"],
+                            partial(requests.done, request))

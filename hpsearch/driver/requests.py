@@ -1,5 +1,6 @@
-"""Requests to an experiment's driver, through files: `resume --trials N` and `hpsearch
-enqueue` write one; the running driver (or the next one to start) takes it.
+"""Requests to an experiment's driver, through files: `resume --trials N`, `hpsearch
+enqueue` and `hpsearch finish` write one; the running driver (or the next one to start)
+takes it.
 
 The store has one writer, the driver, so a command run beside it never touches the store: it
 writes `<exp>/requests/<kind>-<ns>-<pid>.json` atomically (a temporary name, then rename) and
@@ -24,13 +25,13 @@ from pathlib import Path
 
 from hpsearch.store.trusted import Untrusted, read_trusted
 
-KINDS = ("trials", "enqueue")
+KINDS = ("trials", "enqueue", "finish")
 MAX_BYTES = 65536  # a request is a few hundred bytes; a bigger file is not one
 
 
 @dataclass(frozen=True)
 class Request:
-    kind: str   # trials: {"total": N}; enqueue: {"params": {...}}
+    kind: str   # trials: {"total": N}; enqueue: {"params": {...}}; finish: {"trials": [id]}
     id: str
     data: dict
     path: Path

@@ -7,6 +7,8 @@ store *before* acting on it, so an executor never needs a store of its own.
 
 from __future__ import annotations
 
+import select
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,6 +97,8 @@ class Adoptable:
 
 
 class Executor(ABC):
+    wake_fd: int | None = None  # wake_on()
+
     @abstractmethod
     def free_slots(self) -> int:
         """How many more trials may start now."""
@@ -112,6 +116,12 @@ class Executor(ABC):
         returned None for them), were requeued by the scheduler, or ended, and Notes for the
         store. A trial's Started always comes before its Ended. (A Sequence: an executor
         may return a list of fewer kinds, e.g. the local executor's Started and Ended.)"""
+
+    def wake_on(self, fd: int | None) -> None:
+        """poll() returns early, with what news it has (maybe none), once `fd` is readable:
+        the driver's watch on trial output (hpsearch.ingest.output_watch) has a report to
+        read now. The driver empties `fd` after each poll()."""
+        self.wake_fd = fd
 
     @abstractmethod
     def cancel(self, trial_id: int) -> None:
@@ -145,3 +155,14 @@ class Executor(ABC):
 
     def close(self) -> None:
         """Release resources; running attempts are left alone."""
+
+
+def nap(wake_fd: int | None, seconds: float) -> bool:
+    """Sleep `seconds`, or less if `wake_fd` becomes readable first (Executor.wake_on):
+    True if it did."""
+    if wake_fd is None:
+        time.sleep(max(0.0, seconds))
+        return False
+    poller = select.poll()
+    poller.register(wake_fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, seconds) * 1000))

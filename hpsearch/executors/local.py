@@ -216,6 +216,13 @@ class LocalExecutor(Executor):
         return Ended(known.trial_id, known.attempt, None, "lost",
                      "the process ended while no driver was running and left no exit code")
 
+    def wake_on(self, fd: int | None) -> None:
+        if self.wake_fd is not None:
+            self.poller.unregister(self.wake_fd)
+        super().wake_on(fd)
+        if fd is not None:  # beside the pidfds: poll() returns when it is readable
+            self.poller.register(fd, select.POLLIN)
+
     def cancel(self, trial_id: int) -> None:
         waiting = self.waiting.pop(trial_id, None)
         if waiting is not None:

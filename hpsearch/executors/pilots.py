@@ -18,7 +18,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Note, Started, Update
+from hpsearch.executors.base import (
+    Adoptable,
+    Ended,
+    Executor,
+    Launch,
+    Note,
+    Started,
+    Update,
+    nap,
+)
 from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
@@ -157,7 +166,8 @@ class PilotExecutor(Executor):
             events = self.fleet.take_notes() + events
             if events or time.monotonic() >= deadline:
                 return events
-            time.sleep(min(TICK, max(0.0, deadline - time.monotonic())))
+            if nap(self.wake_fd, min(TICK, deadline - time.monotonic())):
+                return []  # the driver has a trial's report to read first
 
     def release(self) -> None:
         """Nothing more will be bound: every pilot leaves once its trials are done (a pending

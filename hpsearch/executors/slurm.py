@@ -29,6 +29,7 @@ from hpsearch.executors.base import (
     Requeued,
     Started,
     Update,
+    nap,
 )
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
@@ -334,7 +335,7 @@ class SlurmExecutor(Executor):
         now = time.monotonic()
         next_query = max(self.next_query, self.query_after)
         if now < next_query:
-            time.sleep(min(timeout, next_query - now))
+            nap(self.wake_fd, min(timeout, next_query - now))  # a trial's report wakes it
             if time.monotonic() < next_query:
                 return []
         try:

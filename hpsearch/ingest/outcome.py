@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from hpsearch.store import rows as r
+
 INTERRUPTED = "interrupted"
 
 # The line of a stderr tail that names the cause: a Python exception ("ValueError: ..."),
@@ -15,6 +17,8 @@ INTERRUPTED = "interrupted"
 _EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)"
                         r"|[\w.]*(Error|Exception))\b.*")
 _WORDS = re.compile(r"(?i)\b(error|killed|fatal|failed|abort|oom|out of memory|panic)\b")
+# A first line that names the cause itself ("exit code 127: torchrun: not found on node2").
+_NAMED = re.compile(r"^exit code \d+: ")
 
 
 def cause(error: str | None, width: int = 160) -> str:
@@ -25,12 +29,26 @@ def cause(error: str | None, width: int = 160) -> str:
     if not error:
         return ""
     first, *tail = error.splitlines()
-    tail = [line.strip() for line in tail if line.strip()]
+    tail = [line.strip() for line in tail if line.strip() and not _NAMED.match(first)]
     line = next((x for x in reversed(tail) if _EXCEPTION.match(x)), None) \
         or next((x for x in reversed(tail) if _WORDS.search(x)), None) \
         or (tail[-1] if tail else None)
     told = f"{first}: {line}" if line and line not in first else first
     return told if len(told) <= width else told[:width - 3] + "..."
+
+
+def progress(counts: dict[str, int], requested: int) -> str:
+    """'6/16 finished (6 paused), 2 cancelled': the trials finished for good or for now
+    (hpsearch.store.rows.DONE) over those requested, what they are, then every other state
+    in the store. The numbers add up to the trials the store holds (the rows `status`
+    lists); trials not asked yet are in neither."""
+    order = r.DONE + r.IN_FLIGHT + (r.CANCELLED,)
+    named = [s for s in order if counts.get(s)] + sorted(s for s in counts
+                                                         if s not in order and counts[s])
+    done = [f"{counts[s]} {s}" for s in named if s in r.DONE]
+    rest = [f"{counts[s]} {s}" for s in named if s not in r.DONE]
+    text = f"{sum(counts.get(s, 0) for s in r.DONE)}/{requested} finished"
+    return ", ".join([text + (f" ({', '.join(done)})" if done else ""), *rest])
 
 
 def experiment_status(status: str, driver_pid: int | None) -> str:

@@ -34,6 +34,7 @@ from hpsearch.ingest.metric_lines import (
     pairs,
     pairs_record,
 )
+from hpsearch.ingest.not_found import NOT_FOUND_EXIT, missing_program
 
 STDOUT_PREFIX = "@hpsearch "
 _PREFIX = STDOUT_PREFIX.encode()
@@ -208,7 +209,9 @@ def rotate_logs(trial_dir: Path, previous_attempt: int) -> None:
 
 
 def with_stderr_tail(error: str, trial_dir: Path, lines: int = 5) -> str:
-    """The error plus the last lines of the attempt's stderr, so `status` shows the cause."""
+    """The error plus the last lines of the attempt's stderr, so `status` shows the cause.
+    After exit code 127, the first line names the program not found, and where
+    (hpsearch.ingest.not_found): srun's lines at the end would hide it."""
     try:  # never a blocking open (a FIFO) nor an endless read (a link to /dev/zero)
         fd = os.open(trial_dir / "stderr.log", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
@@ -218,7 +221,12 @@ def with_stderr_tail(error: str, trial_dir: Path, lines: int = 5) -> str:
             return error
         fh.seek(0, 2)
         fh.seek(max(0, fh.tell() - 4096))
-        tail = fh.read(4096).decode("utf-8", "replace").splitlines()[-lines:]
+        read = fh.read(4096).decode("utf-8", "replace").splitlines()
+    first, newline, rest = error.partition("\n")
+    if first.split(" (")[0] == f"exit code {NOT_FOUND_EXIT}" and (
+            missing := missing_program(read)):
+        error = f"{first}: {missing}{newline}{rest}"
+    tail = read[-lines:]
     return error + ("\n" + "\n".join(tail) if tail else "")
 
 

@@ -7,9 +7,14 @@
   intermediate_values  the first objective's reports, step -> value
   user_attrs           every other metric's last reported value, by metric name, and
                        hpsearch_trial, hpsearch_state, hpsearch_attempts, hpsearch_job_id,
-                       hpsearch_error, hpsearch_trial_dir, hpsearch_started,
-                       hpsearch_finished (ISO-8601)
-  datetime_start/_complete  the store's start and end times (local time, as Optuna's own)
+                       hpsearch_error, hpsearch_trial_dir, hpsearch_started (its first
+                       attempt's start), hpsearch_finished (its last attempt's end),
+                       hpsearch_last_started (its last attempt's start), all ISO-8601, and
+                       hpsearch_run_seconds (the time it actually ran, summed over its
+                       attempts: retries, promotion segments)
+  datetime_start/_complete  its first attempt's start and last attempt's end (local time,
+                       as Optuna's own), so Optuna's duration spans every segment and the
+                       pauses between them (hpsearch.interop.trial_times)
 
 State mapping (STATE_MAP): completed -> COMPLETE; pruned -> PRUNED; failed, cancelled -> FAIL;
 running -> RUNNING; queued, submitting -> WAITING; paused (promotion: waits at a rung) ->
@@ -24,6 +29,7 @@ import warnings
 from typing import Any
 
 from hpsearch.interop.store_view import StoreView, last_reports
+from hpsearch.interop.trial_times import trial_times
 from hpsearch.spec.model import Param
 from hpsearch.store import rows as r
 
@@ -108,19 +114,22 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
     user_attrs: dict[str, Any] = {name: value for name, (_, value)
                                   in last_reports(reports).items() if name not in objectives}
     user_attrs.update(extra)
+    times = trial_times(t, view.attempts_of(t.id))
     user_attrs.update({
         TRIAL_ATTR: t.id, "hpsearch_state": t.state, "hpsearch_attempts": t.attempt,
         "hpsearch_job_id": t.job_id, "hpsearch_error": t.error,
-        "hpsearch_trial_dir": t.trial_dir, "hpsearch_started": iso(t.started),
-        "hpsearch_finished": iso(t.finished)})
+        "hpsearch_trial_dir": t.trial_dir, "hpsearch_started": iso(times.started),
+        "hpsearch_finished": iso(times.finished),
+        "hpsearch_last_started": iso(times.last_started),
+        "hpsearch_run_seconds": times.run_seconds})
     values = t.objective_values if state == o.trial.TrialState.COMPLETE else None
     if state == o.trial.TrialState.COMPLETE and values is None:
         state = o.trial.TrialState.FAIL  # completed without values: cannot be COMPLETE
     start = None if state == o.trial.TrialState.WAITING else \
-        _local(t.started if t.started is not None else t.created)
+        _local(times.started if times.started is not None else t.created)
     end = None
     if state.is_finished():
-        end = _local(t.finished or t.started or t.created)
+        end = _local(times.finished or times.started or t.created)
     frozen = o.trial.FrozenTrial(
         number=t.id, state=state, value=None, datetime_start=start, datetime_complete=end,
         params=params, distributions=distributions, user_attrs=user_attrs, system_attrs={},

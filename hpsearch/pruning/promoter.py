@@ -5,15 +5,19 @@ with the attempt before it is launched. A segment that ends well below the last 
 the trial there (state `paused`, its rung value in pruner_attrs); the Promotion policy picks
 which paused trial goes on, and a promotion is a new attempt, written ahead like any other, so
 a driver killed between a rung decision and the next segment resumes with both intact.
+`hpsearch finish` asks for paused trials to go straight to the last rung (request_finish):
+they go before any other promotion, the same way (hpsearch.pruning.finishing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch.faults import fault_point
+from hpsearch.pruning.finishing import FINISH
 from hpsearch.pruning.promotion import Promotion, Segment
 from hpsearch.store import rows as r
 
@@ -24,16 +28,27 @@ if TYPE_CHECKING:
     from hpsearch.store.store import Store
 
 
+@dataclass
+class _FinishRequest:
+    id: str
+    trials: list[int]            # those not yet sent on or skipped, in the order asked
+    done: Callable[[], None]     # removes the request (called once all are written ahead)
+
+
 class Promoter:
     def __init__(self, pruner: Pruner, objective: Objective, study_name: str, store: Store,
                  search: Search, on_event: Callable[[str], None]) -> None:
         self.policy = Promotion(pruner, objective.direction, study_name)
         self.metric = objective.metric
         self.store, self.search, self.on_event = store, search, on_event
+        self.finishing: list[_FinishRequest] = []  # `hpsearch finish` requests, oldest first
+        self.sent: dict[int, dict] = {}  # trial id -> its FINISH mark (pruner attrs)
 
     def recover(self, trials: list[r.TrialRow]) -> None:
         for row in trials:
             attrs = row.pruner_attrs
+            if isinstance(attrs.get(FINISH), dict):
+                self.sent[row.id] = attrs[FINISH]
             rungs = {int(k): v for k, v in attrs.get("rungs", {}).items()}
             self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == r.PAUSED,
                              attrs.get("step"))
@@ -58,7 +73,7 @@ class Promoter:
         """The next promotion, written ahead: (its segment, its attempt number). The last
         segment's logs and exit_code are set aside first (rotate_logs), so that a driver
         killed before the launch never takes them for the new segment's."""
-        segment = self.policy.promote(end_game)
+        segment = self._next_finish() or self.policy.promote(end_game)
         if segment is None:
             return None
         row = self.store.trial(segment.trial_id)
@@ -100,6 +115,39 @@ class Promoter:
     def finished(self, trial_id: int) -> None:
         self.policy.finished(trial_id)
 
+    def request_finish(self, request_id: str, trial_ids: list[int],
+                       done: Callable[[], None]) -> None:
+        """`hpsearch finish`: send these trials, if still paused, to the last rung before any
+        other promotion; `done` once each is written ahead (or skipped). A request seen
+        again (its file stays until then) is taken once."""
+        if all(f.id != request_id for f in self.finishing):
+            self.finishing.append(_FinishRequest(request_id, list(trial_ids), done))
+
+    def _next_finish(self) -> Segment | None:
+        """The next trial a finish request sends on. A request is done once a later call
+        finds it empty: its last trial's segment has been committed by then."""
+        while self.finishing:
+            request = self.finishing[0]
+            while request.trials:
+                tid = request.trials.pop(0)
+                t = self.policy.trials.get(tid)
+                if tid in self.sent:  # an earlier request sent it (idempotent)
+                    continue
+                if t is None or not t.paused:
+                    what = "there is no such trial" if t is None else \
+                        f"it is {self.store.trial(tid).state}, not paused at a rung"
+                    message = f"hpsearch finish: trial {tid} not finished: {what}"
+                    self.store.add_event("warning", message, tid if t else None)
+                    self.on_event(message)
+                    continue
+                rung, value = t.rung, t.values[t.rung]
+                self.sent[tid] = {"rung": rung, "value": value, "request": request.id}
+                return self.policy.finish(tid, f"finished by `hpsearch finish` from rung "
+                                               f"{rung} (value {value:.6g})")
+            self.finishing.pop(0)
+            request.done()
+        return None
+
     def _save(self, trial_id: int, attempt: int, segment: Segment) -> None:
         with self.store.batch():
             self.store.set_segment(trial_id, attempt, segment.rung, segment.budget)
@@ -109,5 +157,6 @@ class Promoter:
         """What the store keeps: the rung of its current segment, its value at each rung
         reached, and the step of the last one (the sampler ranks a paused trial by it)."""
         t = self.policy.trials[trial_id]
+        mark = {FINISH: self.sent[trial_id]} if trial_id in self.sent else {}
         return {"rung": t.rung, "rungs": {str(k): v for k, v in sorted(t.values.items())},
-                "step": t.step}
+                "step": t.step, **mark}

@@ -150,6 +150,13 @@ class Promotion:
                        f"promoted from rung {rung} (value {value:.6g}), "
                        + why.format(eta=self.eta, n=n))
 
+    def finish(self, trial_id: int, why: str) -> Segment:
+        """Send a paused trial straight to its bracket's last rung (max_resource), whatever
+        its rank: `hpsearch finish`."""
+        t = self.trials[trial_id]
+        t.rung, t.paused = len(self.ladders[t.bracket]) - 1, False
+        return Segment(trial_id, t.rung, self.ladders[t.bracket][t.rung], why)
+
     # -- helpers ---------------------------------------------------------------------------
     def _rank_value(self, value: float) -> float:
         """Smaller is better."""

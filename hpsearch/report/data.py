@@ -1,7 +1,8 @@
 """What a report shows, read from the store (read-only) and, on Slurm, from sacct.
 
-Resources are counted per attempt: node-hours = nodes x hours it ran, GPU-hours = GPUs x
-hours. On Slurm they come from sacct (ElapsedRaw, NNodes, AllocTRES of each attempt's job);
+Resources are counted per attempt (hpsearch.store.usage, whose definition the cost
+objectives share): node-hours = nodes x hours it ran, GPU-hours = GPUs x hours. On
+Slurm they come from sacct (ElapsedRaw, NNodes, AllocTRES of each attempt's job);
 elsewhere, or where sacct knows nothing, from the store's start and end times, with one
 node and the GPUs the local executor gave the trial. Each attempt falls in one class:
 completed, pruned, paused (a promotion segment that ended at its rung), failed, preempted
@@ -28,6 +29,7 @@ from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
 from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
+from hpsearch.store.usage import AttemptUsage, attempt_usage, gpu_count
 from hpsearch.tui.model import spec_facts
 from hpsearch.tui.pilots import heartbeat_of
 
@@ -36,26 +38,6 @@ if TYPE_CHECKING:
 
 CLASSES = ("completed", "pruned", "paused", "failed", "preempted", "cancelled")
 _PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
-
-
-@dataclass
-class AttemptUsage:
-    trial: int
-    attempt: int
-    kind: str            # one of CLASSES
-    seconds: float
-    nodes: int
-    gpus: int
-    source: str          # "sacct", "store", or "pilot" (the store's times, in a pilot)
-    pilot: int | None = None  # the pilot it ran in
-
-    @property
-    def node_hours(self) -> float:
-        return self.nodes * self.seconds / 3600
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.gpus * self.seconds / 3600
 
 
 @dataclass
@@ -88,10 +70,6 @@ def attempt_class(state: str | None, reason: str | None) -> str:
     return "cancelled" if state is None else "failed"
 
 
-def _gpu_count(gpus: str | None) -> int:
-    return len([g for g in (gpus or "").split(",") if g.strip()])
-
-
 def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
             trials: list | None = None, view=None) -> ReportData:
     """trials: the experiment's trial rows if the caller has read them already; view: a
@@ -121,7 +99,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         gpu_rows = reader.gpu_use()
     finally:
         reader.close()
-    gpus_of = {t.id: _gpu_count(t.gpus) for t in trials}
+    gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
     in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
     notes: list[str] = []
     by_job: dict[str, JobUsage] = {}
@@ -137,18 +115,15 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         kind = attempt_class(state, reason)
         pilot = in_pilot.get(job_id) if job_id else None
         record = by_job.get(job_id) if job_id and pilot is None else None
-        if record is not None and record.elapsed is not None:
-            usage.append(AttemptUsage(trial, attempt, kind, record.elapsed,
-                                      record.nodes or 1, record.gpus, "sacct"))
-        elif started is not None:
-            end = finished if finished is not None else now
-            hosts = _hosts(nodes or (host if pilot is not None else None))
-            usage.append(AttemptUsage(trial, attempt, kind, max(0.0, end - started),
-                                      max(1, len(hosts)), gpus_of.get(trial, 0),
-                                      "store" if pilot is None else "pilot", pilot))
-            if pilot is not None:  # nodes unknown: one of its own
-                spans.setdefault(pilot, []).append((hosts or (f"?{trial}.{attempt}",),
-                                                    started, end))
+        hosts = _hosts(nodes or (host if pilot is not None else None))
+        used = attempt_usage(trial, attempt, kind, started, finished, now, len(hosts),
+                             gpus_of.get(trial, 0), record, pilot)
+        if used is not None:
+            usage.append(used)
+        if used is not None and pilot is not None and started is not None:
+            end = finished if finished is not None else now  # nodes unknown: one of its own
+            spans.setdefault(pilot, []).append((hosts or (f"?{trial}.{attempt}",), started,
+                                                end))
     if jobs and not use_sacct:
         notes.append("sacct not asked (--no-sacct): times from the store, 1 node per attempt "
                      "unless its nodes are recorded")

@@ -4,10 +4,12 @@ Columns, in this order: trial, state, attempts; each objective metric (its final
 the trial's result recorded it); param_<name> for each parameter (spec order); for every
 metric the trial reported, objective or not: <metric> (the final value: the objective value,
 or else the last report), <metric>_last and <metric>_last_step (its last intermediate report
-and that step);
-started and finished (ISO-8601 with UTC offset), duration (seconds), host, exit_code, error,
-trial_dir; then steps, node_hours, gpu_hours, segments, rung (the resource it used,
-hpsearch.report.budget); then, where any trial's GPUs were sampled (docs/gpu.md),
+and that step); started (its first attempt's start) and finished (its last attempt's end),
+ISO-8601 with UTC offset, duration (finished - started, seconds: pauses between promotion
+segments and retries included), run_seconds (the time it actually ran: the sum over its
+attempts), last_started (its last attempt's start; hpsearch.interop.trial_times), host,
+exit_code, error, trial_dir; then steps, node_hours, gpu_hours, segments, rung (the resource
+it used, hpsearch.report.budget); then, where any trial's GPUs were sampled (docs/gpu.md),
 gpu_util (mean utilisation, percent), gpu_mem_max_mib, gpu_busy_hours, gpu_held_hours and
 gpu_busy (the busy fraction, 0 to 1). A value a trial does not have is empty (CSV) or null
 (JSON).
@@ -21,6 +23,7 @@ import json
 
 from hpsearch.interop.optuna_trials import iso
 from hpsearch.interop.store_view import StoreView, last_reports
+from hpsearch.interop.trial_times import trial_times
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import GpuUse
 
@@ -43,8 +46,11 @@ def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
             if name not in objectives:
                 rec[name] = value
             rec[f"{name}_last"], rec[f"{name}_last_step"] = value, step
-        rec.update({"started": iso(t.started), "finished": iso(t.finished),
-                    "duration": t.duration, "host": t.host, "exit_code": t.exit_code,
+        times = trial_times(t, view.attempts_of(t.id))
+        rec.update({"started": iso(times.started), "finished": iso(times.finished),
+                    "duration": times.duration, "run_seconds": times.run_seconds,
+                    "last_started": iso(times.last_started), "host": t.host,
+                    "exit_code": t.exit_code,
                     "error": t.error, "trial_dir": t.trial_dir})
         b = budgets.get(t.id)
         if budgets:  # budget accounting (docs/early-stopping.md#budget)

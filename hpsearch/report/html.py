@@ -12,6 +12,7 @@ from pathlib import Path
 from hpsearch.report import budget, figures
 from hpsearch.report.data import CLASSES, ReportData
 from hpsearch.report.gpu_table import gpu_section
+from hpsearch.report.pareto import pareto_section
 from hpsearch.store import rows as r
 
 _CSS = """
@@ -159,7 +160,8 @@ def _pilot_table(data: ReportData) -> str:
                  f"pilots</td><td></td><td></td><td>{_hours(held)}</td><td>{_hours(busy)}</td>"
                  f"<td>{_hours(idle)}</td><td>{total_pct}</td>"
                  f"<td>{sum(p.attempts for p in data.pilots)}</td><td></td></tr></table>")
-    return (f"<h2 id='pilots'>Pilots</h2><p>{len(data.pilots)} pilot job(s) held "
+    # its own id: the figure's section (pilots.png) is `pilots`
+    return (f"<h2 id='pilot-usage'>Pilots</h2><p>{len(data.pilots)} pilot job(s) held "
             f"{held:.3f} node-h: busy {busy:.3f} node-h{share}, idle {idle:.3f} node-h. Held: "
             f"from {sources}. Busy: per node of a pilot, the time at least one attempt ran on "
             "it (the store's start and end of each attempt; trials side by side on one node "
@@ -212,7 +214,7 @@ def write(data: ReportData, out_dir: Path) -> Path:
 <p class="meta">{_e(data.strategy)} search on the {_e(data.executor)} executor, {_e(goals)};
 status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}.</p>
 {notes}
-{_best_rows(data)}
+{pareto_section(data) or _best_rows(data)}
 {sections}
 {failures}
 {_budget_table(data)}

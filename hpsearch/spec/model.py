@@ -74,10 +74,21 @@ class Param:
         return [round(float(v), decimals) for v in values if v <= high + 1e-12]
 
 
+# What a trial cost, measured by the driver over all its attempts when it ends, usable as
+# objective metrics (docs/spec.md#cost-as-an-objective); a trial's own report of one of these
+# names does not count for the objective.
+COST_METRICS = ("node_hours", "gpu_hours", "wall_s")
+
+
 @dataclass(frozen=True)
 class Objective:
     metric: str
     direction: str  # minimize | maximize
+
+    @property
+    def measured(self) -> bool:
+        """A cost metric (COST_METRICS) the driver measures, not one the trial reports."""
+        return self.metric in COST_METRICS
 
 
 # Early stopping (docs/spec.md#searchpruner): Optuna's pruners, by the name the spec uses.

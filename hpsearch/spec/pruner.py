@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import model as m
+from hpsearch.spec.names import choose
 from hpsearch.spec.yamlpos import KeyPath
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> m.Prune
         value = {"type": value}
     v.typed(value, path, lambda x: isinstance(x, dict), "a pruner type or a mapping with "
                                                        "'type' and its options")
-    kind = v.choice(value.get("type", "none"), path + ("type",), TYPES, "pruner")
+    kind = choose(v, value.get("type", "none"), path + ("type",), TYPES, "pruner")
     kind = m.PRUNER_ALIASES.get(kind, kind)
     if "mode" in value and kind not in m.PROMOTING:
         raise v.fail(path + ("mode",), f"the {kind} pruner only stops trials; mode: promotion "

@@ -13,7 +13,9 @@ from typing import Any
 from hpsearch.errors import BadInput
 from hpsearch.spec import checks, known_points, limits, trial_resources
 from hpsearch.spec import model as m
+from hpsearch.spec.cost import cost_problem
 from hpsearch.spec.loading import read_spec_text
+from hpsearch.spec.names import choose as choose_name
 from hpsearch.spec.pruner import pruner as pruner_spec
 from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES, template_problem  # noqa: F401 (re-exported)
 from hpsearch.spec.space import is_int as _is_int
@@ -219,6 +221,7 @@ class _Validator:
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))
         found = checks.run_problem(spec)  # what `submit` would find only when it starts
+        found = found or cost_problem(spec)  # objectives that are a trial's cost
         if found:
             raise self.fail(*found)
         return spec
@@ -244,12 +247,8 @@ class _Validator:
         for key in ("strategy", "space"):
             if key not in d:
                 raise self.fail(path, f"missing required key '{key}'")
-        strategy = self.string(d["strategy"], path + ("strategy",))
-        if strategy not in m.STRATEGIES:
-            close = difflib.get_close_matches(strategy, m.STRATEGIES, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise self.fail(path + ("strategy",), f"unknown strategy '{strategy}'; expected one "
-                                                  f"of {', '.join(m.STRATEGIES)}{hint}")
+        strategy = choose_name(self, self.string(d["strategy"], path + ("strategy",)),
+                               path + ("strategy",), m.STRATEGIES, "strategy")
         space = space_spec(self, d["space"], path + ("space",), strategy)
         parallel = self.optional(d, "parallel", path, lambda v, p: self.integer(v, p, 1), 1)
         seed = self.optional(d, "seed", path, lambda v, p: self.integer(v, p, 0), None)
@@ -312,16 +311,20 @@ class _Validator:
                 hint = f"; did you mean {{{close[0]}}}?" if close else ""
                 raise self.fail(("command",), f"placeholder {{{ph}}} names no parameter in "
                                               f"search.space{hint}")
+        if not names.intersection(used) and "params" not in used:
+            return  # the trial reads them: hpsearch.trial.params(), $HPSEARCH_PARAMS
         found = template_problem(command, search.space)
         if found:
             raise self.fail(*found)
         if "params" in used:
             return
-        for p in search.space:
+        for p in search.space:  # some are passed, this one not: a typo, or forgotten
             if p.name not in used and p.name not in sizing:
                 raise self.fail(("search", "space", p.name),
                                 f"parameter '{p.name}' is never used in command; add {{{p.name}}} "
-                                "to it (or {params} to pass all parameters as one JSON argument)")
+                                "to it (or {params} to pass all parameters as one JSON argument, "
+                                "or no parameter placeholder at all if the trial reads them "
+                                "with hpsearch.trial.params())")
 
     def check_strategy_objectives(self, search: m.Search, objectives: tuple) -> None:
         if len(objectives) > 1 and search.strategy == "cmaes":

@@ -14,6 +14,9 @@ COMPLETED, FAILED, CANCELLED, PRUNED = "completed", "failed", "cancelled", "prun
 PAUSED = "paused"
 IN_FLIGHT = (QUEUED, SUBMITTING, RUNNING)
 FINISHED = (COMPLETED, FAILED, PRUNED)
+# Finished for now: what `status`, the live view and the driver's end count as done. A paused
+# trial may be promoted later, but until then it holds no slot and needs nothing.
+DONE = FINISHED + (PAUSED,)
 
 
 @dataclass

@@ -361,12 +361,18 @@ class Store(Reader):
     def ending_at(self, when: float | None):
         """finish_attempt() inside records `when` (if not None) as the attempt's end: the time
         the trial really ended (its exit_code file), not the time the driver saw it, which
-        for an attempt that ended while no driver ran is when a driver came back."""
-        self._end_time = None if when is None else min(when, time.time())
+        for an attempt that ended while no driver ran is when a driver came back. With None,
+        the time it is entered: what is measured inside (a trial's cost, end_time()) and the
+        end recorded agree."""
+        self._end_time = time.time() if when is None else min(when, time.time())
         try:
             yield
         finally:
             self._end_time = None
+
+    def end_time(self) -> float:
+        """The end finish_attempt() records if called now: ending_at's time, else now."""
+        return time.time() if self._end_time is None else self._end_time
 
     def _write(self, sql: str, args: Iterable[Any] = ()) -> None:
         self._write_many([(sql, args)])
@@ -505,7 +511,7 @@ class Store(Reader):
                        failure: str | None = None) -> None:
         """Record how an attempt ended (`failure`: its class, hpsearch.executors.retry). With
         requeue the trial goes back to `queued`."""
-        now = time.time() if self._end_time is None else self._end_time
+        now = self.end_time()
         trial_state = r.QUEUED if requeue else state
         # never before it was seen started (a fast trial can exit before that is recorded)
         statements = [

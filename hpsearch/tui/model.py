@@ -5,7 +5,9 @@ state index, the trial table asks for at most `rows` trials (in flight first, th
 recently finished), metrics are looked up by their primary key (trial, step, name) for the
 shown trials only, and the best value / Pareto front is recomputed only when the number of
 completed trials changes; the pilot panel lists only pilots not ended (about
-executor.pilots.max of them). Nothing here writes: the store is opened read-only (Reader).
+executor.pilots.max of them); in promotion mode the ETA's steps are counted once, then only
+for trials that changed (hpsearch.tui.eta). Nothing here writes: the store is opened
+read-only (Reader).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 from hpsearch.ingest import outcome
 from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
+from hpsearch.tui import eta as clock
 from hpsearch.tui.pilots import PilotLine, ended_count, pilot_lines
 
 if TYPE_CHECKING:
@@ -77,11 +80,13 @@ class Snapshot:
     slurm_trouble: str | None = None  # "Slurm unreachable since ...", while it lasts
     pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.tui.pilots)
     pilots_ended: int = 0
+    work: clock.Progress | None = None  # what the ETA is estimated from (hpsearch.tui.eta)
     taken: float = field(default_factory=time.time)
 
     @property
     def finished(self) -> int:
-        return sum(self.counts.get(s, 0) for s in r.FINISHED)
+        """Trials finished for good or for now (paused), as `hpsearch status` counts them."""
+        return sum(self.counts.get(s, 0) for s in r.DONE)
 
 
 def spec_facts(spec_yaml: str) -> tuple[tuple[str, ...], str]:
@@ -123,6 +128,9 @@ class SnapshotSource:
         exp = self.reader.experiment()
         self.metrics, self.executor = spec_facts(exp.spec_yaml)
         self.directions = tuple(exp.directions)
+        promotion = clock.promotion_of(exp.spec_yaml, exp.spec_file, exp.base_dir, exp.name)
+        self._promotion = None if promotion is None or not self.metrics else \
+            clock.PromotionWork(self.reader, self.metrics[0], promotion)
         self._best_key: int | None = None  # completed count the best was computed for
         self._best: tuple[int | None, tuple[float, ...], int | None] = (None, (), None)
 
@@ -221,22 +229,15 @@ class SnapshotSource:
         if best_id is not None:
             best = next((line for line in shown if line.id == best_id), None) or \
                 self._line(self.reader.trial(best_id))
-        finished = sum(counts.get(s, 0) for s in r.FINISHED)
-        first = self.reader.db.execute("select created from trials order by id limit 1"
-                                       ).fetchone()
-        first = first[0] if first else None
         driver = runs.DriverLock(self.exp_dir).holder()
-        running = exp.status == "running"  # or interrupted: its clock runs on
-        end = now if running else exp.updated
-        elapsed = max(0.0, end - (first or exp.created))
-        eta = None
-        if running and driver and 0 < finished < exp.trials_requested and elapsed > 0:
-            eta = elapsed / finished * (exp.trials_requested - finished)
+        running = exp.status == "running"  # or interrupted
+        elapsed, work = self._clock(exp, counts, running, now)
+        eta = clock.eta(elapsed, work) if work is not None and driver else None
         leaves, note = cluster
         if leaves is not None:
             on_leaf: dict[str, list[int]] = {}
             for line in shown:
-                if line.state not in r.FINISHED and line.state != r.CANCELLED:
+                if line.state not in r.DONE and line.state != r.CANCELLED:
                     for leaf in line.leaves:
                         on_leaf.setdefault(leaf, []).append(line.id)
             leaves = tuple(LeafLine(x.leaf, x.free, x.used, x.down,
@@ -249,8 +250,25 @@ class SnapshotSource:
                         trials=tuple(shown), best=best, best_values=best_values,
                         front_size=front, cluster=leaves, cluster_note=note, taken=now,
                         slurm_trouble=self.reader.slurm_trouble() if running else None,
-                        pilots=pilots,
-                        pilots_ended=ended_count(self.reader))
+                        pilots=pilots, pilots_ended=ended_count(self.reader),
+                        work=work if eta is not None else None)
+
+    def _clock(self, exp: r.ExperimentRow, counts: dict[str, int], running: bool,
+               now: float) -> tuple[float, clock.Progress | None]:
+        """(seconds from the first trial to the search's end or now, the work done and
+        planned while the clock runs, else None): hpsearch.tui.eta says how."""
+        db = self.reader.db
+        first, last_end = db.execute("select min(created), max(finished) from trials"
+                                     ).fetchone()
+        done = sum(counts.get(s, 0) for s in r.DONE)
+        end = clock.end_of_search(running, sum(counts.get(s, 0) for s in r.IN_FLIGHT), done,
+                                  exp.trials_requested, last_end, exp.updated)
+        elapsed = max(0.0, (now if end is None else end) - (first or exp.created))
+        if end is not None:
+            return elapsed, None
+        if self._promotion is None:
+            return elapsed, clock.Progress("trials", done, exp.trials_requested)
+        return elapsed, self._promotion.progress(exp.trials_requested)
 
 
 class ClusterWatch:

@@ -120,7 +120,8 @@ def _header(snap: Snapshot) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(snap.name, style="bold")
     text.append(f"  {snap.strategy} · {snap.executor} · ")
-    status_style = {"running": "cyan", "completed": "green"}.get(snap.status, "yellow")
+    status_style = {"running": "cyan", "completed": "green",
+                    "failed": "bold red"}.get(snap.status, "yellow")
     text.append(snap.status, style=status_style)
     if snap.status == outcome.INTERRUPTED:
         text.append(f" · no driver: hpsearch resume {snap.name}", style="bold yellow")
@@ -136,6 +137,9 @@ def _times(snap: Snapshot) -> Text:
     text = Text(f"elapsed {format_duration(snap.elapsed)}", no_wrap=True, overflow="ellipsis")
     if snap.eta is not None:
         text.append(f"   ETA {format_duration(snap.eta)}")
+        if snap.work is not None and snap.work.unit == "steps":  # promotion: by steps
+            text.append(f" ({snap.work.done:.0f} of ~{snap.work.planned:.0f} steps)",
+                        style="dim")
     return text
 
 

@@ -1,0 +1,97 @@
+"""Cost as an objective: a trial's node_hours, gpu_hours and wall_s, measured when it ends.
+
+An objective may name what a trial cost (spec's COST_METRICS) beside the metrics it
+reports, e.g. maximize val_acc against minimize gpu_hours. When an attempt exits cleanly,
+the driver sums every attempt of the trial so far (retries, requeues and promotion
+segments included, this one up to its recorded end) with the report's definition
+(hpsearch.store.usage), and those values go to the sampler and the store as the trial's
+objective values. On Slurm, jobs of their own are read from sacct, as `hpsearch report`
+does (one sacct call per trial that completes); attempts in pilots, and any sacct cannot
+tell, are timed from the store.
+
+The names are reserved: where the objective names one, a trial's own report of that name
+is kept as a reported metric, never used for the objective, and the driver warns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from hpsearch.errors import HpsearchError
+from hpsearch.spec.model import COST_METRICS
+from hpsearch.store.usage import attempt_usage, gpu_count, trial_cost
+
+if TYPE_CHECKING:
+    from hpsearch.slurm.parse import JobUsage
+    from hpsearch.store.store import Store
+
+Sacct = Callable[[list[str]], "list[JobUsage] | None"]
+
+
+class Costs:
+    def __init__(self, metrics: list[str], store: Store, on_event: Callable[[str], None],
+                 sacct: Sacct | None = None, pilots: bool = False) -> None:
+        """metrics: the objectives'; sacct: what the jobs of these ids used (Slurm jobs of
+        their own), or None; pilots: attempts run in pilots (their host is their node)."""
+        self.names = [m for m in metrics if m in COST_METRICS]
+        self.store, self.on_event, self.sacct, self.pilots = store, on_event, sacct, pilots
+        self.told: set[str] = set()  # warnings already printed (each is stored per trial)
+
+    def measurer(self, trial_id: int) -> Callable[[set[str]], dict[str, float]] | None:
+        """What LiveTrial.verdict calls with the metric names the trial reported, or None
+        when no objective is a cost."""
+        return partial(self.measure, trial_id) if self.names else None
+
+    def measure(self, trial_id: int, reported: set[str]) -> dict[str, float]:
+        """The objective's cost metrics of the trial, over all its attempts so far."""
+        clash = [name for name in self.names if name in reported]
+        if clash:
+            self._warn(trial_id, "reserved", (
+                f"it reports {', '.join(clash)} itself; the objective uses the cost hpsearch "
+                "measured instead (node_hours, gpu_hours and wall_s are reserved, docs/spec.md"
+                "#cost-as-an-objective): rename the trial's metric to optimize its own"))
+        cost = trial_cost(self._usage(trial_id))
+        return {name: cost[name] for name in self.names}
+
+    def _usage(self, trial_id: int) -> list:
+        from hpsearch.slurm.hostlist import expand
+        rows = self.store.attempts(trial_id)
+        gpus = gpu_count(self.store.trial(trial_id).gpus)
+        by_job = self._sacct(trial_id, [a["job_id"] for a in rows if a["job_id"]])
+        end = self.store.end_time()  # this attempt's: the end finish_attempt records
+        out = []
+        for a in rows:
+            hostlist = a["nodes"] or (a["host"] if self.pilots else None)
+            try:
+                nodes = len(expand(hostlist)) if hostlist else 0
+            except ValueError:
+                nodes = 0
+            use = attempt_usage(trial_id, a["attempt"], a["state"] or "", a["started"],
+                                a["finished"], end, nodes, gpus, by_job.get(a["job_id"]))
+            if use is not None:
+                out.append(use)
+        return out
+
+    def _sacct(self, trial_id: int, job_ids: list[str]) -> dict[str, JobUsage]:
+        if self.sacct is None or self.pilots or not job_ids:
+            return {}
+        try:
+            records = self.sacct(job_ids)
+        except HpsearchError as exc:
+            self._warn(trial_id, "sacct", f"sacct failed, its cost is timed from the store: "
+                                          f"{str(exc).splitlines()[0]}")
+            return {}
+        if records is None:
+            self._warn(trial_id, "sacct", "the cluster keeps no accounting: its cost is timed "
+                                          "from the store")
+            return {}
+        return {rec.job_id: rec for rec in records}
+
+    def _warn(self, trial_id: int, kind: str, message: str) -> None:
+        """Stored for each trial; printed once per driver."""
+        self.store.add_event("warning", message, trial_id)
+        if kind not in self.told:
+            self.told.add(kind)
+            self.on_event(f"trial {trial_id}: {message}")
