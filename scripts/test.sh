@@ -4,9 +4,9 @@
 #
 #   scripts/test.sh            # the whole suite, as CI and the README run it (as root it
 #                              # installs the Slurm cluster, ch-run, mpirun, tmux, chromium);
-#                              # three runs side by side: the tests without a cluster
-#                              # on 2 workers, the slurm_clock tests on a cluster of
-#                              # their own, the other cluster tests on the usual one
+#                              # the tests without a cluster on 2 workers beside the
+#                              # slurm_clock tests on a cluster of their own, then the
+#                              # other cluster tests on the usual one
 #   scripts/test.sh --quick    # the inner loop: ruff, mypy, lint-imports, then the tests that
 #                              # need no Slurm cluster, no apt-installed program (chromium,
 #                              # ch-run, tmux, mpirun) and are not marked slow, on 2 workers;
@@ -73,49 +73,37 @@ if [ "$(id -u)" = 0 ]; then
     apt-get install -y -q tmux chromium || { apt-get update -q && apt-get install -y -q tmux chromium; }
   fi
 fi
-# Three runs side by side, all always: the tests that need no cluster on two workers (xdist,
-# whole files per worker, as the quick tier); the cluster's `slurm_clock` tests one at a time
-# on a cluster of their own (HPSEARCH_SLURM_DIR/PORT_BASE below: its own munge, MariaDB,
-# slurmdbd, slurmctld and 8 slurmds), because they stop Slurm's daemons, kill a node's slurmd
-# or set account limits, which other tests would feel; and the other cluster tests one at a
-# time on the usual cluster. The cluster tests wait mostly on Slurm (scheduling, sacct, time
-# limits), so the three share the CPUs well. The cluster runs' output follows when all three end.
-# Fails if any fails. docs/testing.md#tiers has the times.
+# Three runs, all always. First, side by side: the tests that need no cluster on two workers
+# (xdist, whole files per worker, as the quick tier), and the cluster's `slurm_clock` tests one
+# at a time on a cluster of their own (HPSEARCH_SLURM_DIR/PORT_BASE below: its own munge,
+# MariaDB, slurmdbd, slurmctld and 8 slurmds): they wait mostly on Slurm's own clocks
+# (whole-minute time limits, SlurmdTimeout, daemons stopped for a while), so they leave the
+# CPUs to the others, and they stop Slurm's daemons, kill a node's slurmd or set account
+# limits, which no other test feels there. Then the other cluster tests one at a time, alone:
+# beside the CPU-bound tests without a cluster, their 1-minute pilots and DDP ranks outlast
+# pytest-timeout (tried: docs/testing.md#tiers). Fails if any fails.
 CLOCK_CLUSTER=(HPSEARCH_SLURM_DIR=/tmp/hpsearch-slurm-clock HPSEARCH_SLURM_PORT_BASE=17000)
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
-background() {  # background NAME [VAR=VALUE...] -- PYTEST-ARGS...: pytest in the background
-  local name=$1
-  shift
-  local vars=()
-  while [ "$1" != -- ]; do vars+=("$1"); shift; done
-  shift
-  ( rc=0
-    env "${vars[@]}" .venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15 \
-      "$@" >"$logs/$name.log" 2>&1 || rc=$?
-    echo "$rc" >"$logs/$name.rc" ) &
-}
-echo "== pytest, three runs side by side: the tests that need no Slurm cluster (2 workers), the"
-echo "   slurm_clock tests on their own cluster, and the other cluster tests (one at a time each)"
-began=$SECONDS
-background clock "${CLOCK_CLUSTER[@]}" -- -m "cluster and slurm_clock" "$@"
-background cluster -- -m "cluster and not slurm_clock" "$@"
-echo "== pytest: the tests that need no Slurm cluster (2 workers; the cluster runs' output"
-echo "   follows when all three end)"
 status=0
-rc=0
-.venv/bin/python -m pytest -q -rs --durations=15 -n 2 --dist loadfile -m "not cluster" "$@" || rc=$?
-if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; echo "== local: FAILED (exit $rc)"; fi
-wait
-for name in clock cluster; do
-  case $name in
-    clock) echo "== pytest: the slurm_clock tests, on their own cluster (${CLOCK_CLUSTER[*]})";;
-    cluster) echo "== pytest: the other Slurm cluster tests";;
-  esac
-  cat "$logs/$name.log"
-  rc=$(cat "$logs/$name.rc")
-  # exit 5: no test selected (e.g. with -k), no failure
-  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; echo "== $name: FAILED (exit $rc)"; fi
-done
-echo "== all three runs: $((SECONDS - began)) s"
+run() {  # pytest ARGS...: exit 5 (no test selected, e.g. with -k) is no failure
+  local rc=0
+  .venv/bin/python -m pytest -q -rs --durations=15 "$@" || rc=$?
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; fi
+}
+clock_log=$(mktemp)
+trap 'rm -f "$clock_log" "$clock_log.rc"' EXIT
+echo "== pytest: the tests that need no Slurm cluster (2 workers), and beside them the"
+echo "   slurm_clock tests on their own cluster (one at a time; their output follows when both end)"
+( rc=0
+  env "${CLOCK_CLUSTER[@]}" .venv/bin/python -m pytest -q -rs -p no:cacheprovider \
+    --durations=15 -m "cluster and slurm_clock" "$@" >"$clock_log" 2>&1 || rc=$?
+  echo "$rc" >"$clock_log.rc" ) &
+clock=$!
+run -n 2 --dist loadfile -m "not cluster" "$@"
+wait "$clock"
+echo "== pytest: the slurm_clock tests, on their own cluster (${CLOCK_CLUSTER[*]}; they ran beside the above)"
+cat "$clock_log"
+clock_rc=$(cat "$clock_log.rc")
+if [ "$clock_rc" != 0 ] && [ "$clock_rc" != 5 ]; then status=1; fi
+echo "== pytest: the rest of the Slurm cluster's tests (one at a time)"
+run -m "cluster and not slurm_clock" "$@"
 exit $status

@@ -71,7 +71,10 @@ def test_a_finished_search_mirrors_into_any_storage_once(cli, storage):
 
 
 def test_follow_mirrors_a_running_search_until_its_driver_ends(cli):
-    spec = write_spec(cli, sleep=1.0, parallel=2)
+    # 3 reports 2 s apart a trial, 2 at a time: the search lasts about 20 s, longer than
+    # `--follow` takes to start and import optuna on a loaded machine (with 1 s, two
+    # fresh-clone runs saw every trial end before its first sync: "8 added, 0 updated")
+    spec = write_spec(cli, sleep=2.0, parallel=2)
     driver = cli.popen("submit", spec)
     try:
         deadline = time.time() + 30
