@@ -116,7 +116,7 @@ def test_a_pilot_search_in_status_watch_and_report(cli, slurm_cluster):
     out_dir = cli.cwd / "rep"
     cli("report", name, "--out", out_dir, env=env, check=0)
     page = (out_dir / "report.html").read_text()
-    assert "<h2 id='pilots'>Pilots</h2>" in page and "1 pilot job(s) held" in page, page
+    assert "<h2 id='pilot-usage'>Pilots</h2>" in page and "1 pilot job(s) held" in page, page
     assert "sacct (ElapsedRaw x NNodes of the pilot's job)" in page
     assert (out_dir / "pilots.png").exists()
     status = cli("status", name, env=env, check=0).stdout
