@@ -139,3 +139,10 @@ def test_a_launcher_beside_hpsearchs_python_names_that_folder(cli, tmp_path):
     assert (f"; it is in {beside.parent}, beside hpsearch's Python, which is not on PATH: "
             "activate that environment before submitting (trials and Slurm jobs inherit its "
             "PATH), or set PATH in the spec's env:") in proc.stderr, proc.stderr
+
+
+def test_a_program_name_with_control_characters_is_not_repeated_into_the_message():
+    """A hostile stderr line: terminal escapes in the "program" never reach status."""
+    from hpsearch.ingest.not_found import missing_program
+    found = missing_program(["sh: 1: exec: \x1b[31mevil: not found"])
+    assert found is None or "\x1b" not in found

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 NOT_FOUND_EXIT = 127
-_NOT_FOUND = re.compile(r"(?:^|: )(?:exec: )?['‘]?(?P<program>[^\s:'‘’]+)['’]?: "
+_NOT_FOUND = re.compile(r"(?:^|: )(?:exec: )?['‘]?(?P<program>[^\s:'‘’\x00-\x1f\x7f]+)['’]?: "
                         r"(?:(?:command )?not found|No such file or directory)\s*$")
 _SRUN_TASK = re.compile(r"^srun: error: (?P<node>[^\s:]+): tasks? [\d,-]+: Exited with exit "
                         rf"code {NOT_FOUND_EXIT}\s*$")
