@@ -82,3 +82,27 @@ def signal_group(pgid: int, sig: int) -> bool:
 def group_alive(pgid: int) -> bool:
     return signal_group(pgid, 0)
 
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs: not only exists (a zombie that no one
+    has reaped yet, where PID 1 does not reap, answers signal 0 too), but has not ended."""
+    if not group_alive(pgid):
+        return False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        # after the command name (which may hold spaces or ')'): state ppid pgrp ...
+        fields = data[data.rindex(b")") + 2:].split(maxsplit=3)
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            return True
+    return False

@@ -18,6 +18,7 @@ Files in $HPSEARCH_TRIAL_DIR:
     result.json      final metrics, written atomically (temp file + rename)
     checkpoints/     $HPSEARCH_CHECKPOINT_DIR
     checkpoints.jsonl  one JSON object per saved checkpoint: {"step": 3, "path": "step-00000003.pt"}
+    timing.<rank>.jsonl  each rank's step and compute times (report_timing, docs/scaling.md)
     STOP             asks the trial to stop early: written when search.pruner rejects it
                      (obeyed only if it is a regular file of this user's, not a link)
     stdout.log, stderr.log, exit_code
@@ -49,6 +50,7 @@ from typing import Any
 # the driver starts a new attempt, which resumes from the latest checkpoint.
 EXIT_RESUME = 75
 CHECKPOINT_MANIFEST = "checkpoints.jsonl"
+TIMING_FILE = "timing.{rank}.jsonl"  # one per rank; read by hpsearch.ingest.timing_lines
 
 _stop_signal: str | None = None  # the name of the signal that asked us to stop
 _handlers_installed = False
@@ -114,6 +116,84 @@ def report(step: int, **metrics: float) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def rank() -> int:
+    """This process's rank among the trial's ranks: $RANK, which hpsearch's launchers and
+    torchrun set in every rank (else $SLURM_PROCID, else 0)."""
+    return int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
+
+
+def _seconds(name: str, value: Any) -> float:
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 <= value < float("inf")):
+        raise ValueError(f"{name}={value!r}: expected a finite number of seconds >= 0")
+    return float(value)
+
+
+def report_timing(step: int, *, step_s: float, compute_s: float | None = None,
+                  items: float | None = None) -> None:
+    """Record, from EVERY rank (unlike report()), how long a training step took on this rank
+    (`step_s`, wall time) and how much of it was computing rather than communicating or
+    waiting for other ranks (`compute_s`; None: all of it). `items`: what the step
+    processed in all ranks together (samples, tokens), for throughput in items/s; None:
+    throughput is counted in steps/s. The driver derives load balance, communication and
+    parallel efficiency and, across trial sizes, speedup (docs/scaling.md). One O_APPEND
+    write per call to timing.<rank>.jsonl, private to the owner."""
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise TypeError(f"step must be an int; got {step!r}")
+    record: dict[str, Any] = {"step": step, "time": time.time(), "attempt": attempt(),
+                              "step_s": _seconds("step_s", step_s)}
+    compute = record["step_s"] if compute_s is None else _seconds("compute_s", compute_s)
+    record["compute_s"] = min(compute, record["step_s"])
+    if items is not None:
+        record["items"] = _seconds("items", items)
+    line = (json.dumps(record) + "\n").encode()
+    path = trial_dir() / TIMING_FILE.format(rank=rank())
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+class StepTimer:
+    """What timed_step() yields: set `comm_s` (or add to it) to the seconds of the step
+    spent communicating or waiting for other ranks, and `items` to what the step
+    processed in all ranks; `step_s` and `compute_s` are set when the block ends."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.comm_s = 0.0
+        self.items: float | None = None
+        self.step_s: float | None = None
+        self.compute_s: float | None = None
+
+
+@contextlib.contextmanager
+def timed_step(step: int, sync: Any = None, report: bool = True) -> Iterator[StepTimer]:
+    """Time one training step on this rank and report_timing() it (every rank calls it):
+
+        with trial.timed_step(step) as t:
+            loss = model(x); loss.backward(); opt.step()
+            t.comm_s = seconds_waited_in_allreduce      # e.g. from a DDP comm hook
+
+    `sync`: called before the clock is read at both ends (torch.cuda.synchronize on a GPU,
+    whose work is asynchronous). Nothing is reported if the block raises, or with
+    report=False (a warm-up step: its time is in StepTimer all the same)."""
+    timer = StepTimer(step)
+    if sync is not None:
+        sync()
+    start = time.perf_counter()
+    yield timer
+    if sync is not None:
+        sync()
+    timer.step_s = time.perf_counter() - start
+    timer.compute_s = max(0.0, timer.step_s - min(max(timer.comm_s, 0.0), timer.step_s))
+    if report:
+        report_timing(step, step_s=timer.step_s, compute_s=timer.compute_s, items=timer.items)
 
 
 def result(**metrics: float) -> None:

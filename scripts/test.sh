@@ -19,7 +19,7 @@ if [ "${1:-}" = --quick ]; then
   quick=1
   shift
 fi
-scripts/setup.sh test,gp,pipeline,report,bench,dashboard,lightning,gpu
+scripts/setup.sh test,gp,pipeline,report,bench,dashboard,lightning,gpu,tensorboard,mlflow
 # MF-Hartmann learning curves for benchmarks/early_stopping.py: mf-prior-bench 1.10 pins
 # numpy < 2 for parts hpsearch does not use, so it goes in without its dependencies (the
 # benchmark loads only its numpy-only MF-Hartmann module).

@@ -201,3 +201,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if entry not in used and entry.split("::")[0] in files:
             warnings.warn(pytest.PytestWarning(f"tests/conftest.py SLOW names no test: {entry}"),
                           stacklevel=1)
+
+
+# Issue 23 item 5: an empty store.sqlite once appeared in the repository root during a
+# parallel run. Nothing hpsearch or a test does may write there (every test works under its
+# tmp_path), so each test checks that the root gained no entry while it ran and names what
+# appeared. Under xdist the other worker's test ran at the same time: the message says so.
+_ROOT_LEFT_ALONE = frozenset({".pytest_cache", "__pycache__", ".mypy_cache", ".ruff_cache"})
+
+
+@pytest.fixture(autouse=True)
+def _repository_root_gains_nothing(request: pytest.FixtureRequest):
+    before = set(os.listdir(ROOT))
+    yield
+    new = sorted(set(os.listdir(ROOT)) - before - _ROOT_LEFT_ALONE)
+    if new:
+        other = " (or the other xdist worker's test running meanwhile)" \
+            if os.environ.get("PYTEST_XDIST_WORKER") else ""
+        pytest.fail(f"{request.node.nodeid}{other} left {', '.join(new)} in the repository "
+                    f"root {ROOT}: tests and hpsearch write only under tmp_path / runs dirs",
+                    pytrace=False)

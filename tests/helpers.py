@@ -20,6 +20,21 @@ def read_store(runs: Path, name: str):
         reader.close()
 
 
+def store_curves(runs: Path, name: str):
+    """(trials, {trial: {metric: {step: value}}}) read from the store: what a mirror of the
+    experiment must hold."""
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        trials = reader.trials()
+        curves: dict = {}
+        for t in trials:
+            for m in reader.metrics(t.id):
+                curves.setdefault(t.id, {}).setdefault(m["name"], {})[m["step"]] = m["value"]
+        return trials, curves
+    finally:
+        reader.close()
+
+
 def event_kinds(runs: Path, name: str) -> list[str]:
     """The kinds of an experiment's events, oldest first."""
     reader = Reader(runs / name / STORE_FILE)

@@ -6,12 +6,19 @@ spec's refusals; and on Slurm, the same sacct records `hpsearch report` reads.""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import json
 import re
 
 import pytest
 
+import hpsearch
 from hpsearch.driver.cost import Costs
+from hpsearch.interop.store_view import read_view
+from hpsearch.report import budget, export
+from hpsearch.report.data import collect
 from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.parse import JobUsage
 from hpsearch.store.store import Reader, Store
@@ -102,19 +109,22 @@ def test_the_report_has_a_pareto_section_of_the_front_best_accuracy_first(cli):
     assert (cli.cwd / "rep" / "pareto_front.png").exists()
 
 
+CHEAP = """
+    name: cheap
+    command: "sleep {work}"
+    search:
+      strategy: grid
+      space:
+        work: {choices: [0.4, 0.1]}
+        gpus: {choices: [2, 1]}
+    objective: {metric: gpu_hours, direction: minimize}
+    resources: {gpus_per_node: "{gpus}"}
+    executor: {type: local, gpus: [0, 1]}
+    """
+
+
 def test_gpu_hours_alone_is_an_objective_and_the_trial_reports_nothing(cli):
-    spec = cli.write_spec("""
-        name: cheap
-        command: "sleep {work}"
-        search:
-          strategy: grid
-          space:
-            work: {choices: [0.4, 0.1]}
-            gpus: {choices: [2, 1]}
-        objective: {metric: gpu_hours, direction: minimize}
-        resources: {gpus_per_node: "{gpus}"}
-        executor: {type: local, gpus: [0, 1]}
-        """)
+    spec = cli.write_spec(CHEAP)
     shown = cli("validate", spec, check=0).stdout
     assert "objective: minimize gpu_hours (measured by hpsearch)" in shown
     cli("submit", spec, "--no-tui", "-q", check=0)
@@ -124,6 +134,32 @@ def test_gpu_hours_alone_is_an_objective_and_the_trial_reports_nothing(cli):
     assert top[0]["params"] == {"work": 0.1, "gpus": 1}
     assert 0 < top[0]["values"]["gpu_hours"] < min(
         t.objective_values[0] for t in trials if t.params != {"work": 0.1, "gpus": 1})
+
+
+def test_export_gives_the_gpu_hours_objective_and_the_budget_beside_it(cli):
+    """The objective's column holds the objective's value, as `best` and the sampler saw
+    it; the budget's accounting of the same name is kept as hpsearch_gpu_hours. Export reads
+    no sacct: on Slurm that accounting knows no GPUs (0), and used to overwrite the
+    objective's column."""
+    cli("submit", cli.write_spec(CHEAP), "--no-tui", "-q", check=0)
+    _, trials = read_store(cli.runs, "cheap")
+    objective = {t.id: t.objective_values[0] for t in trials}
+    view = read_view(cli.runs / "cheap")  # as on Slurm: the budget's GPU-hours are 0
+    data = collect(cli.runs / "cheap", use_sacct=False, view=view)
+    budgets = {b.trial: dataclasses.replace(b, gpu_hours=0.0)
+               for b in budget.trial_budgets(data.trials, data.curves, data.usage)}
+    records = export.records(view, budgets)
+    assert {rec["trial"]: rec["gpu_hours"] for rec in records} == objective
+    assert {rec["hpsearch_gpu_hours"] for rec in records} == {0.0}
+
+    rows = list(csv.DictReader(io.StringIO(cli("export", "cheap", check=0).stdout)))
+    assert {int(row["trial"]): float(row["gpu_hours"]) for row in rows} == objective
+    for row in rows:  # here the budget counts the same hours (the local executor's GPUs)
+        assert float(row["hpsearch_gpu_hours"]) == pytest.approx(objective[int(row["trial"])])
+    assert list(rows[0]).count("gpu_hours") == 1
+
+    frame = hpsearch.load("cheap", cli.runs).trials_dataframe().set_index("number")
+    assert frame["value"].to_dict() == objective
 
 
 def test_wall_s_sums_every_attempt_of_a_retried_trial(cli):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -283,3 +284,73 @@ def test_a_pilot_too_short_for_another_trial_takes_no_more_and_leaves(tmp_path):
     assert p.names(paths.dir("ended")) == ["0.1.json"]
     assert p.names(paths.dir("inbox")) == ["1.1.json"]  # withdrawn by the driver, later
     assert p.read_json(paths.exit)["reason"] == "too little time left for another trial"
+
+
+# What a trial does on SIGTERM: `save` takes 1 s to write checkpoints/saved, then exits 0;
+# `ignore` ignores it. It writes `blocking` once its handler is in place.
+GRACEFUL = (
+    "import os, signal, sys, time\n"
+    "from pathlib import Path\n"
+    "tdir = Path(os.environ['HPSEARCH_TRIAL_DIR'])\n"
+    "def save(signum, frame):\n"
+    "    time.sleep(1.0)\n"
+    "    (tdir / 'saved').write_text('1')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, save if sys.argv[1] == 'save' else signal.SIG_IGN)\n"
+    "(tdir / 'blocking').write_text('1')\n"
+    "time.sleep(120)\n")
+
+
+def _graceful(tmp_path: Path, paths: p.PilotPaths, beat: p.Beat, mode: str) -> Path:
+    """Start a GRACEFUL trial in the pilot; its trial dir once its handler is in place."""
+    script = tmp_path / "graceful.py"
+    script.write_text(GRACEFUL)
+    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(_launch(
+        tmp_path, 0, command=f"{sys.executable} {script} {mode}")))
+    tdir = tmp_path / "trials" / "00000"
+    _wait_for(lambda: (tdir / "blocking").exists(), beat)
+    return tdir
+
+
+def test_a_cancelled_trial_gets_the_kill_grace_to_save_and_exit(tmp_path):
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, kill_grace=20)
+    tdir = _graceful(tmp_path, paths, beat, "save")
+    asked = time.monotonic()
+    p.write_json(paths.file("cancel", p.name_of(0, 1)), {})
+    _wait_for(lambda: p.names(paths.dir("ended")), beat)
+    assert (tdir / "saved").exists(), "killed before its SIGTERM handler was done"
+    assert time.monotonic() - asked < 20  # it exited by itself, before the grace was up
+    end = p.read_json(paths.file("ended", "0.1.json"))
+    assert (end["reason"], end["exit_code"]) == ("cancelled", 0)
+    paths.stop.touch()
+    assert proc.wait(timeout=30) == 0
+
+
+def test_a_scancelled_pilot_gives_its_trials_the_kill_grace_to_save_and_exit(tmp_path):
+    """scancel: Slurm sends SIGTERM to every process of the job, the pilot and the trial's
+    shell among them, and SIGKILL only KillWait (30 s by default) later."""
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, kill_grace=20)
+    tdir = _graceful(tmp_path, paths, beat, "save")
+    leader = p.read_json(paths.file("started", "0.1.json"))["pid"]
+    os.killpg(leader, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert (tdir / "saved").exists(), "killed before its SIGTERM handler was done"
+    assert p.read_json(paths.file("ended", "0.1.json"))["exit_code"] == 0
+    assert p.read_json(paths.exit)["reason"] == "Slurm sent SIGTERM"
+
+
+def test_a_trial_that_ignores_sigterm_is_killed_after_the_kill_grace(tmp_path):
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, kill_grace=1)
+    _graceful(tmp_path, paths, beat, "ignore")
+    asked = time.monotonic()
+    p.write_json(paths.file("cancel", p.name_of(0, 1)), {})
+    _wait_for(lambda: p.names(paths.dir("ended")), beat)
+    assert 1.0 <= time.monotonic() - asked < 20
+    end = p.read_json(paths.file("ended", "0.1.json"))
+    assert (end["reason"], end["exit_code"]) == ("cancelled", 128 + signal.SIGKILL)
+    paths.stop.touch()
+    assert proc.wait(timeout=30) == 0

@@ -67,3 +67,23 @@ def test_a_segment_in_flight_counts_until_now_and_the_trial_has_no_end_yet():
     # attempt 2's end was never seen: it counts nothing rather than a guess
     assert (times.started, times.finished, times.duration, times.run_seconds,
             times.last_started) == (100.0, None, 60.0, 20.0, 150.0)
+
+
+def test_status_time_is_the_time_a_trial_ran_summed_over_its_segments(cli):
+    """`hpsearch status`'s time column agrees with export's run_seconds: every segment's
+    running time, not the last segment's alone (nor the pauses between them)."""
+    cli("submit", promotion_spec(cli, "status-times"), check=0)
+    segments = attempts(cli.runs, "status-times")
+    lines = cli("status", "status-times", check=0).stdout.splitlines()
+    header = next(line.split() for line in lines if line.startswith("id "))
+    assert header[3] == "time", header
+    shown = {int(words[0]): words[3] for words in map(str.split, lines)
+             if words and words[0].isdigit()}
+    assert set(shown) == set(segments)
+    for tid, runs in segments.items():
+        ran = sum(a["finished"] - a["started"] for a in runs)
+        assert shown[tid].endswith("s") and float(shown[tid][:-1]) == pytest.approx(
+            ran, abs=0.05 + 1e-9), (tid, shown[tid], runs)
+    multi = [runs for runs in segments.values() if len(runs) >= 3]
+    assert multi and all(  # the last segment alone would show less
+        sum(a["finished"] - a["started"] for a in runs[:-1]) > 0.1 for runs in multi)

@@ -13,7 +13,7 @@ from hpsearch.cli.common import add_command, add_runs_dir, format_params, format
 from hpsearch.ingest import outcome
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
-from hpsearch.store import STORE_FILE, runs
+from hpsearch.store import STORE_FILE, efficiency, runs
 from hpsearch.store import rows as r
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
@@ -71,9 +71,12 @@ def status(args) -> int:
     reader = _open(args)
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
+        ran = _run_seconds(trials, reader.all_attempts())
         trouble = reader.slurm_trouble() if exp.status == "running" else None
         pilots = pilot_lines(reader, runs_dir_of(args) / args.name)
         gpu, pilot_gpu = read_gpu_use(reader, exp.spec_yaml, pilots, time.time())
+        timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
+                                       exp.spec_yaml)  # docs/scaling.md
     finally:
         reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
@@ -94,20 +97,35 @@ def status(args) -> int:
     pilot_leaf = {p.job_id: p.leaves[0] for p in pilots if p.job_id and len(p.leaves) == 1}
     for t in trials:
         values = " ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.objective_values or []))
-        duration = f"{t.duration:.1f}s" if t.duration is not None else ""
+        duration = f"{ran[t.id]:.1f}s" if ran.get(t.id) is not None else ""
         note = outcome.cause(t.error)
         if not t.leaves and t.job_id in pilot_leaf:  # in a pilot under one leaf: there too
             t = dataclasses.replace(t, leaves=pilot_leaf[t.job_id])
         spent = staged and [str(staged[t.id].steps), "" if staged[t.id].rung is None
                             else str(staged[t.id].rung)]
         used = [describe(gpu.get(t.id))] if gpu else []  # measured GPU use (docs/gpu.md)
+        used += [efficiency.describe(timing.get(t.id))] if timing else []
         rows.append([str(t.id), t.state, str(t.attempt), duration, *(spent or []), _where(t),
                      *used, values, format_params(t.params), note])
     _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []), "where",
-            *(["gpu"] if gpu else []), "objective", "params", "error"], rows)
+            *(["gpu"] if gpu else []), *(["parallel"] if timing else []), "objective",
+            "params", "error"], rows)
     if pilots:
         _pilot_table(pilots, pilot_gpu)
     return 0
+
+
+def _run_seconds(trials, attempt_rows: list[dict]) -> dict[int, float | None]:
+    """trial id -> the time it ran, summed over its attempts (retries, promotion segments;
+    one in flight until now): export's run_seconds (hpsearch.interop.trial_times). The
+    trial row's own start and end are its last attempt's only."""
+    from hpsearch.interop.store_view import AttemptRow
+    from hpsearch.interop.trial_times import trial_times
+    by_trial: dict[int, list[AttemptRow]] = {}
+    for row in attempt_rows:
+        by_trial.setdefault(row["trial"], []).append(AttemptRow.from_db(row))
+    now = time.time()
+    return {t.id: trial_times(t, by_trial.get(t.id, ()), now).run_seconds for t in trials}
 
 
 def _budgets(exp_dir: Path, trials) -> dict:
@@ -226,7 +244,7 @@ def export(args) -> int:
     view = read_view(exp_dir)
     data = collect(exp_dir, use_sacct=False, view=view)
     records = exporting.records(view, {b.trial: b for b in budget.trial_budgets(
-        data.trials, data.curves, data.usage)}, data.gpu)
+        data.trials, data.curves, data.usage)}, data.gpu, data.timing)
     text = exporting.render(records, args.format)
     if args.out is None:
         sys.stdout.write(text)

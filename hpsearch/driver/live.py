@@ -17,6 +17,7 @@ from hpsearch.executors import retry
 from hpsearch.executors.base import Ended
 from hpsearch.ingest.checkpoints import CheckpointScan
 from hpsearch.ingest.gpu_samples import GpuSamples
+from hpsearch.ingest.timing_lines import TimingFiles
 from hpsearch.ingest.trial_files import TrialFiles, objective_values
 from hpsearch.store.store import Store
 
@@ -37,11 +38,13 @@ class LiveTrial:
     last: dict[str, tuple[int, float]] = field(default_factory=dict)  # metric -> (step, value)
     ckpts: CheckpointScan = field(init=False)
     gpu: GpuSamples = field(init=False)  # its GPU samplers' files (docs/gpu.md)
+    timing: TimingFiles = field(init=False)  # its ranks' step timings (docs/scaling.md)
     adopted: bool = False  # in flight when this driver began: it may have ended unseen
 
     def __post_init__(self) -> None:
         self.ckpts = CheckpointScan(self.trial_dir)
         self.gpu = GpuSamples(self.trial_dir)
+        self.timing = TimingFiles(self.trial_dir)
 
     def verdict(self, ended: Ended, metrics: list[str],
                 measure: Callable[[set[str]], dict[str, float]] | None = None
@@ -96,6 +99,7 @@ class LiveTrials:
         manifest = saved.get("manifest")
         live.ckpts = CheckpointScan(trial_dir, manifest if isinstance(manifest, dict) else None)
         live.gpu = GpuSamples(trial_dir, saved.get("gpu"))
+        live.timing = TimingFiles(trial_dir, saved.get("timing"))
         if watch:
             self.watch(live)
         return live
@@ -140,10 +144,12 @@ class LiveTrials:
         records = live.files.read_new(final=final)
         found = live.ckpts.new()
         gpu = live.gpu.read_new(final=final)
-        warnings = live.files.warnings + live.ckpts.warnings + live.gpu.refused
-        live.files.warnings.clear()
-        live.ckpts.warnings.clear()
-        live.gpu.refused.clear()
+        timing = live.timing.read_new(final=final)
+        warnings = (live.files.warnings + live.ckpts.warnings + live.gpu.refused
+                    + live.timing.warnings)
+        for said in (live.files.warnings, live.ckpts.warnings, live.gpu.refused,
+                     live.timing.warnings):
+            said.clear()
         # records, GPU samples, warnings, where reading stopped and what the pruner made of
         # the records: one commit, so resume reads on from there and the pruner decides as
         # it did
@@ -151,8 +157,10 @@ class LiveTrials:
             self.store.add_output(live.trial_id, live.attempt, records, warnings,
                                   {"files": live.files.unsaved(),
                                    "manifest": live.ckpts.unsaved(),
-                                   "gpu": live.gpu.unsaved()})
+                                   "gpu": live.gpu.unsaved(),
+                                   "timing": live.timing.unsaved()})
             self.store.add_gpu_use(live.trial_id, gpu)
+            self.store.add_rank_timing(live.trial_id, timing)
             if self.stopper:
                 self.stopper.observe(live.trial_id, records)
         for rec in records:

@@ -1,10 +1,12 @@
 """Local executor: each attempt is a `/bin/sh -c` process group on this machine.
 
 `parallel` slots, optional GPU slots (each trial gets its own CUDA_VISIBLE_DEVICES), a per-attempt
-timeout, and stop by process group (SIGTERM, then SIGKILL after `grace`). Waiting uses pidfds,
-so a finishing trial frees its slot at once, and processes adopted after a driver restart
-(no longer our children) are watched the same way; their exit code comes from the
-`exit_code` file the wrapper shell writes on exit.
+timeout, and stop by process group: SIGTERM, then SIGKILL after `grace`. Meanwhile the trial
+may save and exit: the wrapper shell outlives its command (launch.attempt.STOP_TRAP), and a
+stopped attempt's other processes keep the rest of the grace once the shell has ended.
+Waiting uses pidfds, so a finishing trial frees its slot at once, and processes adopted after
+a driver restart (no longer our children) are watched the same way; their exit code comes
+from the `exit_code` file the wrapper shell writes on exit.
 
 Processes are spawned on the driver's thread (subprocess uses vfork: well under a millisecond
 here; worker threads cost more in lock hand-offs than they saved, benchmarks/overhead.py).
@@ -47,6 +49,7 @@ class _Running:
     reason: str | None = None        # timeout | cancelled, once we decided to stop it
     signal_at: float | None = None   # when to send the checkpoint signal (before the deadline)
     timeout: float | None = None     # this attempt's timeout (the retry rules may raise it)
+    look_again: float = 0.0          # stopped, its shell ended: when to scan for its group again
 
 
 class _Ready:
@@ -256,6 +259,8 @@ class LocalExecutor(Executor):
             if run.fd is not None and run.fd not in ready and not due:
                 continue  # its pidfd says it still runs
             code = self._exit_status(run)
+            if code is not _STILL_RUNNING and self._lingers(run, now):
+                continue
             if code is not _STILL_RUNNING:
                 events.append(self._finish(run, code))
                 if code == 0 and run.reason is None:  # its slot at once; the driver
@@ -307,6 +312,28 @@ class LocalExecutor(Executor):
         run.kill_at = time.monotonic() + self.grace
         procs.signal_group(run.pid, signal.SIGTERM)
 
+    def _lingers(self, run: _Running, now: float) -> bool:
+        """Whether a stopped attempt whose shell has ended waits on: other processes of its
+        group still run (ranks, background processes saving their part of a checkpoint),
+        and the grace they were given is not up. Its slot stays taken until they end, or
+        until kill_at (SIGKILL to the group, as for one whose shell still runs)."""
+        if run.kill_at is None or now >= run.kill_at or not procs.group_alive(run.pid):
+            return False
+        if now >= run.look_again:  # a scan of /proc: not at every short poll
+            if not procs.group_running(run.pid):
+                return False  # zombies only
+            run.look_again = now + LINGER_LOOK
+        if run.fd is not None:  # the shell's pidfd stays readable: look at short intervals
+            self._unwatch(run)
+        return True
+
+    def _unwatch(self, run: _Running) -> None:
+        if run.fd is not None:
+            self.poller.unregister(run.fd)
+            os.close(run.fd)
+            del self.by_fd[run.fd]
+            run.fd = None
+
     def _exit_status(self, run: _Running):
         if run.popen is not None:
             code = run.popen.poll()
@@ -319,10 +346,7 @@ class LocalExecutor(Executor):
 
     def _finish(self, run: _Running, code: int | None) -> Ended:
         procs.signal_group(run.pid, signal.SIGKILL)  # reap whatever the trial left behind
-        if run.fd is not None:
-            self.poller.unregister(run.fd)
-            os.close(run.fd)
-            del self.by_fd[run.fd]
+        self._unwatch(run)
         del self.running_[run.trial_id]
         self._give_back_gpus(run.gpus)
         if run.reason is not None:
@@ -344,6 +368,10 @@ def _launch_failed(launch: Launch, exc: OSError) -> Ended:
 
 
 _STILL_RUNNING = object()
+# Seconds between scans of /proc for a stopped attempt's processes that are more than
+# zombies (no PID 1 reaps them in some containers), once its shell has ended; between
+# scans, signal 0 to its group tells whether any is left at all.
+LINGER_LOOK = 0.2
 # Errors writing the trial dir that are the machine's, not the trial's.
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 

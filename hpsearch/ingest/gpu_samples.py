@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.ingest.lines import AppendedFile, Cursor
+from hpsearch.ingest.numbered_files import NumberedFiles, SavedState
 
 FILE = "gpu.{node}.jsonl"  # hpsearch.gpu.sampler.FILE
 MAX_NODES = 4096
@@ -66,43 +65,26 @@ def parse(data: bytes) -> tuple[int, float, float, list[float], list[float]] | N
     return attempt, when, dt, util, mem
 
 
-class GpuSamples:
+class GpuSamples(SavedState):
     """The sample files of one trial, and where reading them stands."""
 
     def __init__(self, trial_dir: Path, state: object = None) -> None:
         """`state`: what state() returned when it was last stored (None: from the start)."""
         self.trial_dir = Path(trial_dir)
-        saved = state if isinstance(state, dict) else {}
-        self.files = {int(node): AppendedFile(self._path(int(node)), Cursor.from_json(c))
-                      for node, c in saved.items() if str(node).isdigit()}
+        self.nodes = NumberedFiles(self.trial_dir, FILE.replace("{node}", "{}"), MAX_NODES,
+                                   state)
         self.refused: list[str] = []  # why a file was not read (each said once)
         self._said: set[str] = set()
-        self._saved = self.state()
-
-    def _path(self, node: int) -> Path:
-        return self.trial_dir / FILE.format(node=node)
+        self.mark_saved()
 
     def state(self) -> dict:
-        return {str(node): f.cursor.to_json() for node, f in sorted(self.files.items())}
-
-    def unsaved(self) -> dict | None:
-        """state() if it moved since it was last stored, else None."""
-        now = self.state()
-        if now == self._saved:
-            return None
-        self._saved = now
-        return now
+        return self.nodes.cursors()
 
     def read_new(self, final: bool = False) -> list[GpuTally]:
         """What the lines written since the last call add up to, per attempt and node. Node
         files are looked for from gpu.0.jsonl up to the first that is not there."""
         tallies: dict[tuple[int, int], GpuTally] = {}
-        for node in range(MAX_NODES):
-            source = self.files.get(node)
-            if source is None:
-                if not os.path.lexists(self._path(node)):
-                    break
-                source = self.files[node] = AppendedFile(self._path(node))
+        for node, source in self.nodes.sources():
             for line in source.lines(final):
                 found = None if line.too_long else parse(line.data)
                 if found is not None:

@@ -40,10 +40,17 @@ there); otherwise LightningEnvironment, which takes the ranks from them and the 
 from the Trainer's `devices` x `num_nodes` (`rank_layout()`). With either, Lightning installs
 no SIGUSR1 handler, so SIGUSR1/SIGUSR2 reach hpsearch.trial's handlers (should_stop()), and
 nothing writes the hpc_ckpt files that Lightning would otherwise resume from under Slurm.
+
+`HpsearchCallback(timing=True)` also times every training batch on every rank and reports it
+with trial.report_timing (docs/scaling.md): under DDP through a communication hook
+(hpsearch.integrations.ddp.DdpTiming), which tells compute from waiting for the all-reduce;
+otherwise the whole batch counts as compute. Off by default: it adds a hook, and on a GPU a
+synchronize at each batch's start and end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
@@ -100,11 +107,19 @@ class HpsearchCallback(Checkpoint):
     Args:
         metrics: the names of `trainer.callback_metrics` to report; None: every scalar.
         checkpoint: save a checkpoint each epoch (False: only report and stop).
+        timing: time each training batch on every rank and report_timing() it (the first
+            `timing_warmup` batches of a fit are left out); docs/scaling.md.
     """
 
-    def __init__(self, metrics: list[str] | None = None, checkpoint: bool = True) -> None:
+    def __init__(self, metrics: list[str] | None = None, checkpoint: bool = True,
+                 timing: bool = False, timing_warmup: int = 1) -> None:
         self.metrics = metrics
         self.checkpoint = checkpoint
+        self.timing = timing
+        self.timing_warmup = timing_warmup
+        self._ddp_timing: Any = None  # DdpTiming, under DDP
+        self._timed = contextlib.ExitStack()  # the batch being timed
+        self._batches = 0  # batches timed in this fit
         self.last_metrics: dict[str, float] = {}  # the last report (in the checkpoint too)
         self.stopped = False  # asked to stop: no result.json, exit 75 (see fit)
         self._validated = False  # validation ran in this epoch
@@ -119,6 +134,36 @@ class HpsearchCallback(Checkpoint):
             raise ValueError(f"HPSEARCH_BUDGET must be at least 1 epoch; got {budget}")
         limit = trainer.fit_loop.max_epochs
         trainer.fit_loop.max_epochs = budget if limit is None or limit < 0 else min(limit, budget)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """With timing, under DDP: register DdpTiming's communication hook."""
+        if not self.timing:
+            return
+        from torch.nn.parallel import DistributedDataParallel
+
+        from hpsearch.integrations.ddp import DdpTiming
+        model = trainer.strategy.model
+        if isinstance(model, DistributedDataParallel):
+            self._ddp_timing = DdpTiming(model, warmup=self.timing_warmup)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if not self.timing:
+            return
+        self._timed.close()  # defensive: a batch whose end was not seen ends here
+        step = trainer.global_step
+        if self._ddp_timing is not None:
+            timer = self._timed.enter_context(self._ddp_timing.step(step))
+        else:
+            sync = torch.cuda.synchronize if pl_module.device.type == "cuda" else None
+            timer = self._timed.enter_context(trial.timed_step(
+                step, sync=sync, report=self._batches >= self.timing_warmup))
+        timer.items = _batch_items(batch, trainer.world_size)
+        self._batches += 1
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._timed.close()  # ends the timed step: report_timing from this rank
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
@@ -185,6 +230,18 @@ class HpsearchCallback(Checkpoint):
         else:
             trainer.save_checkpoint(str(trainer.strategy.broadcast(None)))
         trainer.strategy.barrier("hpsearch-checkpoint")
+
+
+def _batch_items(batch: Any, world: int) -> float | None:
+    """Samples in a batch on all ranks (the first dimension of its first tensor x the
+    world size); None where the batch holds no tensor."""
+    while isinstance(batch, (list, tuple)) and batch:
+        batch = batch[0]
+    if isinstance(batch, dict) and batch:
+        return _batch_items(next(iter(batch.values())), world)
+    if isinstance(batch, torch.Tensor) and batch.dim() > 0:
+        return float(batch.shape[0] * world)
+    return None
 
 
 def _rng_states() -> dict[str, Any]:

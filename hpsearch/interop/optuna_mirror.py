@@ -16,14 +16,14 @@ JournalStorage file: `journal:PATH`, or a path ending in .log or .jsonl.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.errors import HpsearchError
+from hpsearch.interop import follow as following
 from hpsearch.interop.optuna_trials import TRIAL_ATTR, frozen_trials, optuna
-from hpsearch.interop.store_view import StoreView, read_view
+from hpsearch.interop.store_view import StoreView, read_view  # noqa: F401 - optuna_cmds uses it
 
 JOURNAL_PREFIX = "journal:"
 JOURNAL_SUFFIXES = (".log", ".jsonl")
@@ -110,10 +110,5 @@ def follow(exp_dir: Path, storage, study_name: str, interval: float,
            stop: Callable[[], bool] = lambda: False) -> SyncResult:
     """Sync every `interval` seconds until the driver has ended (the last sync comes after
     it ended, so it holds the final states), or `stop()` is true. Returns the last sync."""
-    while True:
-        running = driver_running()
-        result = sync(read_view(exp_dir), storage, study_name)
-        said(result)
-        if not running or stop():
-            return result
-        time.sleep(interval)
+    return following.follow(exp_dir, lambda view: sync(view, storage, study_name), interval,
+                            driver_running, said, stop)

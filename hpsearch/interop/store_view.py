@@ -44,6 +44,14 @@ class AttemptRow:
     failure: str | None      # its failure class (hpsearch.executors.retry), if it failed
     nodes: str | None
 
+    @classmethod
+    def from_db(cls, row: dict) -> AttemptRow:
+        """From a row of the store's attempts table (Reader.all_attempts, attempts)."""
+        return cls(row["trial"], row["attempt"], row.get("state"), row.get("started"),
+                   row.get("finished"), row.get("host"), row.get("job_id"),
+                   row.get("exit_code"), row.get("reason"), row.get("failure"),
+                   row.get("nodes"))
+
 
 @dataclass(frozen=True)
 class StoreView:
@@ -106,11 +114,7 @@ def read_view(exp_dir: Path) -> StoreView:
                              math.nan if row["value"] is None else row["value"],
                              row.get("attempt"), row.get("time"))
                    for row in reader.all_metrics()]
-        attempts = [AttemptRow(row["trial"], row["attempt"], row.get("state"),
-                               row.get("started"), row.get("finished"), row.get("host"),
-                               row.get("job_id"), row.get("exit_code"), row.get("reason"),
-                               row.get("failure"), row.get("nodes"))
-                    for row in reader.all_attempts()]
+        attempts = [AttemptRow.from_db(row) for row in reader.all_attempts()]
         checkpoints = reader.checkpoints(include_deleted=True)
     finally:
         reader.close()

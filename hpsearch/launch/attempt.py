@@ -71,11 +71,21 @@ class Launch:
     resources: Resources | None = field(default=None, compare=False)
 
 
+# A stop (SIGTERM to the attempt's process group) must not end the shell before the trial:
+# the executor takes the shell's end for the trial's and kills what is left, so the trial
+# would lose executor.grace (its checkpoint half-written). With this trap the shell waits for
+# the command it runs (POSIX runs a trap only once the foreground command has ended), then
+# exits with that command's status, running nothing more. exec resets the trap in the trial.
+STOP_TRAP = "trap exit TERM\n"
+
+
 def shell_body(signal_name: str | None, command: str) -> str:
     """What `/bin/sh -c` runs for an attempt outside a batch script (the local executor, a
-    pilot): the exit-code trap, then the command. With a checkpoint signal the shell itself
-    ignores it (a no-op trap; exec resets it in the trial), so only the trial acts on it."""
-    return (f"trap : {signal_name}\n" if signal_name else "") + EXIT_TRAP + command
+    pilot): the stop trap (STOP_TRAP), the exit-code trap, then the command. With a
+    checkpoint signal the shell itself ignores it (a no-op trap; exec resets it in the
+    trial), so only the trial acts on it."""
+    checkpoint = f"trap : {signal_name}\n" if signal_name and signal_name != "TERM" else ""
+    return checkpoint + STOP_TRAP + EXIT_TRAP + command
 
 
 def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]) -> Launch:

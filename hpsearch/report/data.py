@@ -29,6 +29,7 @@ from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
 from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
+from hpsearch.store.efficiency import TrialEfficiency, efficiency
 from hpsearch.store.usage import AttemptUsage, attempt_usage, gpu_count
 from hpsearch.tui.model import spec_facts
 from hpsearch.tui.pilots import heartbeat_of
@@ -58,6 +59,7 @@ class ReportData:
     space: dict[str, dict] = field(default_factory=dict)  # the spec's search.space entries
     gpu: dict[int, GpuUse] = field(default_factory=dict)  # trial -> its measured GPU use
     pilot_gpu: dict[int, GpuUse] = field(default_factory=dict)  # pilot -> its GPUs' use
+    timing: dict[int, TrialEfficiency] = field(default_factory=dict)  # docs/scaling.md
 
 
 def attempt_class(state: str | None, reason: str | None) -> str:
@@ -97,6 +99,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
                 "from attempts order by trial, attempt").fetchall())
         pilot_rows = reader.pilots() if reader.db["pilots"].exists() else []
         gpu_rows = reader.gpu_use()
+        timing_rows = reader.rank_timing()
     finally:
         reader.close()
     gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
@@ -142,7 +145,9 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
                       trials=trials, curves=curves, usage=usage, notes=notes,
                       created=exp.created, updated=exp.updated,
                       space=spec_space(exp.spec_yaml), pilots=pilots, gpu=gpu,
-                      pilot_gpu=pilot_gpu)
+                      pilot_gpu=pilot_gpu,
+                      timing=efficiency(timing_rows, {t.id: t.params for t in trials},
+                                        exp.spec_yaml))
 
 
 def _curves(rows) -> dict[int, list[tuple[int, float]]]:

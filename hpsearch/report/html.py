@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hpsearch.report import budget, figures
 from hpsearch.report.data import CLASSES, ReportData
+from hpsearch.report.efficiency_table import efficiency_section
 from hpsearch.report.gpu_table import gpu_section
 from hpsearch.report.pareto import pareto_section
 from hpsearch.store import rows as r
@@ -221,6 +222,7 @@ status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}
 {_resource_table(data)}
 {_pilot_table(data)}
 {gpu_section(data)}
+{efficiency_section(data)}
 </body></html>
 """
     path = out_dir / "report.html"

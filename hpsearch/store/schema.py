@@ -103,7 +103,18 @@ def _v8(db: sqlite_utils.Database) -> None:
     }, pk=("trial", "attempt", "node"))
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(db: sqlite_utils.Database) -> None:
+    """Per-rank step timing (hpsearch.trial.report_timing, hpsearch.ingest.timing_lines): per
+    attempt and rank of a trial, the steps timed and the sums of their step and compute
+    seconds (and items processed), from which parallel efficiency is derived
+    (hpsearch.store.efficiency)."""
+    db["rank_timing"].create({
+        "trial": int, "attempt": int, "rank": int, "steps": int, "step_s": float,
+        "compute_s": float, "items": float, "item_steps": int, "first": float, "last": float,
+    }, pk=("trial", "attempt", "rank"))
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

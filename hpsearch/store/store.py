@@ -270,6 +270,13 @@ class Reader:
             return []
         return list(self.db["gpu_use"].rows_where(order_by="trial, attempt, node"))
 
+    def rank_timing(self) -> list[dict]:
+        """Every row of rank_timing (per trial, attempt and rank: the sums of its timing
+        lines, hpsearch.ingest.timing_lines); [] for a store written before it existed."""
+        if not self.db["rank_timing"].exists():
+            return []
+        return list(self.db["rank_timing"].rows_where(order_by="trial, attempt, rank"))
+
     def events(self, trial_id: int | None = None, limit: int = 50) -> list[dict]:
         where, args = ("trial = ?", [trial_id]) if trial_id is not None else (None, [])
         found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
@@ -308,7 +315,8 @@ TROUBLE_KINDS = ("slurm_unreachable", "slurm_limit", "slurm_reachable", "slurm_a
 
 for _query in ("experiment", "trials", "trial", "state_counts", "metrics", "objective_curves",
                "attempts", "all_metrics", "all_attempts", "checkpoints", "checkpoint_steps",
-               "reads", "last_metrics", "events", "pilots", "slurm_trouble", "gpu_use"):
+               "reads", "last_metrics", "events", "pilots", "slurm_trouble", "gpu_use",
+               "rank_timing"):
     setattr(Reader, _query, _reads(getattr(Reader, _query)))
 
 
@@ -599,6 +607,24 @@ class Store(Reader):
                 " util_sum = util_sum + excluded.util_sum,"
                 " busy_gpu_seconds = busy_gpu_seconds + excluded.busy_gpu_seconds,"
                 " mem_max_mib = max(mem_max_mib, excluded.mem_max_mib),"
+                " first = min(first, excluded.first), last = max(last, excluded.last)", rows)
+
+    def add_rank_timing(self, trial_id: int, tallies: list) -> None:
+        """Add what new timing lines came to (hpsearch.ingest.timing_lines.RankTally, per
+        attempt and rank) to the trial's sums. Call it inside the batch() that stores where
+        reading stopped, so no line is added twice."""
+        rows = [(trial_id, t.attempt, t.rank, t.steps, t.step_s, t.compute_s, t.items,
+                 t.item_steps, t.first, t.last) for t in tallies]
+        if not rows:
+            return
+        with self.batch():
+            self.db.conn.executemany(
+                "insert into rank_timing (trial, attempt, rank, steps, step_s, compute_s,"
+                " items, item_steps, first, last) values (?,?,?,?,?,?,?,?,?,?)"
+                " on conflict (trial, attempt, rank) do update"
+                " set steps = steps + excluded.steps, step_s = step_s + excluded.step_s,"
+                " compute_s = compute_s + excluded.compute_s, items = items + excluded.items,"
+                " item_steps = item_steps + excluded.item_steps,"
                 " first = min(first, excluded.first), last = max(last, excluded.last)", rows)
 
     # -- pilots ----------------------------------------------------------------------------

@@ -1,0 +1,300 @@
+"""Mirror an experiment into a TensorBoard log directory (`hpsearch tensorboard`).
+
+Layout, as TensorBoard's HParams dashboard expects it (one run per trial, the experiment's
+configuration at the root):
+
+  LOGDIR/events.out.tfevents.0000000000.hpsearch-config   the HParams experiment config: each
+                        parameter with its domain from the spec's space, each metric
+  LOGDIR/<trial id>/events.out.tfevents.<time>.<host>.hpsearch   one event file per trial:
+                        the HParams session start (its parameters), every reported metric as
+                        a scalar by step, and once the trial has ended, the session end (its
+                        status)
+  LOGDIR/.hpsearch-tensorboard.json   what was written (private; see Idempotent)
+
+Written with what the tensorboard package ships and runs without TensorFlow: the summaries
+are built by `tensorboard.plugins.scalar.summary_v2.scalar_pb` and
+`tensorboard.plugins.hparams.summary_v2.hparams_pb` / `hparams_config_pb` (session end: the
+same plugin data, `plugin_data_pb2.SessionEndInfo`), and written as `Event` records by
+`tensorboard.summary.writer.record_writer.RecordWriter`. Not `tensorboard.summary.Writer`: it
+starts a new event file each time it is opened (under `--follow`, one file per trial and sync)
+and writes scalars only.
+
+Idempotent: a private state file (0600, written atomically: a temporary file renamed over
+it) holds, per trial, its event file, the last step written of each metric and whether its
+session end was written. A sync appends to each trial's event file only the steps beyond
+those (the last report of a step wins, as in the Optuna mirror), and a trial's session end
+once. A state file is cheaper than reading every event file back on each sync of `--follow`;
+the price: a sync killed between its writes and its state file may write those points again
+(TensorBoard then shows a step twice). Delete the log directory, state file included, to start
+over. One sync at a time per log directory (a lock file refuses a second).
+
+States: completed -> STATUS_SUCCESS; failed, cancelled, pruned -> STATUS_FAILURE (pruned:
+stopped before its last step); paused: ended (STATUS_FAILURE) once the experiment has ended;
+queued, submitting, running: no session end yet (the dashboard shows it running).
+
+hpsearch's store is only read (hpsearch.interop.store_view).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpsearch.errors import BadInput
+from hpsearch.interop.store_view import MetricRow, StoreView
+from hpsearch.interop.trial_times import trial_times
+from hpsearch.spec.model import Param
+from hpsearch.store import rows as r
+
+STATE_FILE = ".hpsearch-tensorboard.json"
+LOCK_FILE = ".hpsearch-tensorboard.lock"
+CONFIG_FILE = "events.out.tfevents.0000000000.hpsearch-config"
+STATE_FORMAT = 1
+SUCCESS = (r.COMPLETED,)
+FAILURE = (r.FAILED, r.CANCELLED, r.PRUNED)
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    trials: int     # trials of the experiment
+    added: int      # new runs (trial folders) in the log directory
+    updated: int    # runs that got new points or their session end
+    points: int     # scalar points written
+
+
+def sync(view: StoreView, logdir: Path) -> SyncResult:
+    """Bring `logdir` up to date with `view` (idempotent; see the module docstring). Raises
+    BadInput if another sync holds the log directory."""
+    logdir = Path(logdir)
+    _mkdir_private(logdir)
+    with _locked(logdir):
+        state = _read_state(logdir)
+        _write_config(view, logdir, state)
+        added = updated = points = 0
+        running = view.experiment.status == "running"
+        for trial in view.trials:
+            key = str(trial.id)
+            fresh = key not in state["trials"]
+            if fresh:
+                state["trials"][key] = _new_run(logdir, trial, view)
+                added += 1
+            written, end = _append(logdir, trial, view, state["trials"][key], running)
+            points += written
+            updated += int(not fresh and (written > 0 or end))
+        _write_state(logdir, state)
+    return SyncResult(len(view.trials), added, updated, points)
+
+
+def ended(state: str, experiment_running: bool) -> bool:
+    """Whether a trial in `state` gets its session end now."""
+    return state in SUCCESS + FAILURE or (state == r.PAUSED and not experiment_running)
+
+
+def _new_run(logdir: Path, trial: r.TrialRow, view: StoreView) -> dict[str, Any]:
+    """Create the trial's folder and event file with its HParams session start."""
+    from tensorboard.plugins.hparams import summary_v2 as hp
+
+    run = logdir / str(trial.id)
+    _mkdir_private(run)
+    started = trial_times(trial, view.attempts_of(trial.id)).started or trial.created
+    name = f"events.out.tfevents.{int(started):010d}.{socket.gethostname()}.hpsearch"
+    params = {k: _hparam_value(v) for k, v in trial.params.items()}
+    with _events(run / name) as write:
+        write(hp.hparams_pb(params, trial_id=str(trial.id), start_time_secs=started),
+              step=0, wall_time=started)
+    return {"file": name, "steps": {}, "ended": False}
+
+
+def _append(logdir: Path, trial: r.TrialRow, view: StoreView, entry: dict[str, Any],
+            experiment_running: bool) -> tuple[int, bool]:
+    """Append the trial's points beyond those written, and its session end if it has ended
+    and that was not written yet. Returns (points written, session end written)."""
+    from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+
+    steps: dict[str, int] = entry["steps"]
+    new = [m for m in _last_per_step(view.metrics_of(trial.id))
+           if m.step > steps.get(m.name, -1)]
+    end = ended(trial.state, experiment_running) and not entry["ended"]
+    if not new and not end:
+        return 0, False
+    with _events(logdir / str(trial.id) / entry["file"]) as write:
+        for m in new:
+            write(scalar_pb(m.name, m.value), step=m.step, wall_time=m.time)
+            steps[m.name] = max(m.step, steps.get(m.name, -1))
+        if end:
+            finished = trial_times(trial, view.attempts_of(trial.id)).finished or time.time()
+            write(_session_end(trial.state, finished), step=0, wall_time=finished)
+            entry["ended"] = True
+    return len(new), end
+
+
+def _last_per_step(metrics: list[MetricRow]) -> list[MetricRow]:
+    """One row per (metric, step), the last reported, by step."""
+    last = {(m.name, m.step): m for m in metrics}
+    return sorted(last.values(), key=lambda m: (m.step, m.name))
+
+
+def _session_end(state: str, finished: float):
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    status = api_pb2.STATUS_SUCCESS if state in SUCCESS else api_pb2.STATUS_FAILURE
+    data = plugin_data_pb2.HParamsPluginData(session_end_info=plugin_data_pb2.SessionEndInfo(
+        status=status, end_time_secs=finished))
+    summary = summary_pb2.Summary()
+    summary.value.add(tag=metadata.SESSION_END_INFO_TAG, tensor=metadata.NULL_TENSOR,
+                      metadata=metadata.create_summary_metadata(data))
+    return summary
+
+
+def _write_config(view: StoreView, logdir: Path, state: dict[str, Any]) -> None:
+    """(Re)write the root's HParams experiment config where it changed (a metric reported
+    for the first time): TensorBoard keeps the first config of a run it has read, so the
+    file is replaced, not appended to; a TensorBoard started before shows the new metrics
+    once restarted."""
+    from tensorboard.plugins.hparams import summary_v2 as hp
+
+    params = _space_and_params(view)
+    config = hp.hparams_config_pb(
+        hparams=[hp.HParam(name, _domain(param)) for name, param in params.items()],
+        metrics=[hp.Metric(name) for name in view.metric_names],
+        time_created_secs=view.experiment.created)
+    digest = hashlib.sha256(config.SerializeToString(deterministic=True)).hexdigest()
+    if state.get("config") == digest and (logdir / CONFIG_FILE).exists():
+        return
+    tmp = logdir / f".{CONFIG_FILE}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    with _events(tmp) as write:
+        write(config, step=0, wall_time=view.experiment.created)
+    os.replace(tmp, logdir / CONFIG_FILE)
+    state["config"] = digest
+
+
+def _space_and_params(view: StoreView) -> dict[str, Param | None]:
+    """Every parameter name: the space's, in spec order, then those only trials have."""
+    found: dict[str, Param | None] = {p.name: p for p in view.spec.search.space}
+    for trial in view.trials:
+        for name in trial.params:
+            found.setdefault(name, None)
+    return found
+
+
+def _domain(param: Param | None):
+    """The HParams domain of a spec parameter, or None where it has none TensorBoard
+    knows (mixed-type choices, a fixed list)."""
+    from tensorboard.plugins.hparams import summary_v2 as hp
+
+    if param is None:
+        return None
+    if param.kind == "float" and param.low is not None and param.high is not None:
+        return hp.RealInterval(float(param.low), float(param.high))
+    if param.kind == "int" and param.low is not None and param.high is not None:
+        return hp.IntInterval(int(param.low), int(param.high))
+    values = list(param.choices) if param.kind == "categorical" else [param.value]
+    try:
+        return hp.Discrete([_hparam_value(v) for v in values])
+    except ValueError:  # mixed types: TensorBoard takes one type per parameter
+        return None
+
+
+def _hparam_value(value: Any) -> bool | int | float | str:
+    """A parameter value as the HParams plugin takes it (bool, number, string): anything
+    else as JSON."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, default=str)
+
+
+@contextlib.contextmanager
+def _events(path: Path) -> Iterator:
+    """write(summary, step, wall_time) appending Event records to the event file `path`
+    (created 0600 with its file_version record first; a link is not followed); flushed to
+    disk when the block ends."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "ab") as fh:
+        writer = RecordWriter(fh)
+        if os.fstat(fd).st_size == 0:
+            writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+                         .SerializeToString())
+
+        def write(summary, step: int, wall_time: float | None) -> None:
+            event = event_pb2.Event(wall_time=wall_time if wall_time is not None
+                                    else time.time(), step=step, summary=summary)
+            writer.write(event.SerializeToString())
+        yield write
+        fh.flush()
+        os.fsync(fd)
+
+
+def _mkdir_private(folder: Path) -> None:
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        if not folder.is_dir():
+            raise BadInput(f"--logdir: {folder} exists and is not a folder") from None
+    except FileNotFoundError:
+        raise BadInput(f"--logdir {folder}: folder {folder.parent} does not exist") from None
+
+
+@contextlib.contextmanager
+def _locked(logdir: Path) -> Iterator[None]:
+    fd = os.open(logdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BadInput(f"--logdir {logdir}: another `hpsearch tensorboard` is writing "
+                           "it; let it end, or choose another --logdir") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read_state(logdir: Path) -> dict[str, Any]:
+    """The state file's content; a fresh one where there is none. Refuses one it cannot
+    read (BadInput): writing on would duplicate what is there."""
+    path = logdir / STATE_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {"format": STATE_FORMAT, "trials": {}}
+    except OSError as exc:
+        raise BadInput(f"--logdir {logdir}: cannot read {STATE_FILE}: {exc.strerror}") \
+            from None
+    with os.fdopen(fd) as fh:
+        try:
+            state = json.load(fh)
+            if state.get("format") != STATE_FORMAT or not isinstance(state["trials"], dict):
+                raise ValueError("unknown format")
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise BadInput(f"{path}: not a state file of this hpsearch ({exc}); delete "
+                           f"{logdir} to write the mirror afresh") from None
+    return state
+
+
+def _write_state(logdir: Path, state: dict[str, Any]) -> None:
+    """The state file, atomically (a private temporary file renamed over it)."""
+    path = logdir / STATE_FILE
+    tmp = path.with_name(f"{STATE_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(state, fh, sort_keys=True, allow_nan=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
