@@ -12,6 +12,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from hpsearch.pruning.promotion import Promotion
 from hpsearch.spec.model import Pruner
 from hpsearch.tui.eta import planned_steps
@@ -81,6 +83,7 @@ def _states(cli, name: str) -> list[str]:
         return []
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_the_view_counts_paused_trials_as_status_does_and_its_eta_counts_steps(cli):
     driver = cli.popen("submit", _promotion_spec(cli, "promo"), "--no-tui")
     _wait(lambda: bool(_states(cli, "promo")))

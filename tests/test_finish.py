@@ -103,6 +103,7 @@ def test_a_driver_killed_after_the_first_finish_segment_is_written_runs_none_twi
     assert not list((cli.runs / "crash" / "requests").glob("*.json"))
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_a_running_driver_takes_the_finish_request(cli):
     """finish beside a running search: the driver sends a trial that the search would never
     promote (the worst) on to max_resource, and the search goes on to its end."""

@@ -267,6 +267,7 @@ def test_a_cancel_file_stops_that_trial(tmp_path):
     json.loads(paths.heartbeat.read_text())
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_a_pilot_too_short_for_another_trial_takes_no_more_and_leaves(tmp_path):
     """Its time left drops below one trial's time limit: it finishes what runs, claims
     nothing more and leaves, so the driver can have a new pilot instead of an idle one."""

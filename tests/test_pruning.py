@@ -71,6 +71,7 @@ def _steps(cli, name: str) -> dict[int, list[int]]:
     return out
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_median_pruner_stops_worse_trials_early_and_never_retries_them(cli):
     spec = _spec(cli)
     began = time.monotonic()
@@ -99,6 +100,7 @@ def test_median_pruner_stops_worse_trials_early_and_never_retries_them(cli):
     assert "pruned" in shown and "4 pruned" in shown, shown
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_a_trial_that_ignores_stop_and_sigterm_is_killed_after_the_grace_period(cli):
     spec = _spec(cli, name="stub", xs=(0, 1, 2), steps=40, pause=0.1, stubborn="true")
     cli("submit", spec, check=0)

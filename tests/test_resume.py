@@ -80,6 +80,7 @@ def test_a_retry_stored_but_not_launched_runs_after_resume_not_ending_with_the_l
     assert [(t.state, t.attempt) for t in rows] == [("completed", 2)], rows[0].error
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_resume_adopts_trials_still_running(cli):
     """Both trials run when the driver dies; each sleeps 6 s so that they are still running
     when `resume` starts, even on a loaded 2-core machine (at 2.5 s, a CI-like run with

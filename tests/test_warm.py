@@ -100,6 +100,7 @@ def test_trials_after_the_first_are_forked_warm_with_their_own_env_args_and_exit
     assert len(pids) == 4  # a fresh process each time
 
 
+@pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_a_warm_trial_is_pruned_by_sigterm_through_the_client_and_leaves_nothing(
         cli, runtime_dir):
     env = {"XDG_RUNTIME_DIR": runtime_dir}
