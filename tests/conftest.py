@@ -221,3 +221,24 @@ def _repository_root_gains_nothing(request: pytest.FixtureRequest):
         pytest.fail(f"{request.node.nodeid}{other} left {', '.join(new)} in the repository "
                     f"root {ROOT}: tests and hpsearch write only under tmp_path / runs dirs",
                     pytrace=False)
+
+
+_root_at_start: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _root_at_start.update(os.listdir(ROOT))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The same check over the whole run, in the process that started it (the xdist
+    controller): what appeared between tests or after them (a process that outlived its
+    test) fails the run too."""
+    if hasattr(session.config, "workerinput"):
+        return
+    new = sorted(set(os.listdir(ROOT)) - _root_at_start - _ROOT_LEFT_ALONE)
+    if new:
+        print(f"\nFAILED: the repository root {ROOT} gained {', '.join(new)} during this "
+              "run, outside any one test (between tests, or from a process that outlived "
+              "its test)", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
