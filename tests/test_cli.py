@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +73,38 @@ def test_cancel_with_no_driver_stops_orphaned_trials(cli):
     assert not any(procs.group_alive(t.pid) for t in rows)
     exp, after = read_store(cli.runs, "orphans")
     assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * len(stored)
+
+
+def test_cancel_with_no_driver_gives_orphans_the_experiments_grace(cli):
+    """SIGKILL comes executor.grace seconds after SIGTERM (here 1 s, and 3 s), not after a
+    fixed 10 s: a trial that ignores SIGTERM is killed after 1 s; one whose handler takes
+    2 s to save is given them."""
+    for name, grace, command in (
+            ("stubborn", 1, 'trap "" TERM; sleep 60'),
+            ("saver", 3, "trap 'sleep 2; touch $HPSEARCH_TRIAL_DIR/saved; exit 0' TERM; "
+                         "sleep 60 & wait")):
+        line = json.dumps(f'{command}; echo "@hpsearch step=0 loss={{x}}"')  # YAML too
+        spec = cli.write_spec(f"""
+            name: {name}
+            command: {line}
+            search: {{strategy: random, trials: 1, parallel: 1,
+                      space: {{x: {{low: 0.0, high: 1.0}}}}}}
+            objective: {{metric: loss}}
+            executor: {{type: local, grace: {grace}}}
+            """, f"{name}.yaml")
+        crashed = cli("submit", spec, env={"HPSEARCH_FAULT": "after_running:1"})
+        assert crashed.returncode == -signal.SIGKILL
+        [row] = [t for t in read_store(cli.runs, name)[1] if t.pid is not None]
+        began = time.monotonic()
+        out = cli("cancel", name, check=0).stdout
+        took = time.monotonic() - began
+        assert "no driver was running; stopped 1 trial process group(s)" in out
+        assert not procs.group_running(row.pid)  # (zombies, until PID 1 reaps them)
+        if name == "stubborn":
+            assert 1.0 <= took < 6, took  # killed after its 1 s grace (was: 10 s)
+        else:
+            assert (Path(row.trial_dir) / "saved").exists()  # its handler ran to its end
+            assert 2.0 <= took < 8, took
 
 
 def test_output_into_a_closed_pipe_ends_quietly_with_exit_0(cli):

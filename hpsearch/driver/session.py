@@ -21,6 +21,7 @@ from hpsearch.driver import slurm_job
 from hpsearch.driver.slurm_job import DRIVER_JOB_FILE
 from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
+from hpsearch.spec.model import Executor as ExecutorSpec
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
 from hpsearch.spec.validate import load_spec, parse_spec
@@ -418,7 +419,8 @@ def cancel(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     try:
         store = Store(exp_dir / STORE_FILE)
         rows = store.trials([r.SUBMITTING, r.RUNNING])
-        count = _stop_orphans(rows) + _cancel_unstored_jobs(runs_dir, name, store, rows) \
+        count = _stop_orphans(rows, _grace(runs_dir, name)) \
+            + _cancel_unstored_jobs(runs_dir, name, store, rows) \
             + _cancel_pilots(runs_dir, name, store)
         for row in rows:
             store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
@@ -476,9 +478,19 @@ def _cancel_pilots(runs_dir: Path, name: str, store: Store) -> int:
     return len(pilots)
 
 
-def _stop_orphans(rows: list) -> int:
-    """Stop what in-flight trials left running: scancel their Slurm jobs, and SIGTERM (then
-    SIGKILL) their local process groups. Returns how many it stopped."""
+def _grace(runs_dir: Path, name: str) -> float:
+    """The experiment's executor.grace (its stored spec), or the default where that spec
+    cannot be read."""
+    try:
+        return stored_spec(runs_dir, name).executor.grace
+    except (HpsearchError, OSError):
+        return ExecutorSpec().grace
+
+
+def _stop_orphans(rows: list, grace: float) -> int:
+    """Stop what in-flight trials left running: scancel their Slurm jobs, and SIGTERM their
+    local process groups, then SIGKILL what is left after `grace` seconds (the trial may
+    save a checkpoint meanwhile). Returns how many it stopped."""
     from hpsearch import procs
     jobs = [row.job_id for row in rows if row.job_id]
     if jobs:
@@ -493,7 +505,7 @@ def _stop_orphans(rows: list) -> int:
         if pid is not None:
             procs.signal_group(pid, signal.SIGTERM)
             groups.append(pid)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + grace
     while any(procs.group_alive(g) for g in groups) and time.monotonic() < deadline:
         time.sleep(0.1)
     for g in groups:
