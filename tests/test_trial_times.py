@@ -87,3 +87,19 @@ def test_status_time_is_the_time_a_trial_ran_summed_over_its_segments(cli):
     multi = [runs for runs in segments.values() if len(runs) >= 3]
     assert multi and all(  # the last segment alone would show less
         sum(a["finished"] - a["started"] for a in runs[:-1]) > 0.1 for runs in multi)
+
+
+def test_the_live_views_time_is_the_time_a_trial_ran_summed_over_its_segments(cli):
+    """The live view's `time` column is status's: every segment's running time."""
+    from hpsearch.tui.model import SnapshotSource
+    cli("submit", promotion_spec(cli, "view-times"), check=0)
+    segments = attempts(cli.runs, "view-times")
+    source = SnapshotSource(cli.runs / "view-times", rows=40)
+    try:
+        shown = {line.id: line.duration for line in source.snapshot().trials}
+    finally:
+        source.close()
+    assert set(shown) == set(segments)
+    for tid, runs in segments.items():
+        assert shown[tid] == pytest.approx(sum(a["finished"] - a["started"] for a in runs))
+    assert any(len(runs) >= 3 for runs in segments.values())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -188,6 +188,23 @@ class SnapshotSource:
                          attempt=t.attempt, step=step, latest=latest, best=best,
                          duration=t.duration, error=outcome.cause(t.error) or None)
 
+    def _ran(self, trials: list[r.TrialRow], now: float) -> dict[int, float | None]:
+        """trial id -> the time it ran, summed over its attempts (status's `time` column and
+        export's run_seconds: hpsearch.interop.trial_times), for the trials shown."""
+        from hpsearch.interop.store_view import AttemptRow
+        from hpsearch.interop.trial_times import trial_times
+        if not trials:
+            return {}
+        marks = ",".join("?" * len(trials))
+        cursor = self.reader.db.execute(f"select * from attempts where trial in ({marks}) "
+                                        "order by trial, attempt", [t.id for t in trials])
+        names = [d[0] for d in cursor.description]
+        by_trial: dict[int, list[AttemptRow]] = {}
+        for row in cursor.fetchall():
+            attempt = AttemptRow.from_db(dict(zip(names, row)))
+            by_trial.setdefault(attempt.trial, []).append(attempt)
+        return {t.id: trial_times(t, by_trial.get(t.id, ()), now).run_seconds for t in trials}
+
     def _best_now(self, completed: int) -> tuple[int | None, tuple[float, ...], int | None]:
         """(best trial id, its values, Pareto front size), cached per completed count."""
         if completed == self._best_key:
@@ -223,12 +240,16 @@ class SnapshotSource:
         pilots = pilot_lines(self.reader, self.exp_dir, live_only=True, now=now)
         pilot_leaf: dict[str, tuple[str, ...]] = {
             p.job_id: p.leaves for p in pilots if p.job_id and len(p.leaves) == 1}
-        shown = [self._line(t, pilot_leaf) for t in self._shown_trials(rows or self.rows)]
+        trials = self._shown_trials(rows or self.rows)
+        ran = self._ran(trials, now)
+        shown = [replace(self._line(t, pilot_leaf), duration=ran.get(t.id)) for t in trials]
         best_id, best_values, front = self._best_now(counts.get(r.COMPLETED, 0))
         best = None
         if best_id is not None:
-            best = next((line for line in shown if line.id == best_id), None) or \
-                self._line(self.reader.trial(best_id))
+            best = next((line for line in shown if line.id == best_id), None)
+            if best is None:
+                row = self.reader.trial(best_id)
+                best = replace(self._line(row), duration=self._ran([row], now).get(best_id))
         driver = runs.DriverLock(self.exp_dir).holder()
         running = exp.status == "running"  # or interrupted
         elapsed, work = self._clock(exp, counts, running, now)
