@@ -106,3 +106,37 @@ def group_running(pgid: int) -> bool:
         if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
             return True
     return False
+
+
+def attempt_processes(trial_dir: Path, attempt: int, outside_group: int) -> list[int]:
+    """This user's running processes of one attempt that are not in its process group
+    `outside_group`, found by their environment (HPSEARCH_TRIAL_DIR, HPSEARCH_ATTEMPT, which
+    every process of a trial inherits): torchrun starts its workers in sessions of their own,
+    so a signal to the trial's group never reaches them, and a worker stuck in a collective
+    after its peers left would hold its GPU for ever."""
+    want_dir, want_attempt = str(trial_dir), str(attempt)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.getpgid(pid) == outside_group:
+                continue
+        except OSError:
+            continue
+        if start_time(pid) is None:  # gone, or a zombie
+            continue
+        env = environ(pid)
+        if (env.get("HPSEARCH_TRIAL_DIR") == want_dir
+                and env.get("HPSEARCH_ATTEMPT") == want_attempt):
+            found.append(pid)
+    return found
+
+
+def kill(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass

@@ -11,6 +11,7 @@ ends; one that ignores SIGTERM is killed after the grace, not waited for."""
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hpsearch import procs
 from hpsearch.driver import loop, session
 from hpsearch.executors.base import Ended, Launch
 from hpsearch.executors.local import LocalExecutor
@@ -170,3 +172,38 @@ def test_a_stopped_trials_other_processes_get_the_grace_after_its_shell_has_ende
     assert [(tdir / part).read_text() if (tdir / part).exists() else None
             for part in "ab"] == ["saved", "saved"]
     assert time.monotonic() - asked < 20  # it ended when they did, not after the grace
+
+
+def test_a_stopped_trials_workers_in_sessions_of_their_own_are_killed_after_the_grace(
+        tmp_path):
+    """torchrun starts its workers in sessions of their own: SIGTERM and SIGKILL to the
+    trial's process group never reach them. One that ignores SIGTERM (as an NCCL rank stuck
+    in a collective its peers left) must not outlive its trial, holding its GPU: it is found
+    by its environment and killed once the grace is up (seen on 2 H200s: four Lightning ranks
+    of pruned trials were left running after the search ended)."""
+    tdir = tmp_path / "trial"
+    tdir.mkdir()
+    command = ("setsid sh -c 'trap \"\" TERM; echo $$ > worker.pid; "
+               "exec sleep 60' & wait")
+    runner = LocalExecutor(1, grace=1)
+    runner.submit(Launch(0, 1, command, {"HPSEARCH_TRIAL_DIR": str(tdir),
+                                         "HPSEARCH_ATTEMPT": "1"}, tdir, tdir))
+    deadline = time.monotonic() + 30
+    while not (tdir / "worker.pid").exists() or not (tdir / "worker.pid").read_text():
+        assert time.monotonic() < deadline, "the trial did not start"
+        runner.poll(0.05)
+    worker = int((tdir / "worker.pid").read_text())
+    assert os.getsid(worker) != os.getsid(0)  # a session of its own, as torchrun's workers
+    asked = time.monotonic()
+    runner.cancel(0)
+    ended: list = []
+    while not ended:
+        assert time.monotonic() < deadline, "the trial was not stopped"
+        ended = [e for e in runner.poll(0.1) if isinstance(e, Ended)]
+    runner.close()
+    assert time.monotonic() - asked >= 1.0  # it was given the grace
+    for _ in range(50):  # SIGKILL is sent; the kernel takes a moment
+        if procs.start_time(worker) is None:
+            break
+        time.sleep(0.02)
+    assert procs.start_time(worker) is None, "the worker outlived its stopped trial"

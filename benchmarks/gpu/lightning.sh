@@ -15,8 +15,9 @@ sed -e "s|{python} train.py|{python} $PWD/examples/lightning/train.py|" \
 grep -n "accelerator\|resources\|train.py" /tmp/lightning-gpu.yaml
 R=/tmp/runs
 rm -rf $R/lightning-gpu
+python3 -c "import inotify_simple; print(\"inotify_simple\", inotify_simple.__version__ if hasattr(inotify_simple, \"__version__\") else \"present\")"
 start=$(date +%s.%N)
-python3 -m hpsearch submit /tmp/lightning-gpu.yaml --runs-dir $R -q; echo "exit=$?"
+python3 -m hpsearch submit /tmp/lightning-gpu.yaml --runs-dir $R --no-tui > /tmp/submit.log 2>&1; echo "exit=$?"; grep -iE "inotify|polling|reads|completed in" /tmp/submit.log | head
 end=$(date +%s.%N); echo "search wall $(python3 -c "print(round($end-$start,1))") s"
 python3 -m hpsearch status lightning-gpu --runs-dir $R
 python3 -m hpsearch export lightning-gpu --runs-dir $R --format csv --out $OUT/lightning-gpu.csv

@@ -314,14 +314,16 @@ class LocalExecutor(Executor):
 
     def _lingers(self, run: _Running, now: float) -> bool:
         """Whether a stopped attempt whose shell has ended waits on: other processes of its
-        group still run (ranks, background processes saving their part of a checkpoint),
+        group, or of the attempt in sessions of their own (torchrun's workers: found by their
+        environment), still run (ranks, processes saving their part of a checkpoint),
         and the grace they were given is not up. Its slot stays taken until they end, or
         until kill_at (SIGKILL to the group, as for one whose shell still runs)."""
-        if run.kill_at is None or now >= run.kill_at or not procs.group_alive(run.pid):
+        if run.kill_at is None or now >= run.kill_at:
             return False
         if now >= run.look_again:  # a scan of /proc: not at every short poll
-            if not procs.group_running(run.pid):
-                return False  # zombies only
+            if not procs.group_running(run.pid) and not procs.attempt_processes(
+                    run.trial_dir, run.attempt, run.pid):
+                return False  # zombies only, and no worker in a session of its own
             run.look_again = now + LINGER_LOOK
         if run.fd is not None:  # the shell's pidfd stays readable: look at short intervals
             self._unwatch(run)
@@ -346,6 +348,9 @@ class LocalExecutor(Executor):
 
     def _finish(self, run: _Running, code: int | None) -> Ended:
         procs.signal_group(run.pid, signal.SIGKILL)  # reap whatever the trial left behind
+        if run.reason is not None:  # stopped: its workers in sessions of their own (torchrun)
+            procs.kill(procs.attempt_processes(run.trial_dir, run.attempt, run.pid),
+                       signal.SIGKILL)
         self._unwatch(run)
         del self.running_[run.trial_id]
         self._give_back_gpus(run.gpus)
