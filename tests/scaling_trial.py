@@ -76,7 +76,8 @@ def main() -> None:
             optimizer.step()
             t.items = args.batch
     if rank == 0:
-        trial.report(args.steps - 1, loss=loss.item())
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        trial.report(args.steps - 1, loss=loss.item(), grad_bytes=float(grad_bytes))
     if world > 1:
         dist.destroy_process_group()
 

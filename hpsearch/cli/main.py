@@ -22,6 +22,7 @@ from hpsearch.cli import (
     mirror_cmds,
     optuna_cmds,
     run_cmds,
+    scale_cmds,
     spec_cmds,
     view_cmds,
 )
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hpsearch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds, cluster_cmds,
-                   checkpoint_cmds, optuna_cmds, mirror_cmds, manage_cmds, grow_cmds, finish_cmds):
+                   checkpoint_cmds, optuna_cmds, mirror_cmds, manage_cmds, grow_cmds, finish_cmds,
+                   scale_cmds):
         module.register(sub)
     return parser
 

@@ -1,0 +1,10 @@
+#!/bin/sh
+# The peers of benchmarks/peers.py (Ray Tune, Syne Tune) in their own venv,
+# benchmarks/.venv-peers (gitignored), so they never change the project's test venv.
+# hpsearch is installed there too (editable), with the `peers` extra of pyproject.toml.
+# pyarrow < 19: syne-tune 0.13 holds numpy < 2, and pyarrow 19+ needs numpy 2 (ray.tune
+# imports pyarrow).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+python3 -m venv "$here/.venv-peers"
+"$here/.venv-peers/bin/pip" install -e "$here/..[peers]" "pyarrow<19"
