@@ -207,7 +207,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # parallel run. Nothing hpsearch or a test does may write there (every test works under its
 # tmp_path), so each test checks that the root gained no entry while it ran and names what
 # appeared. Under xdist the other worker's test ran at the same time: the message says so.
-_ROOT_LEFT_ALONE = frozenset({".pytest_cache", "__pycache__", ".mypy_cache", ".ruff_cache"})
+# the test tools' own caches, made where they run: pytest, mypy, ruff, grimp (import-linter,
+# tests/test_architecture.py) and hypothesis' example database
+_ROOT_LEFT_ALONE = frozenset({".pytest_cache", "__pycache__", ".mypy_cache", ".ruff_cache",
+                              ".grimp_cache", ".hypothesis"})
 
 
 @pytest.fixture(autouse=True)
