@@ -208,3 +208,22 @@ def test_help_has_examples(cli):
         text = cli(command, "--help", check=0).stdout
         assert "examples:" in text and f"hpsearch {command} quadratic {flag}" in text
         assert f"pip install 'hpsearch[{command}]'" in text and "--follow" in text
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "garbage"])
+def test_a_state_file_it_did_not_write_is_refused_not_followed_or_waited_on(cli, kind):
+    """The log dir may be shared: a FIFO where the state file belongs must not hang the
+    sync, a link is not followed, bytes that are not its state are exit 2."""
+    run_search(cli)
+    logdir = cli.cwd / "tb"
+    logdir.mkdir()
+    state = logdir / ".hpsearch-tensorboard.json"
+    if kind == "fifo":
+        os.mkfifo(state)
+    elif kind == "link":
+        (cli.cwd / "elsewhere.json").write_text('{"format": 1, "trials": {}}')
+        state.symlink_to(cli.cwd / "elsewhere.json")
+    else:
+        state.write_bytes(b"\xff\xfe not json" + b"[" * 100000)
+    proc = cli("tensorboard", "interop", "--logdir", "tb", check=2, timeout=60)
+    assert ".hpsearch-tensorboard.json" in proc.stderr and "Traceback" not in proc.stderr

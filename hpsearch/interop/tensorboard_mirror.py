@@ -54,8 +54,10 @@ from hpsearch.interop.store_view import MetricRow, StoreView
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.spec.model import Param
 from hpsearch.store import rows as r
+from hpsearch.store.trusted import Untrusted, read_trusted
 
 STATE_FILE = ".hpsearch-tensorboard.json"
+STATE_LIMIT = 256 << 20  # bytes: the steps written of every metric of 10,000s of trials
 LOCK_FILE = ".hpsearch-tensorboard.lock"
 CONFIG_FILE = "events.out.tfevents.0000000000.hpsearch-config"
 STATE_FORMAT = 1
@@ -265,24 +267,25 @@ def _locked(logdir: Path) -> Iterator[None]:
 
 
 def _read_state(logdir: Path) -> dict[str, Any]:
-    """The state file's content; a fresh one where there is none. Refuses one it cannot
-    read (BadInput): writing on would duplicate what is there."""
+    """The state file's content; a fresh one where there is none. Read only if it is a
+    regular file of this user's of at most STATE_LIMIT bytes, not through a link
+    (store.trusted: the log dir may be shared). Refuses one it cannot read or trust
+    (BadInput): writing on would duplicate what is there."""
     path = logdir / STATE_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        data = read_trusted(path, STATE_LIMIT)
+    except (OSError, Untrusted) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise BadInput(f"--logdir {logdir}: cannot read {STATE_FILE}: {why}") from None
+    if data is None:
         return {"format": STATE_FORMAT, "trials": {}}
-    except OSError as exc:
-        raise BadInput(f"--logdir {logdir}: cannot read {STATE_FILE}: {exc.strerror}") \
-            from None
-    with os.fdopen(fd) as fh:
-        try:
-            state = json.load(fh)
-            if state.get("format") != STATE_FORMAT or not isinstance(state["trials"], dict):
-                raise ValueError("unknown format")
-        except (ValueError, KeyError, AttributeError) as exc:
-            raise BadInput(f"{path}: not a state file of this hpsearch ({exc}); delete "
-                           f"{logdir} to write the mirror afresh") from None
+    try:
+        state = json.loads(data)
+        if state.get("format") != STATE_FORMAT or not isinstance(state["trials"], dict):
+            raise ValueError("unknown format")
+    except (ValueError, KeyError, AttributeError, RecursionError) as exc:
+        raise BadInput(f"{path}: not a state file of this hpsearch ({exc}); delete "
+                       f"{logdir} to write the mirror afresh") from None
     return state
 
 
