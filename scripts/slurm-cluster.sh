@@ -15,6 +15,9 @@
 # (default 16800) moves every port, so two clusters can run side by side. See docs/testing.md.
 # HPSEARCH_SLURM_TOPOLOGY=none starts the cluster without the tree plugin (topology.conf is
 # still written, for hpsearch's placement.topology, but Slurm does not read it).
+# HPSEARCH_SLURM_BIND=cores binds tasks to cores (task/cgroup,task/affinity; see task_plugins),
+# HPSEARCH_SLURM_NODE_CPUS (default 4) and HPSEARCH_SLURM_NODE_GPUS (default 2) size each node:
+# tests/slurm/conftest.py's slurm_bound_cluster uses all three.
 # Exit codes: 0 ok, 1 failed (the reason and the log's tail on stderr), 2 usage,
 # 3 (status) not all running, 77 cannot run here (not root, no apt-get).
 set -euo pipefail
@@ -23,12 +26,14 @@ STATE_DIR=$(realpath -m "${HPSEARCH_SLURM_DIR:-/tmp/hpsearch-slurm}")
 PORT_BASE=${HPSEARCH_SLURM_PORT_BASE:-16800}
 CLUSTER_NAME=hpsearch
 NODE_COUNT=8            # node1..node8; leaf switch k holds node(2k-1) and node(2k)
-NODE_CPUS=4             # declared, not real: SlurmdParameters=config_overrides
+NODE_CPUS=${HPSEARCH_SLURM_NODE_CPUS:-4}   # declared, not real: SlurmdParameters=config_overrides
 NODE_MEMORY_MB=4000
-NODE_GPUS=2             # gres gpu backed by placeholder files under $STATE_DIR/dev
+NODE_GPUS=${HPSEARCH_SLURM_NODE_GPUS:-2}   # gres gpu backed by placeholder files under $STATE_DIR/dev
+BIND=${HPSEARCH_SLURM_BIND:-none}   # none: task/none | cores: task/cgroup,task/affinity
 START_TIMEOUT_S=${HPSEARCH_SLURM_START_TIMEOUT:-90}
 TOPOLOGY_PLUGIN=${HPSEARCH_SLURM_TOPOLOGY:-tree}   # tree | none
 case $TOPOLOGY_PLUGIN in tree|none) ;; *) echo "HPSEARCH_SLURM_TOPOLOGY must be tree or none" >&2; exit 2;; esac
+case $BIND in none|cores) ;; *) echo "HPSEARCH_SLURM_BIND must be none or cores" >&2; exit 2;; esac
 
 PACKAGES=(munge mariadb-server slurm-wlm slurm-client slurmdbd)
 
@@ -141,6 +146,23 @@ make_placeholder_gpu() {
     mknod -m 666 "$1" c 1 3 2>/dev/null || : >"$1"
 }
 
+# HPSEARCH_SLURM_BIND=cores binds as production clusters do: task/affinity sets each task's
+# CPU mask, task/cgroup confines each step to its cores in a cpuset cgroup (v1 here, one
+# slurm_<node> tree per slurmd) where this host lets root make one; else affinity alone.
+# Devices are not constrained: the placeholder GPUs have /dev/null's numbers.
+task_plugins() {
+    if [ "$BIND" = none ]; then echo task/none; return; fi
+    local probe=/sys/fs/cgroup/cpuset/hpsearch-probe-$$
+    if mkdir "$probe" 2>/dev/null; then
+        rmdir "$probe"
+        printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainCores=yes\n' >"$ETC/cgroup.conf"
+        echo task/cgroup,task/affinity
+    else
+        log "no cpuset cgroup can be made here (/sys/fs/cgroup/cpuset): task/affinity alone"
+        echo task/affinity
+    fi
+}
+
 node_range() { printf 'node[1-%d]' "$NODE_COUNT"; }
 
 write_configs() {
@@ -167,9 +189,9 @@ write_configs() {
         echo "SlurmdLogFile=$LOG/slurmd-%n.log"
         echo "SlurmctldDebug=info"
         echo "SlurmdDebug=info"
-        echo "# No cgroups here: track processes by parent pid, bind nothing."
+        echo "# Track processes by parent pid (proctrack/cgroup would need the freezer too)."
         echo "ProctrackType=proctrack/linuxproc"
-        echo "TaskPlugin=task/none"
+        echo "TaskPlugin=$(task_plugins)"
         echo "JobAcctGatherType=jobacct_gather/linux"
         echo "JobAcctGatherFrequency=30"
         echo "PropagateResourceLimits=NONE"

@@ -55,7 +55,7 @@ def cli(tmp_path: Path) -> Cli:
 # --- Tiers (docs/testing.md#tiers) ------------------------------------------------------------
 # Every test is marked at collection, so a new test lands in its tier without anyone marking it:
 #   cluster:  needs the emulated Slurm cluster: anything under tests/slurm/, or any test that
-#             uses the slurm_cluster / slurm_flat_cluster fixture.
+#             uses the slurm_cluster / slurm_flat_cluster / slurm_bound_cluster fixture.
 #   external: runs a program that scripts/test.sh installs with apt as root (a browser, a
 #             container runtime, a real terminal, MPI): the test, a fixture it uses, or a
 #             helper under tests/ that they call names one of EXTERNAL_TOOLS as a string and
@@ -64,7 +64,7 @@ def cli(tmp_path: Path) -> Cli:
 # `scripts/test.sh --quick` deselects all three; plain `scripts/test.sh` runs everything.
 
 TESTS = Path(__file__).resolve().parent
-CLUSTER_FIXTURES = frozenset({"slurm_cluster", "slurm_flat_cluster"})
+CLUSTER_FIXTURES = frozenset({"slurm_cluster", "slurm_flat_cluster", "slurm_bound_cluster"})
 # Marked slow here (node ids, or a prefix: a whole file or every parameter of a test): the
 # longest of the rest, 10 to 200 s each, so that the quick tier stays within a few minutes
 # (docs/testing.md#tiers has the durations). The whole suite still runs them. An entry that

@@ -128,11 +128,12 @@ class Ref(str):
     """An argument with `$name` references that the batch script's shell expands (a host
     list computed at run time). shell_join double-quotes it instead of single-quoting it."""
 
-    _SAFE = re.compile(r"[A-Za-z0-9_$:.,=/+{}-]*")
+    _SAFE = re.compile(r"[A-Za-z0-9_$:.,=/+{}()-]*")  # () for $((arithmetic)) only
 
     def __new__(cls, text: str) -> Ref:
         if not cls._SAFE.fullmatch(text):
-            raise ValueError(f"Ref {text!r}: only names, $references and , : . = / + -")
+            raise ValueError(f"Ref {text!r}: only names, $references, $((arithmetic)) "
+                             "and , : . = / + -")
         return super().__new__(cls, text)
 
 
@@ -157,6 +158,12 @@ def exports(pairs: Mapping[str, str | int]) -> str:
     return "export " + " ".join(f"{name}={value}" for name, value in pairs.items())
 
 
+# The shell's own pid, in $hpsearch_pid, without `$$`: a rank's script reaches its shell
+# through torchrun, which passes each argument through string.Template (its ${local_rank}
+# macro), and that turns `$$` into `$`. `read` is a builtin: /proc/self is the shell.
+SHELL_PID = "read -r hpsearch_pid _ </proc/self/stat"
+
+
 # A trial in a pilot shares the pilot's nodes with other trials; its srun steps overlap the
 # pilot's, and Slurm gives such a step all of the job's GPUs on each of its nodes (it cannot
 # pick distinct GPUs for overlapping steps, and its --gpu-bind leaves a one-task step alone).
@@ -171,25 +178,53 @@ GPU_NARROW = (
     '-f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi')
 
 
+# The same for cores. Slurm binds an overlapping step to the lowest cores the job has on a
+# node (task/affinity, and the step's cgroup), whatever other steps hold, and a --cpu-bind
+# mask outside the step's cores is refused. So in a pilot every step of a trial asks for
+# all of the pilot's CPUs on the node (HPSEARCH_NODE_CPUS, see step_cpus_per_task) with
+# SLURM_CPU_BIND=none, and this narrows the shell, and all it starts, to the trial's slot:
+# positions HPSEARCH_CPU_FIELDS (1-based) of the CPUs it is allowed. It narrows only where
+# it is allowed exactly the pilot's CPUs on the node (else Slurm bound nothing, or bound the
+# step to fewer: then there is no share to pick from) and where taskset is installed.
+CPU_NARROW = (
+    'if [ -n "${HPSEARCH_CPU_FIELDS-}" ] && command -v taskset >/dev/null 2>&1; then '
+    'hpsearch_cpus=$(awk -v want="$HPSEARCH_CPU_FIELDS" -v all="${HPSEARCH_NODE_CPUS-0}" '
+    "'/^Cpus_allowed_list:/ { n = split($2, r, \",\"); k = 0; "
+    'for (i = 1; i <= n; i++) { m = split(r[i], b, "-"); hi = m > 1 ? b[2] : b[1]; '
+    "for (c = b[1] + 0; c <= hi + 0; c++) cpu[++k] = c } "
+    'if (k != all + 0) exit; m = split(want, w, ","); s = ""; '
+    'for (j = 1; j <= m; j++) { if (w[j] + 0 > k) exit; s = s (j > 1 ? "," : "") cpu[w[j]] } '
+    "print s }' /proc/self/status); "
+    '[ -z "$hpsearch_cpus" ] || { ' + SHELL_PID + '; '
+    'taskset -pc "$hpsearch_cpus" "$hpsearch_pid" >/dev/null; }; fi')
+
+
+def step_cpus_per_task(tasks_per_node: int, cpus_per_task: int) -> Ref:
+    """srun's --cpus-per-task for a step of `tasks_per_node` tasks per node: the trial's own,
+    or in a pilot the pilot's CPUs on the node shared among them (CPU_NARROW)."""
+    return Ref(f"--cpus-per-task=$((${{HPSEARCH_NODE_CPUS:-{tasks_per_node * cpus_per_task}}}"
+               f"/{tasks_per_node}))")
+
+
 def rank_script(export_lines: Sequence[str], command: str, layout: RankLayout) -> str:
-    """What one rank's `sh -c` runs: under Slurm its GPUs in a pilot, its rank variables,
-    (on a node after the first, local rank 0 starts the node's GPU sampler) then the user's
-    command."""
+    """What one rank's `sh -c` runs: under Slurm its GPUs and cores in a pilot, its rank
+    variables, (on a node after the first, local rank 0 starts the node's GPU sampler) then
+    the user's command."""
     sampler = ([other_nodes_sampler_line(layout.gpu_sampler)]
                if layout.gpu_sampler and layout.node_count > 1 else [])
-    return "\n".join([*([GPU_NARROW] if layout.under_slurm else []), *export_lines, *sampler,
-                      command])
+    return "\n".join([*([GPU_NARROW, CPU_NARROW] if layout.under_slurm else []),
+                      *export_lines, *sampler, command])
 
 
 # GPU sampling (hpsearch.gpu.sampler, docs/gpu.md): one sampler per node of a trial that asked
 # for GPUs, on the GPUs it holds there. The first node's starts in the trial's launch text
 # (hpsearch.launch.attempt), every other node's in its local rank 0. A subshell starts it, so
 # a `wait` in the trial's command never waits for it; it watches the shell that started it
-# ($$ is that shell's pid, in the subshell too) and ends with it; its output goes nowhere,
-# and nothing it does can fail the trial.
+# (SHELL_PID, read before the subshell) and ends with it; its output goes nowhere, and
+# nothing it does can fail the trial.
 def gpu_sampler_line(python: str, node: str = "0") -> str:
-    return (f"( {shlex.quote(python)} -m hpsearch.gpu.sampler {node} \"$$\" </dev/null "
-            ">/dev/null 2>&1 & )")
+    return (f"{SHELL_PID}; ( {shlex.quote(python)} -m hpsearch.gpu.sampler {node} "
+            "\"$hpsearch_pid\" </dev/null >/dev/null 2>&1 & )")
 
 
 def other_nodes_sampler_line(python: str) -> str:

@@ -72,7 +72,9 @@ def daemon_step_lines(layout: RankLayout) -> tuple[list[str], list[str]]:
     if not layout.under_slurm:
         return [], []
     cpus = layout.tasks_per_node * layout.cpus_per_task
-    line = f'hpsearch_srun_args="--nodelist=$SLURM_JOB_NODELIST --cpus-per-task={cpus}"'
+    # in a pilot: all of the pilot's CPUs on the node (hpsearch.launch.base.CPU_NARROW)
+    line = ('hpsearch_srun_args="--nodelist=$SLURM_JOB_NODELIST '
+            f'--cpus-per-task=${{HPSEARCH_NODE_CPUS:-{cpus}}}"')
     return [line], ["--mca", "plm_slurm_args", Ref("$hpsearch_srun_args")]
 
 

@@ -16,6 +16,7 @@ from hpsearch.launch.base import (
     exports,
     preamble,
     script,
+    step_cpus_per_task,
 )
 
 ONE_RANK = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_RANK": 0, "LOCAL_WORLD_SIZE": 1, "NODE_RANK": 0}
@@ -37,6 +38,6 @@ class NoLauncher(Launcher):
         if runtime.needs_srun_step:
             # pyxis starts containers only in srun steps: one step of one task.
             cpus = layout.tasks_per_node * layout.cpus_per_task
-            srun = ["srun", "--nodes=1", FIRST_NODE, "--ntasks=1", f"--cpus-per-task={cpus}",
+            srun = ["srun", "--nodes=1", FIRST_NODE, "--ntasks=1", step_cpus_per_task(1, cpus),
                     *runtime.srun_options(layout)]
         return script([*lines, command_line(srun, runtime, ["sh", "-c", command], layout)])

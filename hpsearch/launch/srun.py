@@ -17,6 +17,7 @@ from hpsearch.launch.base import (
     preamble,
     rank_script,
     script,
+    step_cpus_per_task,
 )
 
 
@@ -35,7 +36,9 @@ class SrunLauncher(Launcher):
         argv = ["srun", f"--nodes={layout.nodes}", NODELIST, f"--ntasks={layout.world_size}",
                 f"--ntasks-per-node={layout.tasks_per_node}",
                 # Since Slurm 22.05 srun no longer takes --cpus-per-task from the allocation.
-                f"--cpus-per-task={layout.cpus_per_task}", "--kill-on-bad-exit=1",
+                # (in a pilot: all of the pilot's CPUs on the node; see CPU_NARROW)
+                step_cpus_per_task(layout.tasks_per_node, layout.cpus_per_task),
+                "--kill-on-bad-exit=1",
                 *self.args, *runtime.srun_options(layout)]
         return script([*preamble(layout, runtime),
                        command_line(argv, runtime, ["sh", "-c", ranks], layout)])

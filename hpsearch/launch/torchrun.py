@@ -27,6 +27,7 @@ from hpsearch.launch.base import (
     preamble,
     rank_script,
     script,
+    step_cpus_per_task,
 )
 
 # Runs on each node, inside the container, where Slurm's and the script's variables are set.
@@ -58,7 +59,7 @@ class TorchrunLauncher(Launcher):
             return script([*preamble(layout, runtime), command_line([], runtime, argv, layout)])
         srun = ["srun", f"--nodes={layout.nodes}", NODELIST, f"--ntasks={layout.nodes}",
                 "--ntasks-per-node=1",
-                f"--cpus-per-task={layout.tasks_per_node * layout.cpus_per_task}",
+                step_cpus_per_task(1, layout.tasks_per_node * layout.cpus_per_task),
                 "--kill-on-bad-exit=1", *runtime.srun_options(layout)]
         per_node = (["sh", "-c", WARM_NODE_SCRIPT, warm, *torchrun_args] if warm
                     else ["sh", "-c", NODE_SCRIPT, "torchrun", *torchrun_args])

@@ -34,7 +34,7 @@ from hpsearch import procs
 from hpsearch.executors.base import Ended, Launch, Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import read_exit_code, shell_body
-from hpsearch.launch.base import GPU_NARROW, shell_join
+from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant, Slots
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
@@ -208,26 +208,30 @@ class Pilot:
         tasks = int(self.cfg["trial_tasks_per_node"])
         cpus_per_task = int(self.cfg.get("trial_cpus_per_task")
                             or int(self.cfg["trial_cpus"]) // max(1, tasks))
+        slot_cpus = int(self.cfg["trial_cpus"])
+        node_cpus = slot_cpus * int(self.cfg["slots_per_node"])
         env = {**launch.env,
                # the trial's own size, not the pilot job's (hpsearch.slurm.environment)
                **for_pilot_trial(nodes, n, tasks, cpus_per_task, grant.gpus,
                                  [self.alloc.gpu_ids.index(g) for g in grant.gpus],
-                                 self.cfg.get("trial_mem_mb")),
+                                 self.cfg.get("trial_mem_mb"), node_cpus,
+                                 list(range(grant.slot * slot_cpus,
+                                            (grant.slot + 1) * slot_cpus))),
                # the trial's own srun steps share the pilot's nodes with other trials' steps:
                # the pilot's slots, not Slurm's step accounting, keep them apart
                "SLURM_OVERLAP": "1",
                "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id}
-        command = launch.command
+        # its shell, and all it starts, on its slot's cores (hpsearch.launch.base.CPU_NARROW)
+        command = CPU_NARROW + "\n" + launch.command
         (launch.trial_dir / "exit_code").unlink(missing_ok=True)  # an earlier attempt's
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
             # exec: only the shell on that node writes the exit code; srun's own would hide
             # a node that failed under it (srun exited 0 when its node's slurmd died)
             command = "exec " + shell_join([
                 "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
-                f"--cpus-per-task={self.cfg['trial_cpus']}", "--kill-on-bad-exit=1",
-                # overlapping steps are all bound to the node's lowest cores under
-                # task/affinity: leave them to the job's cpuset and the kernel instead
-                "--cpu-bind=none",
+                # an overlapping step is bound to the job's lowest cores on the node, whatever
+                # other steps hold: it takes all of the pilot's there, and narrows itself
+                f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1",
                 "/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)])
             self.remote.add(launch.trial_id)
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)

@@ -64,12 +64,15 @@ def without_shape(env: Mapping[str, str]) -> dict[str, str]:
 
 def for_pilot_trial(nodes: str, n_nodes: int, tasks_per_node: int, cpus_per_task: int,
                     gpus: tuple[str, ...] | list[str], gpu_positions: list[int],
-                    mem_mb: int | None) -> dict[str, str]:
+                    mem_mb: int | None, node_cpus: int = 0,
+                    cpu_positions: list[int] | None = None) -> dict[str, str]:
     """The Slurm variables of a trial on `n_nodes` nodes (`nodes`, compressed) of a pilot,
     as an allocation of the trial's own size would set them. `gpus`: its GPU ids on the
     pilot's first node; `gpu_positions`: where they are among the job's GPUs on each node
     (0-based; a slot has the same positions on every node), for its srun steps
-    (HPSEARCH_GPU_FIELDS: hpsearch.launch.base.GPU_NARROW)."""
+    (HPSEARCH_GPU_FIELDS: hpsearch.launch.base.GPU_NARROW). `node_cpus`: the pilot's CPUs
+    on each node; `cpu_positions`: the slot's among them (0-based), for CPU_NARROW: its
+    steps ask for all `node_cpus`, unbound (SLURM_CPU_BIND=none), and each narrows itself."""
     tasks = tasks_per_node * n_nodes
     env = {"SLURM_JOB_NODELIST": nodes, "SLURM_NODELIST": nodes,
            "SLURM_NNODES": str(n_nodes), "SLURM_JOB_NUM_NODES": str(n_nodes),
@@ -85,6 +88,9 @@ def for_pilot_trial(nodes: str, n_nodes: int, tasks_per_node: int, cpus_per_task
         env.update({"SLURM_GPUS_ON_NODE": str(len(gpus)), "SLURM_JOB_GPUS": ",".join(gpus),
                     "CUDA_VISIBLE_DEVICES": ",".join(gpus),
                     "HPSEARCH_GPU_FIELDS": ",".join(str(i + 1) for i in gpu_positions)})
+    if node_cpus and cpu_positions:
+        env.update({"HPSEARCH_NODE_CPUS": str(node_cpus), "SLURM_CPU_BIND": "none",
+                    "HPSEARCH_CPU_FIELDS": ",".join(str(i + 1) for i in cpu_positions)})
     if mem_mb:
         env["SLURM_MEM_PER_NODE"] = str(mem_mb)
     return env

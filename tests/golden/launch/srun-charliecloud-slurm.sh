@@ -9,8 +9,9 @@ hpsearch_first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node" | sed -n 's/.* NodeAddr=\([^ ]*\).*/\1/p')
 export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
-srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=4 --ntasks-per-node=2 --cpus-per-task=4 --kill-on-bad-exit=1 \
+srun --nodes=2 "--nodelist=$SLURM_JOB_NODELIST" --ntasks=4 --ntasks-per-node=2 "--cpus-per-task=$((${HPSEARCH_NODE_CPUS:-8}/2))" --kill-on-bad-exit=1 \
     ch-run -b /scratch/data:/data -b /shared/projects/digits:/shared/projects/digits -b /shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 -c /shared/projects/digits /shared/images/digits -- \
     sh -c 'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, -f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi
+if [ -n "${HPSEARCH_CPU_FIELDS-}" ] && command -v taskset >/dev/null 2>&1; then hpsearch_cpus=$(awk -v want="$HPSEARCH_CPU_FIELDS" -v all="${HPSEARCH_NODE_CPUS-0}" '"'"'/^Cpus_allowed_list:/ { n = split($2, r, ","); k = 0; for (i = 1; i <= n; i++) { m = split(r[i], b, "-"); hi = m > 1 ? b[2] : b[1]; for (c = b[1] + 0; c <= hi + 0; c++) cpu[++k] = c } if (k != all + 0) exit; m = split(want, w, ","); s = ""; for (j = 1; j <= m; j++) { if (w[j] + 0 > k) exit; s = s (j > 1 ? "," : "") cpu[w[j]] } print s }'"'"' /proc/self/status); [ -z "$hpsearch_cpus" ] || { read -r hpsearch_pid _ </proc/self/stat; taskset -pc "$hpsearch_cpus" "$hpsearch_pid" >/dev/null; }; fi
 export RANK="$SLURM_PROCID" WORLD_SIZE=4 LOCAL_RANK="$SLURM_LOCALID" LOCAL_WORLD_SIZE=2 NODE_RANK="$SLURM_NODEID"
 python train.py --lr 0.01 --name '"'"'a b'"'"''

@@ -1,0 +1,144 @@
+"""GPU and core binding on a cluster that binds like a production one (issue 26, item 1):
+slurm_bound_cluster has task/cgroup and task/affinity, 4 GPUs and this host's CPUs (2 here,
+at most 4) per node. 1- and 2-GPU trials run as plain jobs, as arrays, as 2-node jobs, and in
+pilots with two slots per node, one node and two; every rank of every trial prints the GPUs
+it sees (CUDA_VISIBLE_DEVICES), the GPU ids Slurm gave its job or step, and the CPUs it may
+run on (tests/slurm/bind_probe.sh). Checked: each rank has its trial's GPU count and CPU
+count, and no two trials running at once on a node share a GPU or a core.
+
+Before the pilot fix, a pilot's trials on its other nodes saw every GPU of the node, and
+every trial step Slurm started there was bound to the node's lowest core: overlapping steps
+cannot pick their cores, so each step now takes all of the pilot's CPUs on the node and
+narrows itself to its slot's (hpsearch.launch.base.CPU_NARROW). The GPUs are placeholders
+(character devices with /dev/null's numbers; no CUDA here), so what is checked is what each
+rank is told and the CPU mask the kernel holds it to. Real GPUs: benchmarks/gpu/."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_store
+
+RUN = uuid.uuid4().hex[:6]
+PROBE = Path(__file__).with_name("bind_probe.sh")
+
+JOBS = """
+name: {name}
+command: sh {probe} {{x}} 3
+search:
+  strategy: grid
+  parallel: 8
+  space:
+    x: {{choices: [1, 2]}}
+    nodes: {{choices: [1, 2]}}
+    gpus: {{choices: [1, 2]}}
+objective: {{metric: loss}}
+launcher: srun
+resources: {{nodes: "{{nodes}}", tasks_per_node: 1, gpus_per_node: "{{gpus}}",
+             time: "00:05:00"}}
+executor: {{type: slurm, poll_interval: 0.5, array: {array}}}
+"""
+
+PILOT = """
+name: {name}
+command: sh {probe} {{x}} 4
+search:
+  strategy: grid
+  parallel: {parallel}
+  space:
+    x: {{choices: [1, 2, 3, 4]}}
+objective: {{metric: loss}}
+launcher: {launcher}
+resources: {{nodes: {nodes}, tasks_per_node: 1, gpus_per_node: {gpus}, time: "00:02:00"}}
+executor:
+  type: slurm
+  poll_interval: 0.5
+  pilots: {{nodes: 2, time: "00:05:00", max: 1, slots_per_node: 2, idle_timeout: 5,
+            heartbeat: 0.5}}
+"""
+
+
+def _cpus(text: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}"""
+    found: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+def _ranks(cli, name: str) -> list[dict]:
+    """Every rank's line, parsed; checks the search completed."""
+    _, trials = read_store(cli.runs, name)
+    assert trials and all(t.state == "completed" for t in trials), \
+        [(t.id, t.state) for t in trials]
+    ranks = []
+    for t in trials:
+        out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        for line in out.splitlines():
+            if line.startswith("bind "):
+                rank = dict(w.split("=", 1) for w in line.split()[1:])
+                rank.update(trial=t.id, params=t.params)
+                ranks.append(rank)
+    return ranks
+
+
+def _check(ranks: list[dict], gpus_of, nodes_of) -> None:
+    """Each rank: its trial's GPUs (as Slurm named them), one CPU; every trial has a rank on
+    each of its nodes; trials that ran at once on a node share no GPU and no core, and some
+    did run at once (else nothing was tested)."""
+    by_trial: dict[int, set[str]] = {}
+    for r in ranks:
+        cvd = r["cvd"].split(",")
+        assert len(cvd) == gpus_of(r) and r["gpus"] == r["cvd"], r
+        assert len(_cpus(r["cpus"])) == 1, r  # a 1-CPU task is held to one core
+        by_trial.setdefault(r["trial"], set()).add(r["node"])
+    assert all(len(nodes) == nodes_of(t) for t, nodes in by_trial.items()), by_trial
+    shared = 0
+    for i, a in enumerate(ranks):
+        for b in ranks[i + 1:]:
+            if a["node"] != b["node"] or a["trial"] == b["trial"]:
+                continue
+            if float(a["began"]) < float(b["ended"]) and float(b["began"]) < float(a["ended"]):
+                shared += 1
+                assert not set(a["cvd"].split(",")) & set(b["cvd"].split(",")), (a, b)
+                assert not _cpus(a["cpus"]) & _cpus(b["cpus"]), (a, b)
+    assert shared, ranks  # two trials at once on one node
+
+
+@pytest.mark.parametrize("array", [False, True], ids=["jobs", "arrays"])
+def test_gpu_trials_as_jobs_get_their_own_gpus_and_cores_on_every_node(
+        cli, slurm_bound_cluster, array):
+    """1- and 2-GPU trials on 1 and 2 nodes, as plain jobs or arrays: Slurm binds them."""
+    name = f"bind-{'arr' if array else 'job'}-{RUN}"
+    spec = cli.write_spec(JOBS.format(name=name, probe=PROBE,
+                                      array="true" if array else "false"), f"{name}.yaml")
+    cli("submit", spec, "--no-tui", "-q", env=slurm_bound_cluster.env, check=0, timeout=300)
+    ranks = _ranks(cli, name)
+    _check(ranks, lambda r: r["params"]["gpus"], lambda t: next(
+        r["params"]["nodes"] for r in ranks if r["trial"] == t))
+
+
+@pytest.mark.parametrize(("nodes", "gpus", "launcher"),
+                         [(1, 1, "none"), (2, 2, "srun"), (2, 1, "torchrun")],
+                         ids=["1-node-1-gpu", "2-node-2-gpu-srun", "2-node-1-gpu-torchrun"])
+def test_trials_in_a_two_node_pilot_get_their_slots_gpus_and_cores(
+        cli, slurm_bound_cluster, nodes, gpus, launcher):
+    """Two slots per node in a 2-node pilot: 1-node trials (on its first node as its own
+    processes, on the other through an `srun --overlap` step), or 2-node trials whose
+    ranks the trial's own srun starts, directly or as torchrun's workers. Before, trials on
+    the second node saw all its GPUs, and every step there ran on the node's lowest core."""
+    name = f"bind-pl{nodes}-{launcher}-{RUN}"
+    spec = cli.write_spec(PILOT.format(name=name, probe=PROBE, nodes=nodes, gpus=gpus,
+                                       launcher=launcher, parallel=4 // nodes), f"{name}.yaml")
+    # torchrun runs inside the pilot: the interpreter's bin dir (the venv) on its PATH
+    env = {**slurm_bound_cluster.env,
+           "PATH": f"{Path(sys.executable).parent}:{slurm_bound_cluster.env.get('PATH', '')}"}
+    cli("submit", spec, "--no-tui", "-q", env=env, check=0, timeout=300)
+    ranks = _ranks(cli, name)
+    _check(ranks, lambda r: gpus, lambda t: nodes)
+    assert len({r["node"] for r in ranks}) == 2  # the pilot's two nodes both ran trials
