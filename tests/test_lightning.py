@@ -170,6 +170,12 @@ def test_a_pruning_search_stops_the_hopeless_trial_on_both_ranks(searches):
     assert sorted(p.name for p in (bad / "checkpoints").iterdir()) == [
         f"step-{e:08d}.ckpt" for e in steps]
     assert not (bad / "result.json").exists()
+    # both ranks left by themselves after the same batch, neither waited for SIGKILL in a
+    # collective the other would never join (Lightning's own SIGTERM handler broadcasts)
+    out = (bad / "stdout.log").read_text()
+    ends = sorted(line.split(":")[0].split()[-1] for line in out.splitlines()
+                  if line.startswith("exit 75 after "))
+    assert ends == ["0", "1"], out
 
 
 @pytest.mark.slow

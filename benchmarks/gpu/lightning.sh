@@ -26,3 +26,15 @@ for d in $R/lightning-gpu/trials/*; do
   grep -h -m3 -E "Error|error:" $d/stderr.log
 done
 nvidia-smi --query-compute-apps=pid,name --format=csv,noheader | head
+python3 benchmarks/gpu/stop_latency.py $R lightning-gpu
+# Side by side, the same search with the callback from before 2026-11-28's SIGTERM change,
+# when HPSEARCH_OLD_CALLBACK names that file (an untracked copy carried with the tree).
+if [ -n "${HPSEARCH_OLD_CALLBACK-}" ] && [ -f "$HPSEARCH_OLD_CALLBACK" ]; then
+  cp "$HPSEARCH_OLD_CALLBACK" hpsearch/integrations/lightning.py
+  sed -i "s|name: lightning-gpu|name: lightning-gpu-old|" /tmp/lightning-gpu.yaml
+  start=$(date +%s.%N)
+  python3 -m hpsearch submit /tmp/lightning-gpu.yaml --runs-dir $R --no-tui > /tmp/submit-old.log 2>&1; echo "old callback: exit=$?"
+  end=$(date +%s.%N); echo "old callback: search wall $(python3 -c "print(round($end-$start,1))") s"
+  python3 -m hpsearch status lightning-gpu-old --runs-dir $R
+  python3 benchmarks/gpu/stop_latency.py $R lightning-gpu-old
+fi

@@ -127,9 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           f"environment {type(environment).__name__ if environment else None}", flush=True)
     model = DigitsMLP(args.lr, args.width, args.epoch_sleep)
     code = fit(trainer, model, datamodule=Digits(args.batch_size))
-    if trainer.is_global_zero:
-        print(f"exit {code} after {trainer.current_epoch} epochs: {callback.last_metrics}",
-              flush=True)
+    print(f"exit {code} after {trainer.current_epoch} epochs on rank {trainer.global_rank}: "
+          f"{callback.last_metrics}", flush=True)
     return code
 
 

@@ -2,7 +2,6 @@
 in Lightning's own format, and a cluster environment that leaves Slurm to hpsearch.
 
     import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Checkpoint
     from hpsearch import trial
     from hpsearch.integrations.lightning import (HpsearchCallback, cluster_environment, fit,
                                                  rank_layout)
@@ -25,7 +24,15 @@ without a stop request writes result.json from rank 0 with the last reported met
 
 `fit` resumes from `resume_path()` (the trial's latest checkpoint) and returns the exit code:
 0, or 75 (`trial.EXIT_RESUME`) when the trial was asked to stop (STOP file, SIGUSR1/SIGUSR2)
-or Lightning raised its SIGTERMException (SIGTERM: a cancel or a time limit).
+or stopped by SIGTERM (a prune, a cancel or a time limit).
+
+SIGTERM: Lightning's own handler (2.6) broadcasts a tensor from inside the signal handler, on
+whatever each rank was doing; a rank already waiting in the next batch's all-reduce may then
+never return to Python (a pruned 2-GPU trial sat out hpsearch's whole kill grace, 10 s,
+then SIGKILL, on 2 x H200). At the start of training the callback puts its own handler
+in its place, which only notes the signal; after every training batch the ranks agree (one
+boolean reduction, any rank's yes) and all raise SIGTERMException after the same batch, with
+no collective left in flight, so `fit` returns 75 on every rank.
 
 Why `cluster_environment()` and never Lightning's SLURMEnvironment: without a plugin, a
 Trainer inside a Slurm job (SLURM_NTASKS set, job name not bash/interactive) takes
@@ -53,7 +60,9 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import sys
+import threading
 from typing import Any
 
 import lightning.pytorch as pl
@@ -123,6 +132,7 @@ class HpsearchCallback(Checkpoint):
         self.last_metrics: dict[str, float] = {}  # the last report (in the checkpoint too)
         self.stopped = False  # asked to stop: no result.json, exit 75 (see fit)
         self._validated = False  # validation ran in this epoch
+        self._sigterm = False  # SIGTERM came: every rank stops after the same batch
         trial.interrupted()  # installs hpsearch's signal handlers before Lightning's own
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -136,7 +146,10 @@ class HpsearchCallback(Checkpoint):
         trainer.fit_loop.max_epochs = budget if limit is None or limit < 0 else min(limit, budget)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """With timing, under DDP: register DdpTiming's communication hook."""
+        """SIGTERM to this callback, not Lightning (module docstring); with timing, under DDP:
+        register DdpTiming's communication hook."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         if not self.timing:
             return
         from torch.nn.parallel import DistributedDataParallel
@@ -161,9 +174,17 @@ class HpsearchCallback(Checkpoint):
         timer.items = _batch_items(batch, trainer.world_size)
         self._batches += 1
 
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._sigterm = True
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._timed.close()  # ends the timed step: report_timing from this rank
+        """Ends the timed step (report_timing from this rank); stops every rank here, alike,
+        once any has had SIGTERM."""
+        self._timed.close()
+        if trainer.strategy.reduce_boolean_decision(self._sigterm, all=False):
+            self.stopped = True
+            raise SIGTERMException
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
