@@ -183,7 +183,10 @@ class Fleet:
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
-                "signal_before": ck.signal_before, "kill_grace": self.job.executor.grace}
+                "signal_before": ck.signal_before, "kill_grace": self.job.executor.grace,
+                # its warm servers, one per node (hpsearch.pilot.warm_servers)
+                "warm": None if self.job.executor.warm is None
+                else list(self.job.executor.warm)}
 
     def retry_held(self) -> None:
         for pilot in list(self.pilots.values()):

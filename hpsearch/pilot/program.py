@@ -25,6 +25,7 @@ import dataclasses
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
 from hpsearch.pilot import protocol as p
+from hpsearch.pilot import warm_servers
 from hpsearch.pilot.slots import Grant, Slots
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
 from hpsearch.slurm.hostlist import compress, expand
@@ -101,11 +103,15 @@ class Pilot:
         self.remote: set[int] = set()  # trials whose command runs on another node (srun)
         self.launch_dirs: dict[int, str] = {}  # their trial dirs
         self.asked: str | None = None  # a signal asked it to leave
+        self.warm: subprocess.Popen | None = None  # its warm servers' step (warm_servers)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> str:
         """Run until it leaves; returns why."""
         self.paths.make()
+        self.warm = None if self.cfg.get("warm") is None else warm_servers.start(
+            self.alloc.nodes, self._node_cpus(), self.cfg["warm"], self.end - time.monotonic(),
+            self.runner.base_env, self.alloc.job_id, self.paths.root / "warm-servers.log")
         # scancel or preemption (Slurm sends SIGTERM to every process of the job); USR2 in case
         # a site's submit filter adds --signal (the pilot asks for none)
         for sig in (signal.SIGUSR2, signal.SIGTERM):
@@ -118,6 +124,7 @@ class Pilot:
         p.write_json(self.paths.exit, {"reason": reason, "time": time.time(),
                                        "job_id": self.alloc.job_id})
         self.runner.close()
+        warm_servers.stop(self.warm)
         return reason
 
     def _step(self) -> str | None:
@@ -208,9 +215,9 @@ class Pilot:
         tasks = int(self.cfg["trial_tasks_per_node"])
         cpus_per_task = int(self.cfg.get("trial_cpus_per_task")
                             or int(self.cfg["trial_cpus"]) // max(1, tasks))
-        slot_cpus = int(self.cfg["trial_cpus"])
-        node_cpus = slot_cpus * int(self.cfg["slots_per_node"])
+        slot_cpus, node_cpus = int(self.cfg["trial_cpus"]), self._node_cpus()
         env = {**launch.env,
+               **(warm_servers.scope(self.alloc.job_id) if self.warm is not None else {}),
                # the trial's own size, not the pilot job's (hpsearch.slurm.environment)
                **for_pilot_trial(nodes, n, tasks, cpus_per_task, grant.gpus,
                                  [self.alloc.gpu_ids.index(g) for g in grant.gpus],
@@ -237,6 +244,10 @@ class Pilot:
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
+
+    def _node_cpus(self) -> int:
+        """The pilot's CPUs on each node: its slots' (pilot_fleet asks Slurm for these)."""
+        return int(self.cfg["trial_cpus"]) * int(self.cfg["slots_per_node"])
 
     def _cancel_asked(self) -> None:
         for name in p.names(self.paths.dir("cancel")):

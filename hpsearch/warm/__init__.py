@@ -17,7 +17,12 @@ Other users share the node (docs/security.md): the server's folder must be this 
 owner-only and not a link (else warm starts are off and trials run cold, saying why); its
 lock and log are opened without following links; each end checks that the other runs as
 this user (SO_PEERCRED); and a server serves one Slurm job step only, so it never forks a
-trial into another job's cgroup.
+trial into another job's cgroup. In a pilot the scope is the pilot's job instead: a
+multi-node trial's ranks start in a new srun step each segment, so the pilot starts one
+server per node in a step of its own (hpsearch.pilot.warm_servers), and its trials' clients
+run cold rather than start one in their own step, which would end with it. A forked child
+takes its client's CPU mask (its slot's cores), and its GPUs come with the client's
+environment.
 """
 
 from __future__ import annotations
@@ -31,13 +36,19 @@ import sys
 import tempfile
 from pathlib import Path
 
+# Set by a pilot that started its own warm servers (hpsearch.pilot.warm_servers), for every
+# trial in it: their scope is the pilot's job, not the step a trial's ranks run in.
+PILOT_SCOPE = "HPSEARCH_WARM_SCOPE"
+
 
 def socket_path(preload: list[str]) -> Path:
     """Where the server for these preloads and this interpreter listens: one per user, per
-    interpreter, per preload list and per Slurm job step (short: a Unix socket path has
-    ~100 bytes)."""
-    step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
-    key = hashlib.sha256(f"{sys.executable}\0{','.join(preload)}\0{step}".encode()).hexdigest()
+    interpreter, per preload list, per Slurm job step (in a pilot: per pilot) and per node
+    (short: a Unix socket path has ~100 bytes)."""
+    env = os.environ
+    scope = env.get(PILOT_SCOPE) or f"{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}"
+    where = f"{scope}\0{env.get('SLURMD_NODENAME', '')}"  # nodes of the test cluster share /tmp
+    key = hashlib.sha256(f"{sys.executable}\0{','.join(preload)}\0{where}".encode()).hexdigest()
     return runtime_dir() / f"{key[:16]}.sock"
 
 
@@ -74,10 +85,19 @@ def private_dir_problem(folder: Path) -> str | None:
 
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    return _peer(conn)[1]
+
+
+def peer_pid(conn: socket.socket) -> int:
+    """The pid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    return _peer(conn)[0]
+
+
+def _peer(conn: socket.socket) -> tuple[int, int, int]:
     size = struct.calcsize("3i")
-    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET,
-                                                          socket.SO_PEERCRED, size))
-    return uid
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET,
+                                                        socket.SO_PEERCRED, size))
+    return pid, uid, gid
 
 
 def open_private(path: str, flags: int) -> int:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hpsearch.warm import open_private, peer_uid, private_dir_problem
+from hpsearch.warm import PILOT_SCOPE, open_private, peer_uid, private_dir_problem
 
 MAX_SOCKET_PATH = 107  # sun_path on Linux: 108 bytes with the trailing NUL
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -35,7 +35,9 @@ def run(path: str, preload: list[str], argv: list[str], idle_timeout: float) -> 
         conn.connect(path)
     except OSError:
         conn.close()
-        _start_server(path, preload, idle_timeout)
+        if os.environ.get(PILOT_SCOPE):  # the pilot starts its servers: one started here
+            _cold(argv, "the pilot's warm server on this node is not up (yet)")  # would
+        _start_server(path, preload, idle_timeout)  # end with this trial's step
         os.execv(sys.executable, [sys.executable] + argv)  # this one runs cold
     if peer_uid(conn) != os.geteuid():  # a socket planted by another user
         conn.close()

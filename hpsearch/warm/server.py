@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from hpsearch.warm import open_private, peer_uid, private_dir_problem
+from hpsearch.warm import open_private, peer_pid, peer_uid, private_dir_problem
 
 MAX_REQUEST = 1 << 22  # 4 MiB of argv + environment
 RECEIVE_TIMEOUT = 10.0  # seconds a client may take to send its request
@@ -95,11 +95,12 @@ class _Server:
             print(f"hpsearch.warm: bad request: {exc}", file=sys.stderr)
             conn.close()
             return
+        cpus = _cpus_of(peer_pid(conn))
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            self._become_child(conn, request, fds)
+            self._become_child(conn, request, fds, cpus)
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
@@ -148,10 +149,14 @@ class _Server:
                 pass
             conn.close()
 
-    def _become_child(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
-        """In the forked child: become the trial's process and run its script; never returns."""
+    def _become_child(self, conn: socket.socket, request: dict, fds: list[int],
+                      cpus: set[int] | None) -> None:
+        """In the forked child: become the trial's process, on its client's CPUs, and run
+        its script; never returns."""
         code = 1
         try:
+            if cpus:  # a pilot's server holds all of the node's: the client, its slot's
+                os.sched_setaffinity(0, cpus)
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1,
                         signal.SIGUSR2, signal.SIGHUP):
@@ -179,6 +184,13 @@ class _Server:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
+
+
+def _cpus_of(pid: int) -> set[int] | None:
+    try:
+        return os.sched_getaffinity(pid)
+    except OSError:  # it has gone already: its child is killed when its connection closes
+        return None
 
 
 def _run_main(argv: list[str]) -> int:

@@ -142,3 +142,40 @@ def test_trials_in_a_two_node_pilot_get_their_slots_gpus_and_cores(
     ranks = _ranks(cli, name)
     _check(ranks, lambda r: gpus, lambda t: nodes)
     assert len({r["node"] for r in ranks}) == 2  # the pilot's two nodes both ran trials
+
+
+WARM = """
+name: {name}
+command: "{{python}} {probe} {{x}} 3"
+search:
+  strategy: grid
+  parallel: 2
+  space:
+    x: {{choices: [1, 2, 3, 4]}}
+objective: {{metric: loss}}
+launcher: torchrun
+resources: {{nodes: 2, tasks_per_node: 1, gpus_per_node: 1, time: "00:02:00"}}
+executor:
+  type: slurm
+  poll_interval: 0.5
+  warm: [decimal]
+  pilots: {{nodes: 2, time: "00:05:00", max: 1, slots_per_node: 2, idle_timeout: 5,
+            heartbeat: 0.5}}
+"""
+
+
+def test_two_node_trials_in_a_pilot_start_warm_on_every_node_on_their_slots_cores(
+        cli, slurm_bound_cluster):
+    """executor.warm with 2-node torchrun trials in a pilot (issue 26 item 6): each trial's
+    ranks start in a new srun step, and a warm server serves one step, so before, every
+    segment's ranks ran cold. The pilot now runs one server per node in a step of its own
+    (hpsearch.pilot.warm_servers): the later trials' ranks fork from it on both nodes, each
+    on its slot's GPU and its client's core."""
+    name = f"bind-warm-{RUN}"
+    spec = cli.write_spec(WARM.format(name=name, probe=PROBE.with_name("warm_probe.py")),
+                          f"{name}.yaml")
+    cli("submit", spec, "--no-tui", "-q", env=slurm_bound_cluster.env, check=0, timeout=300)
+    ranks = _ranks(cli, name)
+    _check(ranks, lambda r: 1, lambda t: 2)
+    later = [r for r in ranks if r["trial"] >= 2]  # the servers had time to import
+    assert len(later) == 4 and all(r["warm"] == "True" for r in later), ranks
