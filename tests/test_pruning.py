@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -74,9 +73,7 @@ def _steps(cli, name: str) -> dict[int, list[int]]:
 @pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_median_pruner_stops_worse_trials_early_and_never_retries_them(cli):
     spec = _spec(cli)
-    began = time.monotonic()
     proc = cli("submit", spec, check=0)
-    wall = time.monotonic() - began
     exp, trials = read_store(cli.runs, "p")
     states = [t.state for t in trials]
     # x grows with the trial id: after 2 completed trials every later one is worse than the
@@ -94,8 +91,6 @@ def test_median_pruner_stops_worse_trials_early_and_never_retries_them(cli):
         took = float(re.search(r"stopped ([\d.]+) s after", t.error).group(1))
         assert took < 2.0, t.error
     assert "trial 2 pruned at step 1" in proc.stdout
-    # 2 full trials (8 x 0.25 s) + 4 stopped ones: far less than 6 full trials
-    assert wall < 6 * 8 * 0.25, wall
     shown = cli("status", "p", check=0).stdout
     assert "pruned" in shown and "4 pruned" in shown, shown
 
