@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -173,8 +174,7 @@ def test_a_pruning_search_stops_the_hopeless_trial_on_both_ranks(searches):
     # both ranks left by themselves after the same batch, neither waited for SIGKILL in a
     # collective the other would never join (Lightning's own SIGTERM handler broadcasts)
     out = (bad / "stdout.log").read_text()
-    ends = sorted(line.split(":")[0].split()[-1] for line in out.splitlines()
-                  if line.startswith("exit 75 after "))
+    ends = sorted(re.findall(r"exit 75 after \d+ epochs on rank (\d+):", out))
     assert ends == ["0", "1"], out
 
 

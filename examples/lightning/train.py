@@ -127,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
           f"environment {type(environment).__name__ if environment else None}", flush=True)
     model = DigitsMLP(args.lr, args.width, args.epoch_sleep)
     code = fit(trainer, model, datamodule=Digits(args.batch_size))
-    print(f"exit {code} after {trainer.current_epoch} epochs on rank {trainer.global_rank}: "
-          f"{callback.last_metrics}", flush=True)
+    # one write per line: the ranks share the trial's stdout, and print() writes the text and
+    # its newline apart, so two ranks ending together could run their lines into one
+    sys.stdout.write(f"exit {code} after {trainer.current_epoch} epochs on rank "
+                     f"{trainer.global_rank}: {callback.last_metrics}\n")
+    sys.stdout.flush()
     return code
 
 
