@@ -303,9 +303,10 @@ class _Validator:
     def check_template(self, command: str, search: m.Search, sizing: set[str]) -> None:
         """`sizing`: parameters that size a trial (resources), which the command may leave
         out."""
-        used = placeholders(command)
+        in_order = placeholders(command)
+        used = set(in_order)
         names = {p.name for p in search.space}
-        for ph in used:
+        for ph in in_order:  # the first unknown one is named
             if ph not in names and ph not in BUILTIN_PLACEHOLDERS:
                 close = difflib.get_close_matches(ph, sorted(names), n=1)
                 hint = f"; did you mean {{{close[0]}}}?" if close else ""

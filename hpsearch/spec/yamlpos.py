@@ -84,7 +84,8 @@ def _convert(node: yaml.Node, path: KeyPath, lines: dict, constructor: Any, file
     if isinstance(node, yaml.SequenceNode):
         return [_convert(child, path + (i,), lines, constructor, file)
                 for i, child in enumerate(node.value)]
-    if node.style is None:  # plain scalar: read numbers as YAML 1.2 does, not YAML 1.1
+    # a plain scalar (style None from PyYAML, "" from libyaml): numbers as YAML 1.2 reads them
+    if not node.style:
         if node.tag in (_INT_TAG, _FLOAT_TAG) and ":" in node.value:
             return node.value  # 2:00:00 is a time, not the base-60 integer 7200
         if node.tag == _STR_TAG and _EXPONENT_FLOAT.match(node.value):
