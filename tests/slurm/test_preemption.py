@@ -68,7 +68,7 @@ def baseline(tmp_path_factory) -> dict:
             pytest.fail(f"the DDP example needs torch and scikit-learn: {exc}")
         pytest.skip(f"the DDP example needs torch and scikit-learn: {exc}")
     runs = {}
-    for epochs in (6, 10, 24):
+    for epochs in (6, 24):
         tdir = tmp_path_factory.mktemp(f"baseline{epochs}")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HPSEARCH_EXPERIMENT": "baseline",
                "HPSEARCH_TRIAL_ID": "0", "HPSEARCH_ATTEMPT": "1",
@@ -192,17 +192,19 @@ def _checkpoints(cli, name) -> list[str]:
 
 def test_ddp_trial_outlasting_its_time_limit_finishes_through_new_jobs(
         cli, slurm_cluster, baseline):
-    """1-minute limit, USR2 10 s before it (Slurm sends it up to ~30 s early), 10 epochs of
-    ~10 s: each attempt saves and exits 75 (interrupted) on the signal or is killed at the
-    limit (timeout); the next attempt is a new job that resumes from the latest checkpoint."""
+    """1-minute limit, USR2 10 s before it (Slurm sends it up to ~30 s early), 6 epochs of
+    ~10 s, more than one job can hold: each attempt saves and exits 75 (interrupted) on the
+    signal or is killed at the limit (timeout); the next attempt is a new job that resumes
+    from the latest checkpoint. (10 epochs, 3-4 attempts, took 383 s of CI's 45 minutes; one
+    cut and one resume is the behaviour.)"""
     extra = ("checkpoints: {signal: USR2, signal_before: 10}\n"
              "retries: {timeout: {max: 5, time_factor: 1}, interrupted: {max: 5}}")
-    spec, name, env = _setup(cli, slurm_cluster, "pre-limit", 10, 10, "00:01:00", extra)
+    spec, name, env = _setup(cli, slurm_cluster, "pre-limit", 6, 10, "00:01:00", extra)
     out = cli("submit", spec, env=env, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     attempts, trials = _attempts(cli, name)
     assert trials[0].state == "completed"
-    assert len(attempts) >= 3, attempts
+    assert len(attempts) >= 2, attempts
     assert len({a["job_id"] for a in attempts}) == len(attempts)  # a new job each
     for a in attempts[:-1]:
         assert a["failure"] in ("interrupted", "timeout"), a
@@ -210,7 +212,7 @@ def test_ddp_trial_outlasting_its_time_limit_finishes_through_new_jobs(
         assert state == {"interrupted": "FAILED", "timeout": "TIMEOUT"}[a["failure"]]
     assert attempts[-1]["state"] == "completed"
     print("attempts:", [(a["attempt"], a["job_id"], a["failure"]) for a in attempts])
-    _assert_same_as_baseline(cli, name, baseline, 10)
+    _assert_same_as_baseline(cli, name, baseline, 6)
 
 
 def test_ddp_trial_requeued_by_scontrol_keeps_its_job_id_and_result(
