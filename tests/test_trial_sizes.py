@@ -118,11 +118,18 @@ def test_a_float_range_or_a_conditional_parameter_cannot_size_a_trial():
     assert exc.key == "resources.nodes" and "exists only in some trials" in exc.detail
 
 
-def test_pilots_refuse_per_trial_sizes_for_now():
-    exc = _bad(SIZED.replace("executor: {type: slurm}",
-                             "executor: {type: slurm, pilots: {nodes: 2, time: '02:00:00'}}"))
-    assert (exc.line, exc.key) == (4, "resources.nodes")
-    assert "pilots do not take per-trial sizes yet" in exc.detail
+def test_pilots_take_per_trial_nodes_and_refuse_other_per_trial_fields_for_now():
+    pilots = "executor: {type: slurm, pilots: {nodes: 2, time: '02:00:00'}}"
+    exc = _bad(SIZED.replace("executor: {type: slurm}", pilots))
+    assert (exc.line, exc.key) == (5, "resources.gpus_per_node")
+    assert "pilots take trials of several node counts (nodes), but not yet of several " \
+        "gpus_per_node" in exc.detail
+    only_nodes = re.sub(r'  (gpus_per_node|time|mem): "\{\w+\}"\n', "", SIZED)
+    only_nodes = re.sub(r"    (gpus|limit|memory): .*\n", "", only_nodes)
+    job = _spec(only_nodes.replace("executor: {type: slurm}", pilots)).slurm_job()
+    assert job.resources.nodes == 2 and job.node_sizes == (1, 2)
+    exc = _bad(only_nodes.replace("executor: {type: slurm}", pilots.replace("nodes: 2", "nodes: 1")))
+    assert exc.key == "executor.pilots.nodes" and "cannot hold a trial of 2 nodes" in exc.detail
 
 
 def test_submit_refuses_a_bad_size_with_exit_2_and_writes_nothing(cli):

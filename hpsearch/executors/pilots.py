@@ -15,8 +15,9 @@ the rest. After a driver restart, adopt() finds each attempt's assignment in the
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hpsearch.executors.base import (
     Adoptable,
@@ -49,6 +50,7 @@ class _Bound:
     pilot: PilotJob
     name: str
     started: bool = False
+    at: float = field(default_factory=time.monotonic)  # bound then: it ends by then + its time
 
 
 class PilotExecutor(Executor):
@@ -64,9 +66,13 @@ class PilotExecutor(Executor):
         self.parallel = job.parallel
         health = SlurmHealth(job.executor.poll_interval)
         self.fleet = Fleet(job, store, slurm, Submitter(job, slurm, health), health)
-        per_pilot = self.cfg.nodes // job.resources.nodes * self.cfg.slots_per_node
-        self.supply = Supply(self.cfg.max, per_pilot)
-        self.per_pilot = per_pilot
+        # Room is counted in node slots (one slot on one node): a trial of n nodes takes n.
+        # Trials of several sizes (per-trial nodes) count in their sizes' common divisor.
+        sizes = job.node_sizes or (job.resources.nodes,)
+        unit = math.gcd(*sizes)
+        self.pilot_room = self.cfg.nodes // unit * unit * self.cfg.slots_per_node
+        self.smallest = min(sizes)
+        self.supply = Supply(self.cfg.max, self.pilot_room)
         self.ready: list[Launch] = []
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
@@ -84,7 +90,7 @@ class PilotExecutor(Executor):
     def free_slots(self) -> int:
         live = list(self.fleet.pilots.values())
         capacity = self.supply.capacity(sum(1 for pilot in live if pilot.accepting()),
-                                        len(live))
+                                        len(live)) // self.smallest  # in trials
         told = sum(1 for event in self.events if isinstance(event, Ended))  # not yet polled
         return max(0, min(self.parallel, capacity) - len(self.ready) - len(self.bound) - told)
 
@@ -192,24 +198,40 @@ class PilotExecutor(Executor):
     def _supply(self) -> None:
         live = [pilot for pilot in self.fleet.pilots.values() if pilot.accepting()]
         free = sum(self._free_in(pilot) for pilot in live)
-        for _ in range(self.supply.to_submit(len(self.ready), free, len(self.fleet.pilots))):
+        ready = sum(self._room(launch) for launch in self.ready)
+        for _ in range(self.supply.to_submit(ready, free, len(self.fleet.pilots))):
             if not self.fleet.health.may_submit() or self.fleet.submit() is None:
                 return
 
+    def _room(self, launch: Launch) -> int:
+        """Node slots the attempt takes: one on each of its nodes."""
+        return (launch.resources or self.job.resources).nodes
+
     def _free_in(self, pilot: PilotJob) -> int:
-        return self.per_pilot - sum(1 for b in self.bound.values() if b.pilot is pilot)
+        return self.pilot_room - sum(self._room(b.launch) for b in self.bound.values()
+                                     if b.pilot is pilot)
 
     def _bind(self) -> None:
-        """Hand ready attempts, oldest first, to running pilots with a free slot and time."""
-        while self.ready:
-            launch = self.ready[0]
-            needed = (self.trial_time or 0.0) * launch.time_factor
-            fits = [pilot for pilot in self.fleet.pilots.values()
+        """Hand ready attempts, oldest first, to running pilots with room and time. The first
+        that no pilot has room for now is promised the pilot where room comes soonest, as
+        Slurm's backfill reserves nodes for the job at the head of its queue: later attempts
+        go to the other pilots only, so a stream of small trials never starves a large one
+        (in the pilot, its slots are kept for it likewise: hpsearch.pilot.slots). A pilot's
+        trials all have the same time limit, so none that comes later could end before the
+        promised room is there."""
+        promised: PilotJob | None = None
+        for launch in list(self.ready):
+            room, needed = self._room(launch), (self.trial_time or 0.0) * launch.time_factor
+            live = [pilot for pilot in self.fleet.pilots.values()
                     if pilot.state == "running" and pilot.accepting()
-                    and self._free_in(pilot) > 0
                     and pilot.remaining() > needed + PILOT_MARGIN]
+            fits = [pilot for pilot in live
+                    if self._free_in(pilot) >= room and pilot is not promised]
             if not fits:
-                return
+                if promised is None and live:
+                    promised = min(live, key=lambda pilot: (self._room_at(pilot, room),
+                                                            -self._free_in(pilot)))
+                continue
             pilot = max(fits, key=self._free_in)
             name = p.name_of(launch.trial_id, launch.attempt)
             self.fleet.store.bind_attempt(launch.trial_id, launch.attempt, pilot.job_id)
@@ -217,8 +239,24 @@ class PilotExecutor(Executor):
             # withdraw whose reply was lost is told by the name there (protocol.move)
             p.discard(pilot.paths, name, "withdrawn")
             p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(launch))
-            self.ready.pop(0)
+            self.ready.remove(launch)
             self.bound[launch.trial_id] = _Bound(launch, pilot, name)
+
+    def _room_at(self, pilot: PilotJob, room: int) -> float:
+        """When `pilot` will have `room` node slots free (monotonic; inf if its trials' ends
+        are not known: no trial time)."""
+        free = self._free_in(pilot)
+        if free >= room:
+            return time.monotonic()
+        if self.trial_time is None:
+            return math.inf
+        ends = sorted((b.at + self.trial_time * b.launch.time_factor, self._room(b.launch))
+                      for b in self.bound.values() if b.pilot is pilot)
+        for end, frees in ends:
+            free += frees
+            if free >= room:
+                return end
+        return math.inf
 
     # -- news -------------------------------------------------------------------------------
     def _read_pilots(self) -> list:

@@ -38,7 +38,7 @@ from hpsearch.launch.attempt import read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot import warm_servers
-from hpsearch.pilot.slots import Grant, Slots
+from hpsearch.pilot.slots import Grant, Reservation, Slots
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
 from hpsearch.slurm.hostlist import compress, expand
 from hpsearch.store.trusted import present
@@ -183,8 +183,12 @@ class Pilot:
 
     # -- assignments ------------------------------------------------------------------------
     def _claim(self) -> None:
+        """Start the assignments that fit, in the driver's order. The first that does not
+        fit now is promised the slots that free first (hpsearch.pilot.slots); a later one
+        may use those only if it ends before the promise starts (Slurm's backfill)."""
         if self.absent:
             return  # the driver is away: take no new work until it is back
+        promise: Reservation | None = None
         for name in p.names(self.paths.dir("inbox")):
             data = p.read_json(self.paths.file("inbox", name), self._refused)
             if data is None:  # not a whole assignment (the driver writes atomically), or
@@ -192,9 +196,11 @@ class Pilot:
             needed = self._seconds_needed(data)
             if needed > self.end - time.monotonic():
                 continue  # it does not fit the time left; the driver sees it unclaimed
-            grant = self.slots.take(int(self.cfg["trial_nodes"]))
+            nodes = int(data.get("nodes") or self.cfg["trial_nodes"])
+            grant = self.slots.take(nodes, needed or None, avoid=promise)
             if grant is None:
-                return
+                promise = promise or self.slots.reservation(nodes)
+                continue
             if not p.move(self.paths, name, "inbox", "claimed"):
                 self.slots.give_back(grant)  # the driver withdrew it first
                 continue

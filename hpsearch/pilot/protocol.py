@@ -205,7 +205,9 @@ def launch_to_dict(launch: Launch) -> dict:
     return {"trial_id": launch.trial_id, "attempt": launch.attempt, "command": launch.command,
             "env": dict(launch.env), "trial_dir": str(launch.trial_dir),
             "workdir": str(launch.workdir), "params": launch.params,
-            "time_factor": launch.time_factor, "assigned": time.time()}
+            "time_factor": launch.time_factor, "assigned": time.time(),
+            # its own node count, where trials of several sizes share the pilot
+            "nodes": launch.resources.nodes if launch.resources is not None else None}
 
 
 def launch_from_dict(data: dict) -> Launch:

@@ -8,12 +8,22 @@ node is known, a multi-node trial gets nodes under one leaf (the fullest leaf th
 so emptier leaves stay whole for later trials), else the fewest leaves. A node set aside
 (`set_aside`: a trial was lost there) gets no new trial until its time is up. Pure
 bookkeeping.
+
+Trials of several sizes share the slots as Slurm's backfill scheduler shares a cluster: a
+trial that does not fit now (`reservation`) is promised the slots that free up first, and a
+later, smaller trial may use those only if it will be done before they are all free
+(`take(..., avoid=reservation)`, its `seconds` known); else it waits, so a stream of small
+trials never starves a large one. Where running trials' durations are unknown, the promised
+slots are simply kept from everyone else.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+
+Pair = tuple[str, int]  # (node, slot index)
 
 
 @dataclass(frozen=True)
@@ -23,6 +33,15 @@ class Grant:
     nodes: tuple[str, ...]
     slot: int
     gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Slots promised to a trial that does not fit yet, and when they will all be free
+    (monotonic seconds; inf where a running trial's end is not known)."""
+
+    pairs: frozenset[Pair]
+    start: float
 
 
 class Slots:
@@ -38,7 +57,7 @@ class Slots:
                              f"{len(gpu_ids or ())} ({','.join(gpu_ids or ()) or 'none'})")
         self.nodes, self.per_node = list(nodes), per_node
         self.gpus_per_slot, self.gpu_ids = gpus_per_slot, list(gpu_ids or ())
-        self.busy: set[tuple[str, int]] = set()  # (node, slot index) held
+        self.busy: dict[Pair, float] = {}  # (node, slot index) held -> its expected end
         self.leaf_of = leaf_of or {}
         self.aside: dict[str, float] = {}  # node -> monotonic time it may take trials again
 
@@ -50,18 +69,62 @@ class Slots:
         now = time.monotonic()
         return [node for node in self.nodes if self.aside.get(node, 0.0) <= now]
 
-    def take(self, nodes_needed: int) -> Grant | None:
+    def take(self, nodes_needed: int, seconds: float | None = None,
+             avoid: Reservation | None = None) -> Grant | None:
         """Slots for one trial of `nodes_needed` nodes, or None if they are not free now.
-        Slot 0 on every node before slot 1 on any: trials spread over the nodes."""
+        Slot 0 on every node before slot 1 on any: trials spread over the nodes. `seconds`:
+        how long it will run, if known. `avoid`: slots promised to a larger trial, which
+        this one may use only if it ends before they are all free."""
+        now = time.monotonic()
+        end = now + seconds if seconds else math.inf
+        backfills = avoid is None or (end < math.inf and end <= avoid.start)
+        promised = frozenset() if backfills or avoid is None else avoid.pairs
         usable = self._usable()
         for slot in range(self.per_node):
-            free = [node for node in usable if (node, slot) not in self.busy]
+            free = [node for node in usable
+                    if (node, slot) not in self.busy and (node, slot) not in promised]
             if len(free) >= nodes_needed:
-                chosen = self._by_leaf(free, nodes_needed)
-                self.busy.update((node, slot) for node in chosen)
-                g = self.gpus_per_slot
-                return Grant(chosen, slot, tuple(self.gpu_ids[slot * g:(slot + 1) * g]))
+                return self._grant(self._by_leaf(free, nodes_needed), slot, end)
         return None
+
+    def take_reserved(self, reservation: Reservation, seconds: float | None = None) \
+            -> Grant | None:
+        """The promised slots, once all are free (None until then)."""
+        if any(pair in self.busy for pair in reservation.pairs):
+            return None
+        slot = next(iter(reservation.pairs))[1]
+        order = {node: i for i, node in enumerate(self.nodes)}
+        nodes = tuple(sorted((node for node, _ in reservation.pairs), key=order.__getitem__))
+        return self._grant(nodes, slot, time.monotonic() + seconds if seconds else math.inf)
+
+    def _grant(self, nodes: tuple[str, ...], slot: int, end: float) -> Grant:
+        self.busy.update(((node, slot), end) for node in nodes)
+        g = self.gpus_per_slot
+        return Grant(nodes, slot, tuple(self.gpu_ids[slot * g:(slot + 1) * g]))
+
+    def reservation(self, nodes_needed: int) -> Reservation | None:
+        """The slots a trial of `nodes_needed` nodes that does not fit now is promised: one
+        slot index on that many nodes (under one leaf where one holds them), those whose
+        trials end first (free ones first, then known ends; unknown ends last), so that the
+        promise only gains free slots as trials end. None if the pilot never holds it."""
+        now, usable = time.monotonic(), self._usable()
+        groups: dict[str, list[str]] = {}
+        for node in usable:
+            groups.setdefault(self.leaf_of.get(node, ""), []).append(node)
+        candidates = [nodes for nodes in groups.values() if len(nodes) >= nodes_needed] \
+            or ([usable] if len(usable) >= nodes_needed else [])
+        best: tuple[tuple[float, int], Reservation] | None = None
+        for slot in range(self.per_node):
+            for nodes in candidates:
+                ends = sorted((max(now, self.busy.get((node, slot), now)), i, node)
+                              for i, node in enumerate(nodes))[:nodes_needed]
+                start = max(end for end, _, _ in ends)
+                free = sum(1 for _, _, node in ends if (node, slot) not in self.busy)
+                rank = (start, -free)
+                if best is None or rank < best[0]:
+                    best = (rank, Reservation(frozenset((node, slot) for _, _, node in ends),
+                                              start))
+        return None if best is None else best[1]
 
     def _by_leaf(self, free: list[str], n: int) -> tuple[str, ...]:
         """n of the free nodes: under one leaf if one holds them (best fit), else from the
@@ -81,11 +144,12 @@ class Slots:
         return tuple(sorted(chosen, key=order.__getitem__))
 
     def give_back(self, grant: Grant) -> None:
-        self.busy.difference_update((node, grant.slot) for node in grant.nodes)
+        for node in grant.nodes:
+            self.busy.pop((node, grant.slot), None)
 
     def hold(self, grant: Grant) -> None:
         """Mark a grant held (a pilot that found its trial still running after a restart)."""
-        self.busy.update((node, grant.slot) for node in grant.nodes)
+        self.busy.update(((node, grant.slot), math.inf) for node in grant.nodes)
 
     def free_for(self, nodes_needed: int) -> int:
         """How many more trials of `nodes_needed` nodes could start now."""

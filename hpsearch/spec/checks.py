@@ -172,16 +172,17 @@ def pilot_heartbeat(pilots: Pilots, heartbeat_given: bool) -> tuple[str, str] | 
 def pilots_fit(resources: Resources, pilots: Pilots | None) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) if no trial could ever run in a pilot: it needs more nodes than a
     pilot holds, or a longer time limit than a whole pilot has; or trials of several sizes
-    (per-trial resources), which pilots do not take yet; or None."""
+    (per-trial resources) other than in nodes, which pilots do not take yet; or None.
+    With per-trial nodes, `resources.nodes` is the largest (Resources.per_trial)."""
     if pilots is None:
         return None
-    if resources.per_trial:  # a pilot's slots are all of one size (hpsearch.pilot.slots)
-        key, param = resources.per_trial[0]
-        return ("resources", key), (f"pilots do not take per-trial sizes yet: every trial in "
-                                    f"a pilot has the same resources, and {key} takes the "
-                                    f"value of parameter '{param}'; give {key} one value, "
-                                    "or run the search without executor.pilots (as jobs or "
-                                    "arrays)")
+    for key, param in resources.per_trial:  # a slot's shape is one for all (pilot.slots)
+        if key != "nodes":
+            return ("resources", key), (
+                f"pilots take trials of several node counts (nodes), but not yet of several "
+                f"{key}: every slot of a pilot has the same shape, and {key} takes the value "
+                f"of parameter '{param}'; give {key} one value, or run the search without "
+                "executor.pilots (as jobs or arrays)")
     where = ("executor", "pilots")
     if resources.nodes > pilots.nodes:
         return where + ("nodes",), (f"a pilot of {pilots.nodes} node(s) cannot hold a trial of "

@@ -376,22 +376,32 @@ class Spec:
     def experiment_dir(self) -> Path:
         return self.runs_dir / self.name
 
+    def sizes(self, key: str) -> tuple[int, ...]:
+        """Every value an integer field of `resources` takes in some trial, smallest first:
+        its own value, or with a per-trial field every value its parameter can take."""
+        name = dict(self.resources.per_trial).get(key)
+        param = next((p for p in self.search.space if p.name == name), None)
+        if param is None:
+            return (int(getattr(self.resources, key)),)
+        if param.kind == "categorical":
+            values = [int(v) for v in param.choices]
+        elif param.kind == "fixed":
+            values = [int(param.value)]
+        else:  # an int parameter: low..high by its step
+            step = int(param.step or 1)
+            values = list(range(int(param.low or 0), int(param.high or 0) + 1, step))
+        return tuple(sorted(set(values)))
+
     def least_gpus_per_node(self) -> int:
         """The fewest GPUs per node a trial asks for: resources.gpus_per_node, or with
         per-trial resources the smallest value of its parameter."""
-        name = dict(self.resources.per_trial).get("gpus_per_node")
-        param = next((p for p in self.search.space if p.name == name), None)
-        if param is None:
-            return self.resources.gpus_per_node
-        values = (param.choices if param.kind == "categorical" else
-                  (param.value,) if param.kind == "fixed" else (param.low,))
-        return min(int(v) for v in values)
+        return self.sizes("gpus_per_node")[0]
 
     def slurm_job(self) -> SlurmJob:
         """The part of the spec its Slurm jobs (trials, arrays, pilots) are made of."""
         return SlurmJob(self.name, self.instance, self.created, self.experiment_dir,
                         self.search.parallel, self.resources, self.executor, self.placement,
-                        self.checkpoints)
+                        self.checkpoints, self.sizes("nodes"))
 
 
 @dataclass(frozen=True)
@@ -410,3 +420,5 @@ class SlurmJob:
     executor: Executor
     placement: Placement
     checkpoints: Checkpoints
+    # Every node count a trial may take (Spec.sizes): trials of several sizes share pilots.
+    node_sizes: tuple[int, ...] = ()

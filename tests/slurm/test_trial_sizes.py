@@ -58,3 +58,61 @@ def test_each_trial_runs_as_a_job_of_its_own_size(cli, slurm_cluster, array):
             sizes.setdefault(t.job_id.split("_")[0], set()).add(t.params["gpus"])
         assert all(len(gpus) == 1 for gpus in sizes.values()), sizes
         assert all("_" not in t.job_id for t in trials if t.params["nodes"] == 2)
+
+
+PILOT = """
+name: {name}
+command: >-
+  date +%s.%N > "$HPSEARCH_TRIAL_DIR/t0"; echo "nodes=$SLURM_JOB_NODELIST";
+  sleep 2; date +%s.%N > "$HPSEARCH_TRIAL_DIR/t1"; echo "@hpsearch step=0 loss={{x}}"
+search:
+  strategy: grid
+  parallel: 4
+  space:
+    x: {{choices: [1, 2, 3]}}
+    nodes: {{choices: [1, 2, 4]}}
+objective: {{metric: loss}}
+resources: {{nodes: "{{nodes}}"}}
+executor:
+  type: slurm
+  poll_interval: 0.5
+  pilots: {{nodes: 4, max: 1, slots_per_node: 1, time: "00:05:00", idle_timeout: 10,
+            heartbeat: 1}}
+"""
+
+
+def test_one_pilot_runs_trials_of_1_2_and_4_nodes_and_never_starves_the_4_node_ones(
+        cli, slurm_cluster):
+    """Trials of 1, 2 and 4 nodes in that order, again and again, through one 4-node pilot
+    (one slot a node): 1- and 2-node trials share it, and a 4-node trial, once no pilot has
+    room for it, is promised the pilot: no trial after it starts before it does (Slurm's
+    backfill, here with no trial time known), so the trials behind it cannot keep it
+    waiting. Each trial runs on its own count of distinct nodes, no node held by two trials
+    at once."""
+    from hpsearch.slurm.hostlist import expand
+
+    name = f"sizes-pilot-{RUN}"
+    spec = cli.write_spec(PILOT.format(name=name), f"{name}.yaml")
+    proc = cli("submit", spec, "--no-tui", "-q", env=slurm_cluster.env, check=0, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = read_store(cli.runs, name)
+    assert [t.params["nodes"] for t in trials] == [1, 2, 4] * 3
+    assert all(t.state == "completed" for t in trials), [(t.id, t.state) for t in trials]
+    assert len({t.job_id for t in trials}) == 1  # one pilot ran them all
+    runs = {}
+    for t in trials:
+        tdir = cli.runs / name / "trials" / f"{t.id:05d}"
+        nodes = expand(t.nodes)
+        assert len(set(nodes)) == t.params["nodes"], (t.id, t.nodes)
+        assert f"nodes={t.nodes}" in (tdir / "stdout.log").read_text()
+        runs[t.id] = (float((tdir / "t0").read_text()), float((tdir / "t1").read_text()),
+                      set(nodes))
+    for a, (a0, a1, a_nodes) in runs.items():
+        for b, (b0, b1, b_nodes) in runs.items():
+            if a < b and a_nodes & b_nodes:
+                assert a1 <= b0 or b1 <= a0, (a, b, runs[a], runs[b])  # never side by side
+    assert any(a0 < b1 and b0 < a1 for a, (a0, a1, _) in runs.items()
+               for b, (b0, b1, _) in runs.items() if a < b), runs  # some shared the pilot
+    for big in (t.id for t in trials if t.params["nodes"] == 4):
+        later = [tid for tid in runs if tid > big and runs[tid][0] < runs[big][0]]
+        assert not later, (big, later, runs)  # none overtook the 4-node trial
