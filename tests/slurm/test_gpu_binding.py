@@ -124,8 +124,10 @@ def test_gpu_trials_as_jobs_get_their_own_gpus_and_cores_on_every_node(
 
 
 @pytest.mark.parametrize(("nodes", "gpus", "launcher"),
-                         [(1, 1, "none"), (2, 2, "srun"), (2, 1, "torchrun")],
-                         ids=["1-node-1-gpu", "2-node-2-gpu-srun", "2-node-1-gpu-torchrun"])
+                         [(1, 1, "none"), (2, 2, "srun"), (2, 1, "torchrun"),
+                          (2, 1, "mpirun")],
+                         ids=["1-node-1-gpu", "2-node-2-gpu-srun", "2-node-1-gpu-torchrun",
+                              "2-node-1-gpu-mpirun"])
 def test_trials_in_a_two_node_pilot_get_their_slots_gpus_and_cores(
         cli, slurm_bound_cluster, nodes, gpus, launcher):
     """Two slots per node in a 2-node pilot: 1-node trials (on its first node as its own
