@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import resource
 import shlex
 from typing import Any
@@ -150,13 +151,42 @@ def _text_length(value: Any) -> int:
     return len(shlex.quote(shell_value(value))) + len(json.dumps(value))
 
 
+# A shell word as shlex.split (POSIX mode) reads it: unquoted text, '...', "..." (where a
+# backslash escapes only " and itself) and backslash escapes, run together. The same words
+# as shlex, in C: shlex reads a command one character at a time in Python (10.8 s for a
+# 4.5 MB batch script's command against a fraction of a second).
+_WORD = re.compile(r"""(?:[^ \t\r\n'"\\]+|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+""", re.S)
+_PIECE = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|\\(.)|([^'"\\]+)""", re.S)
+_IN_DOUBLE = re.compile(r'\\(["\\])')
+
+
 def _words(command: str) -> list[str]:
     """The words the shell passes as arguments, as far as shlex can tell; where it cannot
     (an unbalanced quote in a here-document), each line stands for a word."""
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return command.splitlines()
+    if _bytes(command) < MAX_ARG_STRLEN:  # no word of it can be too long: not needed
+        return [command]
+    words = split_words(command)
+    return command.splitlines() if words is None else words
+
+
+def split_words(command: str) -> list[str] | None:
+    """shlex.split(command), or None where shlex raises ValueError (an unbalanced quote,
+    a backslash at the end)."""
+    words, end = [], 0
+    for match in _WORD.finditer(command):
+        if command[end:match.start()].strip(" \t\r\n"):
+            return None
+        words.append(_unquoted(match.group()))
+        end = match.end()
+    return None if command[end:].strip(" \t\r\n") else words
+
+
+def _unquoted(word: str) -> str:
+    out = []
+    for single, double, escaped, plain in _PIECE.findall(word):
+        out.append(single or (_IN_DOUBLE.sub(r"\1", double) if double else "")
+                   or escaped or plain)
+    return "".join(out)
 
 
 def _bytes(text: str) -> int:
