@@ -176,8 +176,12 @@ def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_clus
     """scancel of the pilot while its trial runs: the driver learns it from sacct, counts the
     attempt as lost, and the retry runs in a new pilot to completion."""
     name = f"pl-scancel-{RUN}"
+    # `|| exit`: Slurm (proctrack/linuxproc) signals the job's processes one at a time; a
+    # `sleep` killed a moment before its shell let the shell run the next line, report and
+    # exit 0 (a fresh-clone run saw the attempt completed). A real trial killed fails.
     spec = cli.write_spec(SLEEPER.format(name=name, sleep=15, parallel=1, max=1, xs=[1],
-                                         pilot_nodes=2))
+                                         pilot_nodes=2).replace("sleep 15;",
+                                                                "sleep 15 || exit $?;"))
     driver = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
         first = None
