@@ -32,9 +32,9 @@ def test_a_stream_of_small_trials_does_not_starve_a_large_one(clock):
     for node in ("n1", "n2", "n3"):
         slots.give_back(small[node])
         assert slots.take(1, avoid=slots.reservation(4)) is None  # a new small trial waits
-        assert slots.take_reserved(slots.reservation(4)) is None  # n4 still runs
+        assert slots.take(4) is None  # n4 still runs
     slots.give_back(small["n4"])
-    grant = slots.take_reserved(slots.reservation(4))
+    grant = slots.take(4)  # the trial it was kept for
     assert grant.nodes == ("n1", "n2", "n3", "n4")
     # with no promise, a small trial would have taken the first freed node
     plain = Slots(["n1", "n2"], 1)
@@ -82,6 +82,6 @@ def test_gpu_slots_promise_one_slot_index_with_its_gpus(clock):
     assert promise.pairs == {("n1", 1), ("n2", 1)}
     assert slots.take(1, avoid=promise) is None     # (n2, 1) is free but promised
     slots.give_back(c)
-    grant = slots.take_reserved(slots.reservation(2))
+    grant = slots.take(2)  # the promised slot index, now whole
     assert (grant.nodes, grant.slot, grant.gpus) == (("n1", "n2"), 1, ("1",))
     assert slots.take(1) is None                    # a and b still hold slot 0

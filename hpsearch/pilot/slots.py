@@ -87,16 +87,6 @@ class Slots:
                 return self._grant(self._by_leaf(free, nodes_needed), slot, end)
         return None
 
-    def take_reserved(self, reservation: Reservation, seconds: float | None = None) \
-            -> Grant | None:
-        """The promised slots, once all are free (None until then)."""
-        if any(pair in self.busy for pair in reservation.pairs):
-            return None
-        slot = next(iter(reservation.pairs))[1]
-        order = {node: i for i, node in enumerate(self.nodes)}
-        nodes = tuple(sorted((node for node, _ in reservation.pairs), key=order.__getitem__))
-        return self._grant(nodes, slot, time.monotonic() + seconds if seconds else math.inf)
-
     def _grant(self, nodes: tuple[str, ...], slot: int, end: float) -> Grant:
         self.busy.update(((node, slot), end) for node in nodes)
         g = self.gpus_per_slot
