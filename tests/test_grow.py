@@ -51,7 +51,9 @@ def test_resume_trials_grows_a_finished_search_and_refuses_to_shrink_below_it(cl
 
 
 def test_resume_trials_reaches_a_running_driver(cli):
-    driver = cli.popen("submit", _spec(cli, "live", trials=2, sleep=1.0), "--no-tui")
+    # trials of 4 s: a fresh-clone run under the suite's load saw 2 of 1 s end before
+    # `resume` started, and resume then ran the search itself
+    driver = cli.popen("submit", _spec(cli, "live", trials=2, sleep=4.0), "--no-tui")
     try:
         deadline = time.monotonic() + 30
         while not (cli.runs / "live" / "store.sqlite").exists():
