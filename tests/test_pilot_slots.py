@@ -85,3 +85,26 @@ def test_gpu_slots_promise_one_slot_index_with_its_gpus(clock):
     grant = slots.take(2)  # the promised slot index, now whole
     assert (grant.nodes, grant.slot, grant.gpus) == (("n1", "n2"), 1, ("1",))
     assert slots.take(1) is None                    # a and b still hold slot 0
+
+
+def test_a_wider_trial_takes_adjacent_slots_with_all_their_gpus_and_is_promised_them(clock):
+    """Slots of 1 GPU (the smallest trial's share); a 2-GPU trial takes 2 adjacent slot
+    indices on each of its nodes, the same on every node, and their 2 GPUs; no GPU is held
+    twice. When no 2 adjacent slots are free it is promised the pair that frees first."""
+    slots = Slots(["n1", "n2"], 4, gpus_per_slot=1, gpu_ids=["0", "1", "2", "3"])
+    one = slots.take(1, seconds=10)
+    assert (one.nodes, one.gpus) == (("n1",), ("0",))
+    two = slots.take(2, seconds=50, width=2)  # n1's slot 0 is held: slots 1-2 on both
+    assert (two.nodes, tuple(two.indices), two.gpus) == (("n1", "n2"), (1, 2), ("1", "2"))
+    held = [pair for grant in (one, two) for pair in grant.pairs()]
+    assert len(held) == len(set(held)) == 5
+    rest = [slots.take(1, seconds=60) for _ in range(3)]
+    assert [(g.nodes, g.gpus) for g in rest] == [(("n2",), ("0",)), (("n1",), ("3",)),
+                                                 (("n2",), ("3",))]
+    assert slots.take(1, width=2) is None and slots.take(1, width=3) is None
+    promise = slots.reservation(1, width=2)  # n1's slots 0-1 free at t+50, before n2's
+    assert promise.pairs == {("n1", 0), ("n1", 1)} and promise.start == clock[0] + 50
+    slots.give_back(one)
+    assert slots.take(1, seconds=60, avoid=promise) is None  # it would end after t+50
+    assert slots.take(1, seconds=20, avoid=promise).gpus == ("0",)  # it ends first
+    assert slots.free_for(1) == 0

@@ -14,11 +14,13 @@ import pytest
 
 from hpsearch.errors import BadInput
 from hpsearch.executors import retry
+from hpsearch.executors.pilot_fleet import pilot_job_parameters
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import build_launch
+from hpsearch.pilot import protocol
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm.sbatch import batch_script
-from hpsearch.spec.model import Resources, Retries, RetryRule
+from hpsearch.spec.model import Resources, Retries, RetryRule, slot_width
 from hpsearch.spec.validate import parse_spec
 from tests.helpers import read_store
 from tests.test_planner import TOPOLOGY, TableSlurm
@@ -118,18 +120,37 @@ def test_a_float_range_or_a_conditional_parameter_cannot_size_a_trial():
     assert exc.key == "resources.nodes" and "exists only in some trials" in exc.detail
 
 
-def test_pilots_take_per_trial_nodes_and_refuse_other_per_trial_fields_for_now():
-    pilots = "executor: {type: slurm, pilots: {nodes: 2, time: '02:00:00'}}"
+def test_pilots_take_per_trial_sizes_in_slots_of_the_smallest_trial_and_refuse_per_trial_mem():
+    pilots = "executor: {type: slurm, pilots: {nodes: 2, time: '02:00:00', slots_per_node: 2}}"
     exc = _bad(SIZED.replace("executor: {type: slurm}", pilots))
-    assert (exc.line, exc.key) == (5, "resources.gpus_per_node")
-    assert "pilots take trials of several node counts (nodes), but not yet of several " \
-        "gpus_per_node" in exc.detail
-    only_nodes = re.sub(r'  (gpus_per_node|time|mem): "\{\w+\}"\n', "", SIZED)
-    only_nodes = re.sub(r"    (gpus|limit|memory): .*\n", "", only_nodes)
-    job = _spec(only_nodes.replace("executor: {type: slurm}", pilots)).slurm_job()
+    assert (exc.line, exc.key) == (7, "resources.mem")
+    assert "pilots take trials of several nodes, tasks, CPUs, GPUs and time limits, but not " \
+        "yet of several mem" in exc.detail
+    no_mem = SIZED.replace('  mem: "{memory}"\n', "").replace("    memory: {value: 4G}\n", "")
+    spec = _spec(no_mem.replace("executor: {type: slurm}", pilots))
+    job = spec.slurm_job()
     assert job.resources.nodes == 2 and job.node_sizes == (1, 2)
-    exc = _bad(only_nodes.replace("executor: {type: slurm}", pilots.replace("nodes: 2", "nodes: 1")))
+    # a slot is the smallest trial's share of a node: 1 GPU; a 2-GPU trial takes 2 slots
+    assert (job.slot.nodes, job.slot.gpus_per_node, job.resources.gpus_per_node) == (1, 1, 2)
+    assert slot_width(spec.resources.for_params(_params(1, 2)), job.slot) == 2
+    assert slot_width(spec.resources.for_params(_params(2, 1)), job.slot) == 1
+    # the pilot job asks for its slots: 2 per node of the smallest trial's GPUs
+    assert pilot_job_parameters(job, "p")["gpus_per_node"] == 2
+    exc = _bad(no_mem.replace("executor: {type: slurm}", pilots.replace("slots_per_node: 2",
+                                                                        "slots_per_node: 1")))
+    assert exc.key == "executor.pilots.slots_per_node" and "takes 2 slots of a node" in exc.detail
+    exc = _bad(no_mem.replace("executor: {type: slurm}", pilots.replace("nodes: 2", "nodes: 1")))
     assert exc.key == "executor.pilots.nodes" and "cannot hold a trial of 2 nodes" in exc.detail
+
+
+def test_an_assignment_carries_its_trials_own_size_and_time_limit():
+    no_mem = SIZED.replace('  mem: "{memory}"\n', "").replace("    memory: {value: 4G}\n", "")
+    spec = _spec(no_mem.replace("executor: {type: slurm}", "executor: {type: slurm, pilots: "
+                                "{nodes: 2, time: '02:00:00', slots_per_node: 2}}"))
+    launch = build_launch(spec, 3, 1, _params(2, 2, 90))
+    data = protocol.launch_to_dict(launch, 2)
+    assert {k: data[k] for k in ("nodes", "gpus_per_node", "tasks_per_node", "time", "width")} \
+        == {"nodes": 2, "gpus_per_node": 2, "tasks_per_node": 1, "time": 5400.0, "width": 2}
 
 
 def test_submit_refuses_a_bad_size_with_exit_2_and_writes_nothing(cli):

@@ -40,7 +40,7 @@ def pilot_job_parameters(job: SlurmJob, name: str, options: tuple[str, ...] = ()
     `options` (placement's --switches/--nodelist, chosen at submit time), which win.
     Pure: `hpsearch plan` prints the script these give."""
     from hpsearch.slurm.pilot_jobs import pilot_parameters
-    res, cfg = job.resources, _pilots(job)
+    res, cfg = job.slot, _pilots(job)  # a slot: the smallest trial's share of a node
     slots = cfg.slots_per_node
     mem = f"{int(memory_mb(res.mem) * slots)}M" if res.mem else None
     queue = {key: value for key, value in (("partition", res.partition),
@@ -171,11 +171,13 @@ class Fleet:
                                + (f" ({' '.join(options)})" if options else "")))
 
     def _config(self, pilot_id: int) -> dict:
-        res, ck = self.job.resources, self.job.checkpoints
+        # a slot's shape: the smallest trial's; an assignment says its own trial's size
+        res, ck = self.job.slot, self.job.checkpoints
         trial_time = parse_time_limit(res.time) if res.time else None
         return {"pilot": pilot_id, "experiment": self.job.name,
                 "time_limit": parse_time_limit(self.cfg.time), "nodes": self.cfg.nodes,
-                "slots_per_node": self.cfg.slots_per_node, "trial_nodes": res.nodes,
+                "slots_per_node": self.cfg.slots_per_node,
+                "trial_nodes": self.job.resources.nodes,
                 "trial_tasks_per_node": res.tasks_per_node,
                 "trial_cpus": res.tasks_per_node * res.cpus_per_task,
                 "trial_cpus_per_task": res.cpus_per_task,

@@ -36,7 +36,7 @@ from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit
-from hpsearch.spec.model import PILOT_RESERVE, SlurmJob
+from hpsearch.spec.model import PILOT_RESERVE, SlurmJob, slot_width
 from hpsearch.store.trusted import present
 
 TICK = 0.02  # seconds between looks at the pilots' files while waiting (part of the gap)
@@ -96,7 +96,7 @@ class PilotExecutor(Executor):
 
     def submit(self, launch: Launch) -> None:
         prepare_trial_dir(launch)
-        needed = (self.trial_time or 0.0) * launch.time_factor
+        needed = self._time(launch) * launch.time_factor
         if self.pilot_time is None:
             raise ValueError(f"executor.pilots.time {self.cfg.time!r} is not a Slurm time limit")
         if needed > self.pilot_time - PILOT_RESERVE:  # a retry rule's longer time limit
@@ -204,8 +204,16 @@ class PilotExecutor(Executor):
                 return
 
     def _room(self, launch: Launch) -> int:
-        """Node slots the attempt takes: one on each of its nodes."""
-        return (launch.resources or self.job.resources).nodes
+        """Node slots the attempt takes: its width (slot_width) on each of its nodes."""
+        own = launch.resources or self.job.resources
+        return own.nodes * slot_width(own, self.job.slot)
+
+    def _time(self, launch: Launch) -> float:
+        """Its time limit in seconds, before the retry rules' factor (0: none given)."""
+        own = launch.resources
+        if own is not None and own.time:
+            return parse_time_limit(own.time) or 0.0
+        return self.trial_time or 0.0
 
     def _free_in(self, pilot: PilotJob) -> int:
         return self.pilot_room - sum(self._room(b.launch) for b in self.bound.values()
@@ -215,30 +223,33 @@ class PilotExecutor(Executor):
         """Hand ready attempts, oldest first, to running pilots with room and time. The first
         that no pilot has room for now is promised the pilot where room comes soonest, as
         Slurm's backfill reserves nodes for the job at the head of its queue: later attempts
-        go to the other pilots only, so a stream of small trials never starves a large one
-        (in the pilot, its slots are kept for it likewise: hpsearch.pilot.slots). A pilot's
-        trials all have the same time limit, so none that comes later could end before the
-        promised room is there."""
+        go to the other pilots, or to the promised one only if their time limit ends them
+        before the promised room is there, so a stream of small trials never starves a large
+        one (in the pilot, its slots are kept for it likewise: hpsearch.pilot.slots)."""
         promised: PilotJob | None = None
+        promised_at = math.inf
         for launch in list(self.ready):
-            room, needed = self._room(launch), (self.trial_time or 0.0) * launch.time_factor
+            room, needed = self._room(launch), self._time(launch) * launch.time_factor
             live = [pilot for pilot in self.fleet.pilots.values()
                     if pilot.state == "running" and pilot.accepting()
                     and pilot.remaining() > needed + PILOT_MARGIN]
-            fits = [pilot for pilot in live
-                    if self._free_in(pilot) >= room and pilot is not promised]
+            backfills = needed > 0 and time.monotonic() + needed <= promised_at
+            fits = [pilot for pilot in live if self._free_in(pilot) >= room
+                    and (pilot is not promised or backfills)]
             if not fits:
                 if promised is None and live:
                     promised = min(live, key=lambda pilot: (self._room_at(pilot, room),
                                                             -self._free_in(pilot)))
+                    promised_at = self._room_at(promised, room)
                 continue
-            pilot = max(fits, key=self._free_in)
+            pilot = max(fits, key=lambda pilot: (pilot is not promised, self._free_in(pilot)))
             name = p.name_of(launch.trial_id, launch.attempt)
             self.fleet.store.bind_attempt(launch.trial_id, launch.attempt, pilot.job_id)
             # taken back from this pilot before? Then withdrawn/ must no longer hold it: a
             # withdraw whose reply was lost is told by the name there (protocol.move)
             p.discard(pilot.paths, name, "withdrawn")
-            p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(launch))
+            p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(
+                launch, slot_width(launch.resources or self.job.resources, self.job.slot)))
             self.ready.remove(launch)
             self.bound[launch.trial_id] = _Bound(launch, pilot, name)
 
@@ -248,9 +259,8 @@ class PilotExecutor(Executor):
         free = self._free_in(pilot)
         if free >= room:
             return time.monotonic()
-        if self.trial_time is None:
-            return math.inf
-        ends = sorted((b.at + self.trial_time * b.launch.time_factor, self._room(b.launch))
+        ends = sorted((b.at + self._time(b.launch) * b.launch.time_factor
+                       if self._time(b.launch) else math.inf, self._room(b.launch))
                       for b in self.bound.values() if b.pilot is pilot)
         for end, frees in ends:
             free += frees

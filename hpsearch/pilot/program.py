@@ -197,14 +197,15 @@ class Pilot:
             if needed > self.end - time.monotonic():
                 continue  # it does not fit the time left; the driver sees it unclaimed
             nodes = int(data.get("nodes") or self.cfg["trial_nodes"])
-            grant = self.slots.take(nodes, needed or None, avoid=promise)
+            width = int(data.get("width") or 1)
+            grant = self.slots.take(nodes, needed or None, avoid=promise, width=width)
             if grant is None:
-                promise = promise or self.slots.reservation(nodes)
+                promise = promise or self.slots.reservation(nodes, width)
                 continue
             if not p.move(self.paths, name, "inbox", "claimed"):
                 self.slots.give_back(grant)  # the driver withdrew it first
                 continue
-            self._start(name, p.launch_from_dict(data), grant)
+            self._start(name, p.launch_from_dict(data), grant, data)
 
     def _refused(self, message: str) -> None:
         if message not in self.refused:  # once per file, not at every look at it
@@ -212,16 +213,21 @@ class Pilot:
             print(f"hpsearch pilot: {message}", file=sys.stderr, flush=True)
 
     def _seconds_needed(self, data: dict) -> float:
-        base = self.cfg.get("trial_time")
+        """Its time limit (its own where trials have several, else the pilot's trial_time)
+        times the retry rules' factor; 0: none."""
+        base = data.get("time") or self.cfg.get("trial_time")
         return float(base) * float(data.get("time_factor") or 1.0) if base else 0.0
 
-    def _start(self, name: str, launch: Launch, grant: Grant) -> None:
+    def _start(self, name: str, launch: Launch, grant: Grant, data: dict) -> None:
         nodes = compress(list(grant.nodes))
         n = len(grant.nodes)
-        tasks = int(self.cfg["trial_tasks_per_node"])
-        cpus_per_task = int(self.cfg.get("trial_cpus_per_task")
+        tasks = int(data.get("tasks_per_node") or self.cfg["trial_tasks_per_node"])
+        cpus_per_task = int(data.get("cpus_per_task") or self.cfg.get("trial_cpus_per_task")
                             or int(self.cfg["trial_cpus"]) // max(1, tasks))
         slot_cpus, node_cpus = int(self.cfg["trial_cpus"]), self._node_cpus()
+        if data.get("time"):  # its own time limit: the runner's timeout for it
+            launch = dataclasses.replace(launch, time_factor=launch.time_factor * float(
+                data["time"]) / float(self.cfg.get("trial_time") or data["time"]))
         env = {**launch.env,
                **(warm_servers.scope(self.alloc.job_id) if self.warm is not None else {}),
                # the trial's own size, not the pilot job's (hpsearch.slurm.environment)
@@ -229,7 +235,7 @@ class Pilot:
                                  [self.alloc.gpu_ids.index(g) for g in grant.gpus],
                                  self.cfg.get("trial_mem_mb"), node_cpus,
                                  list(range(grant.slot * slot_cpus,
-                                            (grant.slot + 1) * slot_cpus))),
+                                            (grant.slot + grant.width) * slot_cpus))),
                # the trial's own srun steps share the pilot's nodes with other trials' steps:
                # the pilot's slots, not Slurm's step accounting, keep them apart
                "SLURM_OVERLAP": "1",

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.executors.base import Launch
+from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.trial import write_json_atomic
 
@@ -199,15 +200,22 @@ def where(paths: PilotPaths, name: str) -> str | None:
 
 # -- assignments ------------------------------------------------------------------------------
 
-def launch_to_dict(launch: Launch) -> dict:
-    """An assignment: everything the pilot needs to run the attempt. Its time limit is the
-    pilot's `trial_time` times `time_factor` (the retry rules may raise it)."""
+def launch_to_dict(launch: Launch, width: int = 1) -> dict:
+    """An assignment: everything the pilot needs to run the attempt. Its time limit is its
+    own `time` (else the pilot's `trial_time`) times `time_factor` (the retry rules may
+    raise it). Where trials of several sizes share the pilot, its own size: its nodes,
+    tasks, CPUs and GPUs per node, and `width`, the slots it takes on each of its nodes
+    (hpsearch.spec.model.slot_width)."""
+    res = launch.resources
+    own = {} if res is None else {
+        "nodes": res.nodes, "tasks_per_node": res.tasks_per_node,
+        "cpus_per_task": res.cpus_per_task, "gpus_per_node": res.gpus_per_node,
+        "time": parse_time_limit(res.time) if res.time else None, "width": width}
     return {"trial_id": launch.trial_id, "attempt": launch.attempt, "command": launch.command,
             "env": dict(launch.env), "trial_dir": str(launch.trial_dir),
             "workdir": str(launch.workdir), "params": launch.params,
             "time_factor": launch.time_factor, "assigned": time.time(),
-            # its own node count, where trials of several sizes share the pilot
-            "nodes": launch.resources.nodes if launch.resources is not None else None}
+            "nodes": None, **own}
 
 
 def launch_from_dict(data: dict) -> Launch:

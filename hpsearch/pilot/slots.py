@@ -1,9 +1,10 @@
 """A pilot's slots: which of its nodes (and GPUs) each running trial holds.
 
-Every node of a pilot has `per_node` slots; one slot is one trial's share of a node (its
-tasks' CPUs and its GPUs). A trial of n nodes takes the same slot index on n nodes, so its
-GPUs have the same ids on each of them (one CUDA_VISIBLE_DEVICES for all its ranks). Slot
-index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Where the leaf switch of each
+Every node of a pilot has `per_node` slots; one slot is the smallest trial's share of a
+node (its tasks' CPUs and its GPUs). A trial of n nodes takes the same slot indices on n
+nodes, so its GPUs have the same ids on each of them (one CUDA_VISIBLE_DEVICES for all its
+ranks): `width` adjacent ones on each (a larger trial's share: hpsearch.spec.model.slot_width).
+Slot index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Where the leaf switch of each
 node is known, a multi-node trial gets nodes under one leaf (the fullest leaf that holds it,
 so emptier leaves stay whole for later trials), else the fewest leaves. A node set aside
 (`set_aside`: a trial was lost there) gets no new trial until its time is up. Pure
@@ -28,11 +29,20 @@ Pair = tuple[str, int]  # (node, slot index)
 
 @dataclass(frozen=True)
 class Grant:
-    """What one trial holds: its nodes (the first runs its command), slot index, GPU ids."""
+    """What one trial holds: its nodes (the first runs its command), its first slot index
+    and how many from there (`width`) on each, their GPU ids."""
 
     nodes: tuple[str, ...]
     slot: int
     gpus: tuple[str, ...] = ()
+    width: int = 1
+
+    @property
+    def indices(self) -> range:
+        return range(self.slot, self.slot + self.width)
+
+    def pairs(self) -> list[Pair]:
+        return [(node, k) for node in self.nodes for k in self.indices]
 
 
 @dataclass(frozen=True)
@@ -70,33 +80,37 @@ class Slots:
         return [node for node in self.nodes if self.aside.get(node, 0.0) <= now]
 
     def take(self, nodes_needed: int, seconds: float | None = None,
-             avoid: Reservation | None = None) -> Grant | None:
-        """Slots for one trial of `nodes_needed` nodes, or None if they are not free now.
-        Slot 0 on every node before slot 1 on any: trials spread over the nodes. `seconds`:
-        how long it will run, if known. `avoid`: slots promised to a larger trial, which
-        this one may use only if it ends before they are all free."""
+             avoid: Reservation | None = None, width: int = 1) -> Grant | None:
+        """Slots for one trial of `nodes_needed` nodes, `width` slots on each, or None if
+        they are not free now. Slot 0 on every node before slot 1 on any: trials spread
+        over the nodes. `seconds`: how long it will run, if known. `avoid`: slots promised
+        to a larger trial, which this one may use only if it ends before they are all free."""
         now = time.monotonic()
         end = now + seconds if seconds else math.inf
         backfills = avoid is None or (end < math.inf and end <= avoid.start)
         promised = frozenset() if backfills or avoid is None else avoid.pairs
         usable = self._usable()
-        for slot in range(self.per_node):
+        for slot in range(self.per_node - width + 1):
+            block = range(slot, slot + width)
             free = [node for node in usable
-                    if (node, slot) not in self.busy and (node, slot) not in promised]
+                    if not any((node, k) in self.busy or (node, k) in promised
+                               for k in block)]
             if len(free) >= nodes_needed:
-                return self._grant(self._by_leaf(free, nodes_needed), slot, end)
+                return self._grant(self._by_leaf(free, nodes_needed), slot, end, width)
         return None
 
-    def _grant(self, nodes: tuple[str, ...], slot: int, end: float) -> Grant:
-        self.busy.update(((node, slot), end) for node in nodes)
+    def _grant(self, nodes: tuple[str, ...], slot: int, end: float, width: int) -> Grant:
         g = self.gpus_per_slot
-        return Grant(nodes, slot, tuple(self.gpu_ids[slot * g:(slot + 1) * g]))
+        grant = Grant(nodes, slot, tuple(self.gpu_ids[slot * g:(slot + width) * g]), width)
+        self.busy.update((pair, end) for pair in grant.pairs())
+        return grant
 
-    def reservation(self, nodes_needed: int) -> Reservation | None:
-        """The slots a trial of `nodes_needed` nodes that does not fit now is promised: one
-        slot index on that many nodes (under one leaf where one holds them), those whose
-        trials end first (free ones first, then known ends; unknown ends last), so that the
-        promise only gains free slots as trials end. None if the pilot never holds it."""
+    def reservation(self, nodes_needed: int, width: int = 1) -> Reservation | None:
+        """The slots a trial of `nodes_needed` nodes, `width` on each, that does not fit now
+        is promised: the same slot indices on that many nodes (under one leaf where one
+        holds them), those whose trials end first (free ones first, then known ends;
+        unknown ends last), so that the promise only gains free slots as trials end. None
+        if the pilot never holds it."""
         now, usable = time.monotonic(), self._usable()
         groups: dict[str, list[str]] = {}
         for node in usable:
@@ -104,16 +118,18 @@ class Slots:
         candidates = [nodes for nodes in groups.values() if len(nodes) >= nodes_needed] \
             or ([usable] if len(usable) >= nodes_needed else [])
         best: tuple[tuple[float, int], Reservation] | None = None
-        for slot in range(self.per_node):
+        for slot in range(self.per_node - width + 1):
+            block = range(slot, slot + width)
             for nodes in candidates:
-                ends = sorted((max(now, self.busy.get((node, slot), now)), i, node)
-                              for i, node in enumerate(nodes))[:nodes_needed]
+                ends = sorted((max(now, *(self.busy.get((node, k), now) for k in block)),
+                               i, node) for i, node in enumerate(nodes))[:nodes_needed]
                 start = max(end for end, _, _ in ends)
-                free = sum(1 for _, _, node in ends if (node, slot) not in self.busy)
+                free = sum(1 for _, _, node in ends
+                           if not any((node, k) in self.busy for k in block))
                 rank = (start, -free)
                 if best is None or rank < best[0]:
-                    best = (rank, Reservation(frozenset((node, slot) for _, _, node in ends),
-                                              start))
+                    best = (rank, Reservation(frozenset((node, k) for _, _, node in ends
+                                                        for k in block), start))
         return None if best is None else best[1]
 
     def _by_leaf(self, free: list[str], n: int) -> tuple[str, ...]:
@@ -134,12 +150,12 @@ class Slots:
         return tuple(sorted(chosen, key=order.__getitem__))
 
     def give_back(self, grant: Grant) -> None:
-        for node in grant.nodes:
-            self.busy.pop((node, grant.slot), None)
+        for pair in grant.pairs():
+            self.busy.pop(pair, None)
 
     def hold(self, grant: Grant) -> None:
         """Mark a grant held (a pilot that found its trial still running after a restart)."""
-        self.busy.update(((node, grant.slot), math.inf) for node in grant.nodes)
+        self.busy.update((pair, math.inf) for pair in grant.pairs())
 
     def free_for(self, nodes_needed: int) -> int:
         """How many more trials of `nodes_needed` nodes could start now."""

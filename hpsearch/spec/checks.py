@@ -13,7 +13,7 @@ import unicodedata
 from typing import TYPE_CHECKING
 
 from hpsearch.errors import shown  # noqa: F401 - re-exported for the validators
-from hpsearch.spec.model import PILOT_RESERVE
+from hpsearch.spec.model import PILOT_RESERVE, slot_width
 
 if TYPE_CHECKING:
     from hpsearch.spec.model import Pilots, Resources, Spec
@@ -169,20 +169,28 @@ def pilot_heartbeat(pilots: Pilots, heartbeat_given: bool) -> tuple[str, str] | 
     return None
 
 
-def pilots_fit(resources: Resources, pilots: Pilots | None) -> tuple[tuple[str, ...], str] | None:
+def pilots_fit(resources: Resources, pilots: Pilots | None,
+               slot: Resources | None = None) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) if no trial could ever run in a pilot: it needs more nodes than a
-    pilot holds, or a longer time limit than a whole pilot has; or trials of several sizes
-    (per-trial resources) other than in nodes, which pilots do not take yet; or None.
-    With per-trial nodes, `resources.nodes` is the largest (Resources.per_trial)."""
+    pilot holds, more slots of a node than it has (`slot`: one slot's shape, Spec.slot), or
+    a longer time limit than a whole pilot has; or per-trial memory, which pilots do not
+    take yet; or None. With per-trial resources, each field holds its largest value
+    (Resources.per_trial)."""
     if pilots is None:
         return None
-    for key, param in resources.per_trial:  # a slot's shape is one for all (pilot.slots)
-        if key != "nodes":
+    for key, param in resources.per_trial:  # every other field sizes the trial's slots
+        if key == "mem":
             return ("resources", key), (
-                f"pilots take trials of several node counts (nodes), but not yet of several "
-                f"{key}: every slot of a pilot has the same shape, and {key} takes the value "
-                f"of parameter '{param}'; give {key} one value, or run the search without "
-                "executor.pilots (as jobs or arrays)")
+                f"pilots take trials of several nodes, tasks, CPUs, GPUs and time limits, but "
+                f"not yet of several mem: a pilot's slots have one memory size, and mem takes "
+                f"the value of parameter '{param}'; give mem one value, or run the search "
+                "without executor.pilots (as jobs or arrays)")
+    width = slot_width(resources, slot or resources)
+    if width > pilots.slots_per_node:
+        return ("executor", "pilots", "slots_per_node"), (
+            f"the largest trial ({resources.size()}) takes {width} slots of a node, each "
+            f"slot the smallest trial's share ({(slot or resources).size()}); expected "
+            f"slots_per_node >= {width}")
     where = ("executor", "pilots")
     if resources.nodes > pilots.nodes:
         return where + ("nodes",), (f"a pilot of {pilots.nodes} node(s) cannot hold a trial of "

@@ -222,6 +222,16 @@ class Resources:
                         if getattr(self, name) is not None)
 
 
+def slot_width(own: Resources, slot: Resources) -> int:
+    """How many of a pilot's slots (each the shape of `slot`: SlurmJob.slot) a trial of
+    `own` resources takes on each of its nodes: enough for its tasks' CPUs and its GPUs."""
+    width = -(-(own.tasks_per_node * own.cpus_per_task)
+              // max(1, slot.tasks_per_node * slot.cpus_per_task))
+    if own.gpus_per_node and slot.gpus_per_node:
+        width = max(width, -(-own.gpus_per_node // slot.gpus_per_node))
+    return max(1, width)
+
+
 # Why an attempt ended without a result (hpsearch.executors.retry.classify), each with its own rule.
 FAILURE_CLASSES = ("exit", "no_objective", "timeout", "out_of_memory", "node_fail", "boot_fail",
                    "preempted", "interrupted", "launch_error", "lost", "other")
@@ -401,7 +411,21 @@ class Spec:
         """The part of the spec its Slurm jobs (trials, arrays, pilots) are made of."""
         return SlurmJob(self.name, self.instance, self.created, self.experiment_dir,
                         self.search.parallel, self.resources, self.executor, self.placement,
-                        self.checkpoints, self.sizes("nodes"))
+                        self.checkpoints, self.sizes("nodes"), self.slot())
+
+    def slot(self) -> Resources:
+        """One slot of a pilot (executor.pilots.slots_per_node per node): the smallest trial's
+        share of a node, field by field (the fewest tasks, CPUs per task and GPUs, GPUs
+        counting only trials that ask for some). A larger trial takes several slots of each
+        of its nodes (slot_width). Without per-trial fields, every trial's resources."""
+        res = self.resources
+        if not res.per_trial:
+            return res
+        gpus = [n for n in self.sizes("gpus_per_node") if n > 0]
+        return replace(res, per_trial=(), nodes=self.sizes("nodes")[0],
+                       tasks_per_node=self.sizes("tasks_per_node")[0],
+                       cpus_per_task=self.sizes("cpus_per_task")[0],
+                       gpus_per_node=gpus[0] if gpus else 0)
 
 
 @dataclass(frozen=True)
@@ -422,3 +446,9 @@ class SlurmJob:
     checkpoints: Checkpoints
     # Every node count a trial may take (Spec.sizes): trials of several sizes share pilots.
     node_sizes: tuple[int, ...] = ()
+    # A pilot slot's shape (Spec.slot); None: `resources`, every trial's.
+    slot_shape: Resources | None = None
+
+    @property
+    def slot(self) -> Resources:
+        return self.slot_shape or self.resources

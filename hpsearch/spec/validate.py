@@ -211,7 +211,7 @@ class _Validator:
             env=env, raw=raw,
             share=self.choice(top.get("share", "private"), ("share",), m.SHARES, "share"),
         )
-        found = checks.pilots_fit(spec.resources, spec.executor.pilots)
+        found = checks.pilots_fit(spec.resources, spec.executor.pilots, spec.slot())
         if found:
             keys, problem = found
             unwritten = "" if keys in self.lines else \

@@ -87,15 +87,16 @@ def _ranks(cli, name: str) -> list[dict]:
     return ranks
 
 
-def _check(ranks: list[dict], gpus_of, nodes_of) -> None:
-    """Each rank: its trial's GPUs (as Slurm named them), one CPU; every trial has a rank on
+def _check(ranks: list[dict], gpus_of, nodes_of, cpus_of=lambda r: 1) -> None:
+    """Each rank: its trial's GPUs (as Slurm named them), its CPUs (one for a 1-CPU task;
+    `cpus_of`); every trial has a rank on
     each of its nodes; trials that ran at once on a node share no GPU and no core, and some
     did run at once (else nothing was tested)."""
     by_trial: dict[int, set[str]] = {}
     for r in ranks:
         cvd = r["cvd"].split(",")
         assert len(cvd) == gpus_of(r) and r["gpus"] == r["cvd"], r
-        assert len(_cpus(r["cpus"])) == 1, r  # a 1-CPU task is held to one core
+        assert len(_cpus(r["cpus"])) == cpus_of(r), r  # a 1-CPU task is held to one core
         by_trial.setdefault(r["trial"], set()).add(r["node"])
     assert all(len(nodes) == nodes_of(t) for t, nodes in by_trial.items()), by_trial
     shared = 0
@@ -144,6 +145,25 @@ def test_trials_in_a_two_node_pilot_get_their_slots_gpus_and_cores(
     ranks = _ranks(cli, name)
     _check(ranks, lambda r: gpus, lambda t: nodes)
     assert len({r["node"] for r in ranks}) == 2  # the pilot's two nodes both ran trials
+
+
+SIZED = PILOT.replace("x: {{choices: [1, 2, 3, 4]}}",
+                      "x: {{choices: [1, 2, 3]}}\n    g: {{choices: [1, 2]}}")
+
+
+def test_trials_of_one_and_two_gpus_share_a_pilot_each_on_its_own_gpus_and_cores(
+        cli, slurm_bound_cluster):
+    """Per-trial GPUs in a pilot (issue 25 item 1): a slot is the smallest trial's share (1
+    GPU, 1 core), and a 2-GPU trial takes 2 adjacent slots of its node, with both their GPUs
+    and cores; 1- and 2-GPU trials run side by side, on the pilot's first node and, through
+    srun, its second, and no two at once on a node share a GPU or a core."""
+    name = f"bind-sized-{RUN}"
+    spec = cli.write_spec(SIZED.format(name=name, probe=PROBE, nodes=1, gpus='"{g}"',
+                                       launcher="none", parallel=4), f"{name}.yaml")
+    cli("submit", spec, "--no-tui", "-q", env=slurm_bound_cluster.env, check=0, timeout=300)
+    ranks = _ranks(cli, name)
+    _check(ranks, lambda r: r["params"]["g"], lambda t: 1, lambda r: r["params"]["g"])
+    assert {r["params"]["g"] for r in ranks} == {1, 2} and len({r["node"] for r in ranks}) == 2
 
 
 WARM = """

@@ -116,3 +116,55 @@ def test_one_pilot_runs_trials_of_1_2_and_4_nodes_and_never_starves_the_4_node_o
     for big in (t.id for t in trials if t.params["nodes"] == 4):
         later = [tid for tid in runs if tid > big and runs[tid][0] < runs[big][0]]
         assert not later, (big, later, runs)  # none overtook the 4-node trial
+
+
+BACKFILL = """
+name: {name}
+command: >-
+  date +%s.%N > "$HPSEARCH_TRIAL_DIR/t0"; sleep {{s}};
+  date +%s.%N > "$HPSEARCH_TRIAL_DIR/t1"; echo "@hpsearch step=0 loss={{s}}"
+search:
+  strategy: random
+  trials: 4
+  parallel: 4
+  seed: 1
+  space:
+    n: {{choices: [1, 4]}}
+    limit: {{choices: ["00:01:00", "00:03:00"]}}
+    s: {{choices: [2, 6]}}
+  enqueue:
+    - {{n: 1, limit: "00:03:00", s: 6}}
+    - {{n: 4, limit: "00:01:00", s: 2}}
+    - {{n: 1, limit: "00:01:00", s: 2}}
+    - {{n: 1, limit: "00:03:00", s: 2}}
+objective: {{metric: loss}}
+resources: {{nodes: "{{n}}", time: "{{limit}}"}}
+executor:
+  type: slurm
+  poll_interval: 0.5
+  pilots: {{nodes: 4, max: 1, slots_per_node: 1, time: "00:05:00", idle_timeout: 10,
+            heartbeat: 1}}
+"""
+
+
+def test_a_trial_whose_own_time_limit_ends_it_first_backfills_a_4_node_trials_promise(
+        cli, slurm_cluster):
+    """Per-trial time limits in a pilot (issue 25 item 1), Slurm's backfill rule: trial 1
+    (4 nodes) waits for trial 0 (1 node, 3-minute limit); trial 2 (1 minute) may start
+    meanwhile on the nodes promised to trial 1, as it will be done before trial 0's limit;
+    trial 3 (3 minutes, not done by then) may not, and starts after trial 1. With one time
+    limit for all, trial 2 would wait for trial 1 too."""
+    name = f"sizes-backfill-{RUN}"
+    spec = cli.write_spec(BACKFILL.format(name=name), f"{name}.yaml")
+    proc = cli("submit", spec, "--no-tui", "-q", env=slurm_cluster.env, check=0, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _, trials = read_store(cli.runs, name)
+    assert [(t.params["n"], t.params["limit"]) for t in trials] == [
+        (1, "00:03:00"), (4, "00:01:00"), (1, "00:01:00"), (1, "00:03:00")]
+    assert all(t.state == "completed" for t in trials) and len({t.job_id for t in trials}) == 1
+    t0 = {t.id: float((cli.runs / name / "trials" / f"{t.id:05d}" / "t0").read_text())
+          for t in trials}
+    t1 = {t.id: float((cli.runs / name / "trials" / f"{t.id:05d}" / "t1").read_text())
+          for t in trials}
+    assert t0[2] < t0[1], (t0, t1)  # backfilled ahead of the 4-node trial
+    assert t0[1] >= t1[0] and t0[3] >= t1[1], (t0, t1)  # the others waited their turn
