@@ -120,37 +120,39 @@ def test_a_float_range_or_a_conditional_parameter_cannot_size_a_trial():
     assert exc.key == "resources.nodes" and "exists only in some trials" in exc.detail
 
 
-def test_pilots_take_per_trial_sizes_in_slots_of_the_smallest_trial_and_refuse_per_trial_mem():
-    pilots = "executor: {type: slurm, pilots: {nodes: 2, time: '02:00:00', slots_per_node: 2}}"
-    exc = _bad(SIZED.replace("executor: {type: slurm}", pilots))
-    assert (exc.line, exc.key) == (7, "resources.mem")
-    assert "pilots take trials of several nodes, tasks, CPUs, GPUs and time limits, but not " \
-        "yet of several mem" in exc.detail
-    no_mem = SIZED.replace('  mem: "{memory}"\n', "").replace("    memory: {value: 4G}\n", "")
-    spec = _spec(no_mem.replace("executor: {type: slurm}", pilots))
+def test_pilots_take_per_trial_sizes_in_slots_of_the_smallest_trial():
+    pilots = "executor: {type: slurm, pilots: {nodes: 2, time: '02:00:00', slots_per_node: 4}}"
+    sized = SIZED.replace("memory: {value: 4G}", "memory: {choices: [2G, 4G, 3000]}")
+    spec = _spec(sized.replace("executor: {type: slurm}", pilots))
     job = spec.slurm_job()
     assert job.resources.nodes == 2 and job.node_sizes == (1, 2)
-    # a slot is the smallest trial's share of a node: 1 GPU; a 2-GPU trial takes 2 slots
-    assert (job.slot.nodes, job.slot.gpus_per_node, job.resources.gpus_per_node) == (1, 1, 2)
+    # a slot is the smallest trial's share of a node: 1 GPU, 2G; a 2-GPU trial takes 2 slots
+    assert (job.slot.nodes, job.slot.gpus_per_node, job.slot.mem) == (1, 1, "2G")
+    assert (job.resources.gpus_per_node, job.resources.mem) == (2, "4G")
     assert slot_width(spec.resources.for_params(_params(1, 2)), job.slot) == 2
-    assert slot_width(spec.resources.for_params(_params(2, 1)), job.slot) == 1
-    # the pilot job asks for its slots: 2 per node of the smallest trial's GPUs
-    assert pilot_job_parameters(job, "p")["gpus_per_node"] == 2
-    exc = _bad(no_mem.replace("executor: {type: slurm}", pilots.replace("slots_per_node: 2",
-                                                                        "slots_per_node: 1")))
+    assert slot_width(spec.resources.for_params({**_params(2, 1), "memory": "2G"}),
+                      job.slot) == 1
+    assert slot_width(spec.resources.for_params({**_params(2, 1), "memory": "3000"}),
+                      job.slot) == 2  # 3000 MB: more than one slot's 2048
+    # the pilot job asks for its slots: 4 per node of the smallest trial's GPUs and memory
+    asked = pilot_job_parameters(job, "p")
+    assert asked["gpus_per_node"] == 4 and asked["additional_parameters"]["mem"] == "8192M"
+    exc = _bad(sized.replace("executor: {type: slurm}", pilots.replace("slots_per_node: 4",
+                                                                       "slots_per_node: 1")))
     assert exc.key == "executor.pilots.slots_per_node" and "takes 2 slots of a node" in exc.detail
-    exc = _bad(no_mem.replace("executor: {type: slurm}", pilots.replace("nodes: 2", "nodes: 1")))
+    exc = _bad(sized.replace("executor: {type: slurm}", pilots.replace("nodes: 2", "nodes: 1")))
     assert exc.key == "executor.pilots.nodes" and "cannot hold a trial of 2 nodes" in exc.detail
 
 
 def test_an_assignment_carries_its_trials_own_size_and_time_limit():
-    no_mem = SIZED.replace('  mem: "{memory}"\n', "").replace("    memory: {value: 4G}\n", "")
-    spec = _spec(no_mem.replace("executor: {type: slurm}", "executor: {type: slurm, pilots: "
-                                "{nodes: 2, time: '02:00:00', slots_per_node: 2}}"))
+    spec = _spec(SIZED.replace("executor: {type: slurm}", "executor: {type: slurm, pilots: "
+                               "{nodes: 2, time: '02:00:00', slots_per_node: 2}}"))
     launch = build_launch(spec, 3, 1, _params(2, 2, 90))
     data = protocol.launch_to_dict(launch, 2)
-    assert {k: data[k] for k in ("nodes", "gpus_per_node", "tasks_per_node", "time", "width")} \
-        == {"nodes": 2, "gpus_per_node": 2, "tasks_per_node": 1, "time": 5400.0, "width": 2}
+    assert {k: data[k] for k in ("nodes", "gpus_per_node", "tasks_per_node", "time", "width",
+                                 "mem_mb")} \
+        == {"nodes": 2, "gpus_per_node": 2, "tasks_per_node": 1, "time": 5400.0, "width": 2,
+            "mem_mb": 4096}
 
 
 def test_submit_refuses_a_bad_size_with_exit_2_and_writes_nothing(cli):

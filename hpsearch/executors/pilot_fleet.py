@@ -19,14 +19,13 @@ import time
 from dataclasses import dataclass, field
 
 from hpsearch.executors.base import Note
-from hpsearch.executors.retry import memory_mb
 from hpsearch.pilot import protocol as p
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
 from hpsearch.slurm.parse import JobRecord, parse_time_limit
-from hpsearch.spec.model import Pilots, SlurmJob
+from hpsearch.spec.model import Pilots, SlurmJob, memory_mb
 from hpsearch.store import rows as r
 
 # Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.executors.retry).

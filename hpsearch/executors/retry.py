@@ -15,12 +15,11 @@ limits and requeues as it needs.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hpsearch.executors.base import Ended
-from hpsearch.spec.model import Resources, Retries
+from hpsearch.spec.model import Resources, Retries, memory_mb
 from hpsearch.trial import EXIT_RESUME
 
 RESUMABLE = ("timeout", "preempted", "interrupted", "node_fail")
@@ -146,18 +145,6 @@ def next_overrides(retries: Retries, resources: Resources, history: Iterable[Att
             extra.append(f"--time={format_slurm_time(seconds)}")
         notes.append(f"time limit x{limit:g}")
     return Overrides(tuple(extra), limit, tuple(notes))
-
-
-_MEM = re.compile(r"^(\d+)([KMGT]?)B?$", re.I)
-
-
-def memory_mb(text: str) -> float:
-    """A Slurm memory size (4G, 4000, 4000M, 512K, 1T) in megabytes (Slurm's default unit)."""
-    found = _MEM.match(str(text).strip())
-    if found is None:
-        raise ValueError(f"not a Slurm memory size: {text!r} (expected e.g. 4G, 4000M, 512K)")
-    number, unit = found.groups()
-    return int(number) * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[unit.upper()]
 
 
 def slurm_time_seconds(text: str) -> int:

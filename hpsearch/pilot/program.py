@@ -233,7 +233,8 @@ class Pilot:
                # the trial's own size, not the pilot job's (hpsearch.slurm.environment)
                **for_pilot_trial(nodes, n, tasks, cpus_per_task, grant.gpus,
                                  [self.alloc.gpu_ids.index(g) for g in grant.gpus],
-                                 self.cfg.get("trial_mem_mb"), node_cpus,
+                                 data.get("mem_mb") or self.cfg.get("trial_mem_mb"),
+                                 node_cpus,
                                  list(range(grant.slot * slot_cpus,
                                             (grant.slot + grant.width) * slot_cpus))),
                # the trial's own srun steps share the pilot's nodes with other trials' steps:

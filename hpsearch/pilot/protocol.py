@@ -38,6 +38,7 @@ from pathlib import Path
 
 from hpsearch.executors.base import Launch
 from hpsearch.slurm.parse import parse_time_limit
+from hpsearch.spec.model import memory_mb
 from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.trial import write_json_atomic
 
@@ -210,7 +211,8 @@ def launch_to_dict(launch: Launch, width: int = 1) -> dict:
     own = {} if res is None else {
         "nodes": res.nodes, "tasks_per_node": res.tasks_per_node,
         "cpus_per_task": res.cpus_per_task, "gpus_per_node": res.gpus_per_node,
-        "time": parse_time_limit(res.time) if res.time else None, "width": width}
+        "time": parse_time_limit(res.time) if res.time else None, "width": width,
+        "mem_mb": int(memory_mb(res.mem)) if res.mem else None}
     return {"trial_id": launch.trial_id, "attempt": launch.attempt, "command": launch.command,
             "env": dict(launch.env), "trial_dir": str(launch.trial_dir),
             "workdir": str(launch.workdir), "params": launch.params,

@@ -173,18 +173,10 @@ def pilots_fit(resources: Resources, pilots: Pilots | None,
                slot: Resources | None = None) -> tuple[tuple[str, ...], str] | None:
     """(key path, problem) if no trial could ever run in a pilot: it needs more nodes than a
     pilot holds, more slots of a node than it has (`slot`: one slot's shape, Spec.slot), or
-    a longer time limit than a whole pilot has; or per-trial memory, which pilots do not
-    take yet; or None. With per-trial resources, each field holds its largest value
-    (Resources.per_trial)."""
+    a longer time limit than a whole pilot has; or None. With per-trial resources, each
+    field holds its largest value (Resources.per_trial)."""
     if pilots is None:
         return None
-    for key, param in resources.per_trial:  # every other field sizes the trial's slots
-        if key == "mem":
-            return ("resources", key), (
-                f"pilots take trials of several nodes, tasks, CPUs, GPUs and time limits, but "
-                f"not yet of several mem: a pilot's slots have one memory size, and mem takes "
-                f"the value of parameter '{param}'; give mem one value, or run the search "
-                "without executor.pilots (as jobs or arrays)")
     width = slot_width(resources, slot or resources)
     if width > pilots.slots_per_node:
         return ("executor", "pilots", "slots_per_node"), (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -222,13 +224,28 @@ class Resources:
                         if getattr(self, name) is not None)
 
 
+_MEM = re.compile(r"^(\d+)([KMGT]?)B?$", re.I)
+
+
+def memory_mb(text: str) -> float:
+    """A Slurm memory size (4G, 4000, 4000M, 512K, 1T) in megabytes (Slurm's default unit)."""
+    found = _MEM.match(str(text).strip())
+    if found is None:
+        raise ValueError(f"not a Slurm memory size: {text!r} (expected e.g. 4G, 4000M, 512K)")
+    number, unit = found.groups()
+    return int(number) * {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}[unit.upper()]
+
+
 def slot_width(own: Resources, slot: Resources) -> int:
     """How many of a pilot's slots (each the shape of `slot`: SlurmJob.slot) a trial of
-    `own` resources takes on each of its nodes: enough for its tasks' CPUs and its GPUs."""
+    `own` resources takes on each of its nodes: enough for its tasks' CPUs, its GPUs and
+    its memory."""
     width = -(-(own.tasks_per_node * own.cpus_per_task)
               // max(1, slot.tasks_per_node * slot.cpus_per_task))
     if own.gpus_per_node and slot.gpus_per_node:
         width = max(width, -(-own.gpus_per_node // slot.gpus_per_node))
+    if own.mem and slot.mem:
+        width = max(width, math.ceil(memory_mb(own.mem) / memory_mb(slot.mem) - 1e-9))
     return max(1, width)
 
 
@@ -389,18 +406,20 @@ class Spec:
     def sizes(self, key: str) -> tuple[int, ...]:
         """Every value an integer field of `resources` takes in some trial, smallest first:
         its own value, or with a per-trial field every value its parameter can take."""
+        return tuple(sorted({int(value) for value in self._values(key)}))
+
+    def _values(self, key: str) -> list[Any]:
+        """Every value a field of `resources` takes: its own, or its parameter's."""
         name = dict(self.resources.per_trial).get(key)
         param = next((p for p in self.search.space if p.name == name), None)
         if param is None:
-            return (int(getattr(self.resources, key)),)
+            return [getattr(self.resources, key)]
         if param.kind == "categorical":
-            values = [int(v) for v in param.choices]
-        elif param.kind == "fixed":
-            values = [int(param.value)]
-        else:  # an int parameter: low..high by its step
-            step = int(param.step or 1)
-            values = list(range(int(param.low or 0), int(param.high or 0) + 1, step))
-        return tuple(sorted(set(values)))
+            return list(param.choices)
+        if param.kind == "fixed":
+            return [param.value]
+        step = int(param.step or 1)  # an int parameter: low..high by its step
+        return list(range(int(param.low or 0), int(param.high or 0) + 1, step))
 
     def least_gpus_per_node(self) -> int:
         """The fewest GPUs per node a trial asks for: resources.gpus_per_node, or with
@@ -416,16 +435,19 @@ class Spec:
     def slot(self) -> Resources:
         """One slot of a pilot (executor.pilots.slots_per_node per node): the smallest trial's
         share of a node, field by field (the fewest tasks, CPUs per task and GPUs, GPUs
-        counting only trials that ask for some). A larger trial takes several slots of each
-        of its nodes (slot_width). Without per-trial fields, every trial's resources."""
+        counting only trials that ask for some; the least memory). A larger trial takes
+        several slots of each of its nodes (slot_width). Without per-trial fields, every
+        trial's resources."""
         res = self.resources
         if not res.per_trial:
             return res
         gpus = [n for n in self.sizes("gpus_per_node") if n > 0]
+        mems = [str(v) for v in self._values("mem")] if res.mem else []
         return replace(res, per_trial=(), nodes=self.sizes("nodes")[0],
                        tasks_per_node=self.sizes("tasks_per_node")[0],
                        cpus_per_task=self.sizes("cpus_per_task")[0],
-                       gpus_per_node=gpus[0] if gpus else 0)
+                       gpus_per_node=gpus[0] if gpus else 0,
+                       mem=min(mems, key=memory_mb) if mems else res.mem)
 
 
 @dataclass(frozen=True)

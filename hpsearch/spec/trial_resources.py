@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator
 
 REFERENCE_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-_MEM_RE = re.compile(r"^(\d+)([KMGT]?)B?$", re.I)
-_MEM_SCALE = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2}
 
 
 def per_trial(v: _Validator, d: dict, path: KeyPath, space: tuple[m.Param, ...],
@@ -103,6 +101,5 @@ def _magnitude(key: str, value: Any) -> float:
     if key == "time":
         return checks.time_limit_seconds(value) or math.inf
     if key == "mem":
-        number, unit = _MEM_RE.fullmatch(value).groups()  # type: ignore[union-attr]
-        return int(number) * _MEM_SCALE[unit.upper()]
+        return m.memory_mb(value)
     return float(value)
