@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import hpsearch
 from hpsearch import trial
 from hpsearch.ingest.timing_lines import TimingFiles
 from hpsearch.store.efficiency import (
@@ -196,6 +197,10 @@ def test_ddp_trials_report_timing_from_every_rank_and_commands_show_it(scaling_s
     assert float(got[one.id]["speedup"]) == pytest.approx(1.0)
     speedup = float(pair["speedup"])
     assert speedup > 0 and float(pair["scaling_efficiency"]) == pytest.approx(speedup / 2)
+    frame = hpsearch.load("scaling", cli.runs).trials_dataframe().set_index("number")
+    assert frame.loc[two.id, "user_attrs_hpsearch_parallel_efficiency"] == pytest.approx(pe)
+    assert frame.loc[two.id, "user_attrs_hpsearch_ranks"] == 2
+    assert frame.loc[two.id, "user_attrs_hpsearch_speedup"] == pytest.approx(speedup)
     status = cli("status", "scaling", check=0).stdout
     assert "parallel" in status.splitlines()[1]
     assert f"PE {100 * pe:.0f}% (LB {100 * lb:.0f}% CE {100 * ce:.0f}%) 2 ranks" in status

@@ -11,7 +11,10 @@
                        attempt's start), hpsearch_finished (its last attempt's end),
                        hpsearch_last_started (its last attempt's start), all ISO-8601, and
                        hpsearch_run_seconds (the time it actually ran, summed over its
-                       attempts: retries, promotion segments)
+                       attempts: retries, promotion segments); for a trial that reported
+                       per-rank timing, hpsearch_ranks, _step_s, _load_balance,
+                       _comm_efficiency, _parallel_efficiency, _throughput(_unit), _speedup
+                       and _scaling_efficiency (docs/scaling.md)
   datetime_start/_complete  its first attempt's start and last attempt's end (local time,
                        as Optuna's own), so Optuna's duration spans every segment and the
                        pauses between them (hpsearch.interop.trial_times)
@@ -122,6 +125,10 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
         "hpsearch_finished": iso(times.finished),
         "hpsearch_last_started": iso(times.last_started),
         "hpsearch_run_seconds": times.run_seconds})
+    timed = view.timing.get(t.id)  # a multi-rank trial's POP metrics (docs/scaling.md)
+    if timed is not None:
+        user_attrs.update({f"hpsearch_{name}": value for name, value in timed.columns().items()
+                           if value is not None})
     values = t.objective_values if state == o.trial.TrialState.COMPLETE else None
     if state == o.trial.TrialState.COMPLETE and values is None:
         state = o.trial.TrialState.FAIL  # completed without values: cannot be COMPLETE

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpsearch.spec.model import Spec
 from hpsearch.store import STORE_FILE
 from hpsearch.store import rows as r
+from hpsearch.store.efficiency import TrialEfficiency, efficiency
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class StoreView:
     attempts: tuple[AttemptRow, ...]
     metrics: tuple[MetricRow, ...]
     checkpoints: tuple[r.CheckpointRow, ...]
+    # each timed trial's parallel efficiency and scaling (docs/scaling.md)
+    timing: dict[int, TrialEfficiency] = field(default_factory=dict)
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -116,10 +119,12 @@ def read_view(exp_dir: Path) -> StoreView:
                    for row in reader.all_metrics()]
         attempts = [AttemptRow.from_db(row) for row in reader.all_attempts()]
         checkpoints = reader.checkpoints(include_deleted=True)
+        timing = efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
+                            exp.spec_yaml)
     finally:
         reader.close()
     return StoreView(exp_dir, exp, stored_spec(exp, exp_dir.parent), tuple(trials),
-                     tuple(attempts), tuple(metrics), tuple(checkpoints))
+                     tuple(attempts), tuple(metrics), tuple(checkpoints), timing)
 
 
 def stored_spec(exp: r.ExperimentRow, runs_dir: Path) -> Spec:

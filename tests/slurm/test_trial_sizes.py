@@ -168,3 +168,34 @@ def test_a_trial_whose_own_time_limit_ends_it_first_backfills_a_4_node_trials_pr
           for t in trials}
     assert t0[2] < t0[1], (t0, t1)  # backfilled ahead of the 4-node trial
     assert t0[1] >= t1[0] and t0[3] >= t1[1], (t0, t1)  # the others waited their turn
+
+
+def test_scale_reruns_a_trial_of_a_pilot_search_at_1_and_2_nodes(cli, slurm_cluster):
+    """`hpsearch scale NAME --trial K --nodes 1,2` on the cluster (issue 25 item 4): trial
+    K's configuration runs again as a child experiment, one trial per size, in the parent's
+    pilots, each on its own count of nodes; the parent's store is only read, and the curve
+    lists both sizes (no timing reported here, so it says speedup needs it)."""
+    import hashlib
+
+    from hpsearch.driver.scale_spec import parent_of
+    from hpsearch.slurm.hostlist import expand
+
+    name = f"scale-pilot-{RUN}"
+    spec = cli.write_spec(PILOT.format(name=name).replace("x: {choices: [1, 2, 3]}",
+                                                          "x: {choices: [1]}"), f"{name}.yaml")
+    cli("submit", spec, "--no-tui", "-q", env=slurm_cluster.env, check=0, timeout=300)
+    store = cli.runs / name / "store.sqlite"
+    before = hashlib.sha256(store.read_bytes()).hexdigest()
+    proc = cli("scale", name, "--trial", "1", "--nodes", "1,2", "-q", "--no-tui",
+               env=slurm_cluster.env, check=0, timeout=300)
+    exp, trials = read_store(cli.runs, f"{name}-scale-1")
+    assert parent_of(exp.spec_yaml) == (name, 1)
+    # the parent's per-trial nodes parameter is the one the child varies
+    assert sorted((t.params["nodes"], len(set(expand(t.nodes))), t.state) for t in trials) == [
+        (1, 1, "completed"), (2, 2, "completed")], [(t.params, t.nodes) for t in trials]
+    for t in trials:
+        out = (cli.runs / f"{name}-scale-1" / "trials" / f"{t.id:05d}" / "stdout.log")
+        assert f"nodes={t.nodes}" in out.read_text()
+    assert hashlib.sha256(store.read_bytes()).hexdigest() == before
+    head = next(line for line in proc.stdout.splitlines() if line.lstrip().startswith("nodes"))
+    assert "speedup" in head and "speedup and efficiency need it" in proc.stderr
