@@ -111,3 +111,27 @@ def test_the_scaling_examples_validate_and_plan(cli, name):
     spec = EXAMPLES / "scaling" / name
     cli("validate", spec, check=0)
     assert "--device" in cli("plan", spec, check=0).stdout
+
+
+def test_scale_gpus_reruns_a_local_trial_on_one_and_two_gpu_slots(cli):
+    """`hpsearch scale NAME --trial K --gpus 1,2` on the local executor: the child's trials
+    get 1 and 2 of executor.gpus (placeholder ids here: no GPU in CI), each its own."""
+    spec = cli.write_spec("""
+        name: gpar
+        command: 'echo "gpus=$CUDA_VISIBLE_DEVICES"; echo "@hpsearch step=0 loss={x}"'
+        search: {strategy: grid, parallel: 2, space: {x: {choices: [1, 2]}}}
+        objective: {metric: loss}
+        resources: {gpus_per_node: 1}
+        executor: {type: local, gpus: [a, b]}
+        """)
+    cli("submit", spec, "--no-tui", "-q", check=0)
+    cli("scale", "gpar", "--trial", "1", "--gpus", "1,2", "-q", "--no-tui", check=0)
+    _, trials = read_store(cli.runs, "gpar-scale-1")
+    seen = {}
+    for t in trials:
+        out = (cli.runs / "gpar-scale-1" / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
+        seen[t.params["gpus"]] = (t.params["x"], t.state,
+                                        out.split("gpus=")[1].split()[0].split(","))
+    assert {n: (x, state, len(ids)) for n, (x, state, ids) in seen.items()} == {
+        1: (2, "completed", 1), 2: (2, "completed", 2)}, seen
+    assert set(seen[2][2]) == {"a", "b"}
