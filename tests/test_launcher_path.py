@@ -146,3 +146,18 @@ def test_a_program_name_with_control_characters_is_not_repeated_into_the_message
     from hpsearch.ingest.not_found import missing_program
     found = missing_program(["sh: 1: exec: \x1b[31mevil: not found"])
     assert found is None or "\x1b" not in found
+
+
+def test_validate_warns_that_warm_starts_need_pilots_on_slurm(cli, tmp_path):
+    """executor.warm with plain Slurm jobs: each segment is a job of its own, and no warm
+    server outlives a job, so validate says its trials start cold (pilots are warm)."""
+    env = {"PATH": _path_without(tmp_path, "torchrun")}
+    cli.write_spec(SLURM.format(executor="{type: slurm, warm: [json]}", launcher="torchrun",
+                                container="{}"))
+    proc = cli("validate", "spec.yaml", env=env, check=0)
+    assert proc.stderr.startswith("hpsearch: warning: spec.yaml:9: executor.warm: each trial "
+                                  "(and each of its segments) runs as a Slurm job of its own")
+    assert "Warm starts need executor.pilots" in proc.stderr
+    for executor in ("{type: slurm, warm: [json], pilots: {}}", "{type: local, warm: [json]}"):
+        cli.write_spec(SLURM.format(executor=executor, launcher="torchrun", container="{}"))
+        assert cli("validate", "spec.yaml", env=env, check=0).stderr == ""

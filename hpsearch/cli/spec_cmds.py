@@ -62,12 +62,20 @@ def validate(args) -> int:
 def _warn_missing_programs(file: Path, spec) -> None:
     """On stderr, with the spec's file, line and key: each program the trials' launch runs
     on the host (launcher, container runtime) that this machine's PATH lacks. A warning, not
-    an error: the compute nodes may have what the login node lacks."""
+    an error: the compute nodes may have what the login node lacks. And executor.warm
+    where it cannot work (plain Slurm jobs)."""
     from hpsearch.launch.programs import missing_programs
     from hpsearch.spec.yamlpos import load_yaml_with_lines
 
     found = missing_programs(spec.launcher.type, spec.launcher.args, spec.container.runtime,
                              spec.executor.warm is not None, spec.executor.type == "slurm")
+    if spec.executor.warm is not None and spec.executor.type == "slurm" \
+            and spec.executor.pilots is None:
+        found.append(("executor.warm", "each trial (and each of its segments) runs as a Slurm "
+                      "job of its own, where no warm server outlives the job: its processes "
+                      "start cold, as without executor.warm. Warm starts need executor.pilots, "
+                      "whose servers live as long as the pilot (docs/early-stopping.md"
+                      "#cheap-segment-restarts-executorwarm)"))
     if not found:
         return
     lines = load_yaml_with_lines(spec.text, str(file))[1]
