@@ -141,19 +141,10 @@ def run_optuna(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[fl
     for index in range(w.configs):
         study.enqueue_trial({"config": index})
 
+    from _optuna_submitit import run_trial
+
     def objective(trial: optuna.Trial) -> float:
-        index = trial.suggest_int("config", 0, w.configs - 1)
-        pruned = []
-
-        def should_stop() -> bool:
-            pruned.append(trial.should_prune())
-            return pruned[-1]
-
-        value = _curves.run_steps(w, index, 0, w.steps, log,
-                                  lambda step, v: trial.report(v, step), should_stop)
-        if pruned and pruned[-1]:
-            raise optuna.TrialPruned()
-        return value
+        return run_trial(trial, w, trial.suggest_int("config", 0, w.configs - 1), log)
 
     began, clock = time.time(), time.perf_counter()
     study.optimize(objective, n_trials=w.configs, n_jobs=PARALLEL)
@@ -249,6 +240,21 @@ def interpreter_for(tool: str) -> tuple[str | None, str]:
     return None, f"No module named '{MODULE[tool]}' (benchmarks/peers-setup.sh installs it)"
 
 
+def run_child(argv: list[str], timeout: float) -> dict:
+    """Run one row's process (in the checkout); the JSON of its last stdout line, or
+    {"error": why not}."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
+    if done.returncode != 0 or not last or not last[0].startswith("{"):
+        errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+        return {"error": f"exit {done.returncode}: "
+                         f"{errors[-1] if errors else '(no error output)'}"}
+    return json.loads(last[0])
+
+
 def measure(tool: str, mode: str, w: _curves.Workload, timeout: float) -> dict:
     python, why = interpreter_for(tool)
     if python is None:
@@ -256,15 +262,10 @@ def measure(tool: str, mode: str, w: _curves.Workload, timeout: float) -> dict:
     fd, log = tempfile.mkstemp(prefix=f"peers-{tool}-", suffix=".log")
     os.close(fd)
     try:
-        done = subprocess.run([python, str(Path(__file__).resolve()), "--one", tool, mode,
-                               *w.args(), log], capture_output=True, text=True,
-                              timeout=timeout, cwd=ROOT)
-        last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
-        if done.returncode != 0 or not last or not last[0].startswith("{"):
-            errors = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
-            return {"error": f"exit {done.returncode}: "
-                             f"{errors[-1] if errors else '(no error output)'}"}
-        row = json.loads(last[0])
+        row = run_child([python, str(Path(__file__).resolve()), "--one", tool, mode,
+                         *w.args(), log], timeout)
+        if "error" in row:
+            return row
         target = w.best_final() + TOLERANCE
         # steps run by the in-process Optuna study are the benchmark child's own: 0 started
         stats = _curves.read_log(log, w, row["began"], target,
@@ -272,8 +273,6 @@ def measure(tool: str, mode: str, w: _curves.Workload, timeout: float) -> dict:
         row.update(steps=stats.steps_run, processes=stats.processes, best=stats.best,
                    to_target=stats.to_target)
         return row
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
     finally:
         os.unlink(log)
 

@@ -1,0 +1,218 @@
+"""hpsearch against its peers on the emulated Slurm cluster (issue 24 item 1, cluster part).
+
+The workload of benchmarks/peers.py (benchmarks/_curves.py: seeded learning curves, the same
+configurations asked in the same order, ASHA with reduction factor 3 from 1 step), P trials at
+a time on the cluster (default 8), each trial on 1 CPU. Rows:
+
+- hpsearch, ASHA (promotion), pilots: `executor.pilots` (P slots: pilots of 2 nodes x 4),
+  every segment a new process in a pilot, resuming from its checkpoint.
+- hpsearch, ASHA (stop), pilots: the same pilots; a rejected trial is stopped.
+- hpsearch, ASHA (stop), a job per trial; and as job arrays.
+- Optuna + submitit: the recipe of benchmarks/_optuna_submitit.py, written as a user would
+  (P worker jobs through submitit, one JournalStorage file, SuccessiveHalvingPruner, the
+  configurations enqueued in order).
+
+Not yet here: hydra with hydra-submitit-launcher and hydra-optuna-sweeper, and the columns
+for a node or the orchestrator killed mid-run (issue 24 item 1 asks for both).
+
+Columns, read as benchmarks/peers.py reads them (the steps log every step appends to):
+makespan (from just before the search call to its return), steps run, trial processes
+(distinct pids that ran steps), Slurm jobs started, best value at the last step, time to
+target (within 0.02 of the true best final loss). Goal line: hpsearch reaches the target
+first (its best row against each peer's).
+
+    scripts/slurm-cluster.sh start && export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf
+    python benchmarks/peers_cluster.py --quick          # 27 configs x 9 steps of 0.1 s
+    python benchmarks/peers_cluster.py                  # 81 x 27 steps of 0.2 s
+    python benchmarks/peers_cluster.py --tiny --rows pilots-stop optuna-submitit
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _curves  # noqa: E402
+from peers import run_child  # noqa: E402
+
+TOLERANCE = 0.02
+ETA = 3
+
+ROWS = {
+    "pilots-promotion": ("hpsearch", "ASHA (promotion), pilots"),
+    "pilots-stop": ("hpsearch", "ASHA (stop), pilots"),
+    "jobs-stop": ("hpsearch", "ASHA (stop), a job per trial"),
+    "arrays-stop": ("hpsearch", "ASHA (stop), job arrays"),
+    "optuna-submitit": ("optuna+submitit", "P worker jobs, JournalStorage, SuccessiveHalving"),
+}
+
+
+def run_hpsearch(row: str, w: _curves.Workload, log: str, work: Path,
+                 parallel: int) -> tuple[float, float, int, str]:
+    import _bench_run
+
+    import hpsearch.driver.session  # noqa: F401  (imported before the clock starts)
+    from hpsearch.store import STORE_FILE, Reader
+
+    pruner: dict = {"type": "asha", "min_resource": 1, "reduction_factor": ETA}
+    if row == "pilots-promotion":
+        pruner.update(mode="promotion", max_resource=w.steps)
+    executor: dict = {"type": "slurm", "poll_interval": 0.5, "array": row == "arrays-stop"}
+    if row.startswith("pilots"):
+        executor["pilots"] = {"nodes": 2, "slots_per_node": 4, "time": "00:30:00",
+                              "max": math.ceil(parallel / 8), "idle_timeout": 20,
+                              "heartbeat": 1}
+    spec = {
+        "name": f"peers-{row}",
+        "command": f"{{python}} {HERE / '_peers_trial.py'} {' '.join(w.args())} {log} "
+                   "{config}",
+        "search": {"strategy": "grid", "parallel": parallel, "pruner": pruner,
+                   "space": {"config": {"choices": list(range(w.configs))}}},
+        "objective": {"metric": "loss", "direction": "minimize"},
+        "resources": {"cpus_per_task": 1, "time": "00:10:00"},
+        "executor": executor,
+    }
+    began = time.time()
+    exp_dir, seconds = _bench_run.drive(spec, work)
+    reader = Reader(exp_dir / STORE_FILE)
+    try:
+        pilots = reader.pilots()
+        jobs = len(pilots) if pilots else len({a["job_id"] for a in reader.all_attempts()
+                                               if a.get("job_id")})
+    finally:
+        reader.close()
+    from importlib.metadata import version
+    return began, seconds, jobs, f"hpsearch {version('hpsearch')}"
+
+
+def run_optuna_submitit(row: str, w: _curves.Workload, log: str, work: Path,
+                        parallel: int) -> tuple[float, float, int, str]:
+    import _optuna_submitit
+    import optuna
+    import submitit
+
+    began, clock = time.time(), time.perf_counter()
+    jobs = _optuna_submitit.run(work, w.args(), log, parallel)
+    return began, time.perf_counter() - clock, jobs, \
+        f"optuna {optuna.__version__}, submitit {submitit.__version__}"
+
+
+def one(row: str, w: _curves.Workload, log: str, parallel: int) -> None:
+    """Run one row in this process and print its JSON line last."""
+    work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))
+    os.chmod(work, 0o755)
+    os.chdir(work)  # what a tool writes where it runs stays out of the checkout
+    runner = run_optuna_submitit if row == "optuna-submitit" else run_hpsearch
+    began, seconds, jobs, versions = runner(row, w, log, work, parallel)
+    print(json.dumps({"makespan": seconds, "began": began, "jobs": jobs,
+                      "versions": versions}))
+    subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def measure(row: str, w: _curves.Workload, parallel: int, timeout: float) -> dict:
+    fd, log = tempfile.mkstemp(prefix=f"peers-{row}-", suffix=".log", dir="/tmp")
+    os.close(fd)
+    try:
+        result = run_child([sys.executable, str(Path(__file__).resolve()), "--one", row,
+                            str(parallel), *w.args(), log], timeout)
+        if "error" in result:
+            return result
+        stats = _curves.read_log(log, w, result["began"], w.best_final() + TOLERANCE)
+        result.update(steps=stats.steps_run, processes=stats.processes, best=stats.best,
+                      to_target=stats.to_target)
+        return result
+    finally:
+        os.unlink(log)
+
+
+def _fmt(v: float) -> str:
+    return "never" if math.isinf(v) else f"{v:.1f}"
+
+
+def table(results: list[tuple[str, dict]]) -> list[str]:
+    head = (f"{'tool':<16} {'mode':<46} {'makespan s':>10} {'steps':>6} {'procs':>6} "
+            f"{'jobs':>5} {'best':>7} {'to target s':>11}  versions")
+    lines = [head, "-" * len(head)]
+    for row, r in results:
+        tool, text = ROWS[row]
+        if "error" in r:
+            lines.append(f"{tool:<16} {text:<46} not run: {r['error']}")
+            continue
+        lines.append(f"{tool:<16} {text:<46} {r['makespan']:>10.1f} {r['steps']:>6} "
+                     f"{r['processes']:>6} {r['jobs']:>5} {r['best']:>7.4f} "
+                     f"{_fmt(r['to_target']):>11}  {r['versions']}")
+    return lines
+
+
+def goal_lines(results: list[tuple[str, dict]]) -> list[str]:
+    ours = [(row, r) for row, r in results if ROWS[row][0] == "hpsearch" and "error" not in r]
+    if not ours:
+        return ["MISS: on the cluster, hpsearch reaches the target first (hpsearch not run)"]
+    best_row, best = min(ours, key=lambda o: o[1]["to_target"])
+    lines = []
+    for row, r in results:
+        tool, text = ROWS[row]
+        if tool == "hpsearch":
+            continue
+        if "error" in r:
+            lines.append(f"MISS: on the cluster, hpsearch reaches the target before {tool} "
+                         f"({tool} not run: {r['error']})")
+            continue
+        ok = best["to_target"] < r["to_target"]
+        lines.append(f"{'ok' if ok else 'MISS'}: on the cluster, hpsearch reaches the target "
+                     f"before {tool} (hpsearch {ROWS[best_row][1]} {_fmt(best['to_target'])} "
+                     f"s, {tool} {_fmt(r['to_target'])} s)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--one"]:
+        row, parallel, *rest = argv[1:]
+        one(row, _curves.Workload.from_args(rest[:3]), rest[3], int(parallel))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="27 configurations x 9 steps of 0.1 s")
+    size.add_argument("--tiny", action="store_true", help="9 configurations x 3 steps of 0.1 s")
+    parser.add_argument("--parallel", type=int, default=8, help="trials at a time (8)")
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    args = parser.parse_args(argv)
+    if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
+        parser.error("no Slurm here: start the emulated cluster and export SLURM_CONF "
+                     "(scripts/slurm-cluster.sh start)")
+    configs, steps, seconds = ((27, 9, 0.1) if args.quick else (9, 3, 0.1) if args.tiny
+                               else (81, 27, 0.2))
+    w = _curves.Workload(configs, steps, seconds)
+    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs here, emulated Slurm "
+          f"cluster, {time.strftime('%Y-%m-%d')}; {w.configs} configurations x {w.steps} steps "
+          f"of {w.step_seconds:g} s, ASHA eta {ETA}, {args.parallel} at a time; true best "
+          f"final loss {w.best_final():.4f}, target <= {w.best_final() + TOLERANCE:.4f}",
+          flush=True)
+    timeout = w.configs * w.steps * w.step_seconds + 600
+    results = []
+    for row in args.rows:
+        r = measure(row, w, args.parallel, timeout)
+        results.append((row, r))
+        print(f"  {' '.join(ROWS[row])}: " + (f"not run: {r['error']}" if "error" in r
+                                               else f"{r['makespan']:.1f} s"), flush=True)
+    print()
+    print("\n".join(table(results)))
+    print()
+    print("\n".join(goal_lines(results)))
+    return 0  # a benchmark: the verdict is for people, not for CI
+
+
+if __name__ == "__main__":
+    sys.exit(main())
