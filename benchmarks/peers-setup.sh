@@ -8,3 +8,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 python3 -m venv "$here/.venv-peers"
 "$here/.venv-peers/bin/pip" install -e "$here/..[peers]" "pyarrow<19"
+# hydra with its Optuna sweeper and submitit launcher (benchmarks/peers_cluster.py):
+# hydra-optuna-sweeper 1.3.0 needs optuna < 3, so they get a venv of their own.
+python3 -m venv "$here/.venv-hydra"
+"$here/.venv-hydra/bin/pip" install hydra-core==1.3.8 hydra-optuna-sweeper==1.3.0 \
+  hydra-submitit-launcher==1.2.0 "optuna<3"

@@ -11,9 +11,14 @@ a time on the cluster (default 8), each trial on 1 CPU. Rows:
 - Optuna + submitit: the recipe of benchmarks/_optuna_submitit.py, written as a user would
   (P worker jobs through submitit, one JournalStorage file, SuccessiveHalvingPruner, the
   configurations enqueued in order).
+- hydra: benchmarks/_hydra/app.py with hydra-optuna-sweeper (its grid sampler: every
+  configuration once, in the sampler's random order) and hydra-submitit-launcher (P trials a
+  batch, each a task of one Slurm array; the next batch when the whole batch is done). The
+  sweeper has no pruning: every trial runs all its steps. hydra-optuna-sweeper 1.3.0 needs
+  optuna < 3, so it runs from its own venv, benchmarks/.venv-hydra
+  (benchmarks/peers-setup.sh makes it).
 
-Not yet here: hydra with hydra-submitit-launcher and hydra-optuna-sweeper, and the columns
-for a node or the orchestrator killed mid-run (issue 24 item 1 asks for both).
+Not yet here: the columns for a node or the orchestrator killed mid-run (issue 24 item 1).
 
 Columns, read as benchmarks/peers.py reads them (the steps log every step appends to):
 makespan (from just before the search call to its return), steps run, trial processes
@@ -55,7 +60,9 @@ ROWS = {
     "jobs-stop": ("hpsearch", "ASHA (stop), a job per trial"),
     "arrays-stop": ("hpsearch", "ASHA (stop), job arrays"),
     "optuna-submitit": ("optuna+submitit", "P worker jobs, JournalStorage, SuccessiveHalving"),
+    "hydra": ("hydra", "optuna sweeper (grid, no pruning), submitit launcher"),
 }
+HYDRA_PYTHON = HERE / ".venv-hydra" / "bin" / "python"
 
 
 def run_hpsearch(row: str, w: _curves.Workload, log: str, work: Path,
@@ -108,12 +115,32 @@ def run_optuna_submitit(row: str, w: _curves.Workload, log: str, work: Path,
         f"optuna {optuna.__version__}, submitit {submitit.__version__}"
 
 
+def run_hydra(row: str, w: _curves.Workload, log: str, work: Path,
+              parallel: int) -> tuple[float, float, int, str]:
+    env = {**os.environ, "PYTHONPATH": str(HERE)}  # its Slurm jobs import _curves
+    command = [str(HYDRA_PYTHON), str(HERE / "_hydra" / "app.py"), "--multirun",
+               f"configs={w.configs}", f"steps={w.steps}", f"step_seconds={w.step_seconds!r}",
+               f"log={log}", f"hydra.sweeper.n_trials={w.configs}",
+               f"hydra.sweeper.n_jobs={parallel}", f"hydra.sweep.dir={work / 'multirun'}"]
+    began, clock = time.time(), time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - clock
+    if done.returncode != 0:
+        raise RuntimeError(f"hydra exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    versions = subprocess.run(
+        [str(HYDRA_PYTHON), "-c", "from importlib.metadata import version as v; print("
+         "', '.join(f'{p} {v(p)}' for p in ('hydra-core', 'hydra-optuna-sweeper', "
+         "'hydra-submitit-launcher', 'optuna', 'submitit')))"],
+        capture_output=True, text=True).stdout.strip()
+    return began, seconds, w.configs, versions  # one array task per trial
+
+
 def one(row: str, w: _curves.Workload, log: str, parallel: int) -> None:
     """Run one row in this process and print its JSON line last."""
     work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))
     os.chmod(work, 0o755)
     os.chdir(work)  # what a tool writes where it runs stays out of the checkout
-    runner = run_optuna_submitit if row == "optuna-submitit" else run_hpsearch
+    runner = {"optuna-submitit": run_optuna_submitit, "hydra": run_hydra}.get(row, run_hpsearch)
     began, seconds, jobs, versions = runner(row, w, log, work, parallel)
     print(json.dumps({"makespan": seconds, "began": began, "jobs": jobs,
                       "versions": versions}))
@@ -121,6 +148,8 @@ def one(row: str, w: _curves.Workload, log: str, parallel: int) -> None:
 
 
 def measure(row: str, w: _curves.Workload, parallel: int, timeout: float) -> dict:
+    if row == "hydra" and not HYDRA_PYTHON.exists():
+        return {"error": f"no {HYDRA_PYTHON} (benchmarks/peers-setup.sh makes it)"}
     fd, log = tempfile.mkstemp(prefix=f"peers-{row}-", suffix=".log", dir="/tmp")
     os.close(fd)
     try:
