@@ -396,6 +396,15 @@ class SlurmExecutor(Executor):
                 events.append(self._end(job, None, "cancelled", f"Slurm job {job_id} "
                                         "cancelled while its array was pending"))
                 continue
+            if rec is None and queued is None and job.cancel_requested \
+                    and job.state in ("RUNNING", "COMPLETING"):
+                # it ran, we scancelled it, and Slurm no longer lists it: it has ended, its
+                # processes gone. sacct can take seconds more to list it (an array's tasks:
+                # 4 s on the test cluster), and its slot should not wait for that
+                events.append(self._end(job, None, "cancelled", f"Slurm job {job_id} "
+                                        "cancelled (no longer queued; its accounting record "
+                                        "not written yet)"))
+                continue
             if rec is None and queued is None:
                 lost_after = self.job.executor.lost_after
                 if now - job.last_seen > lost_after and _quiet_for(job.trial_dir) > lost_after:
