@@ -137,8 +137,7 @@ def run_hydra(row: str, w: _curves.Workload, log: str, work: Path,
 
 def one(row: str, w: _curves.Workload, log: str, parallel: int) -> None:
     """Run one row in this process and print its JSON line last."""
-    work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))
-    os.chmod(work, 0o755)
+    work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))  # 0700
     os.chdir(work)  # what a tool writes where it runs stays out of the checkout
     runner = {"optuna-submitit": run_optuna_submitit, "hydra": run_hydra}.get(row, run_hpsearch)
     began, seconds, jobs, versions = runner(row, w, log, work, parallel)

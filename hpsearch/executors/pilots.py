@@ -204,9 +204,12 @@ class PilotExecutor(Executor):
                 return
 
     def _room(self, launch: Launch) -> int:
-        """Node slots the attempt takes: its width (slot_width) on each of its nodes."""
-        own = launch.resources or self.job.resources
-        return own.nodes * slot_width(own, self.job.slot)
+        """Node slots the attempt takes: its width on each of its nodes."""
+        return (launch.resources or self.job.resources).nodes * self._width(launch)
+
+    def _width(self, launch: Launch) -> int:
+        """The slots it takes on each of its nodes (slot_width)."""
+        return slot_width(launch.resources or self.job.resources, self.job.slot)
 
     def _time(self, launch: Launch) -> float:
         """Its time limit in seconds, before the retry rules' factor (0: none given)."""
@@ -248,8 +251,8 @@ class PilotExecutor(Executor):
             # taken back from this pilot before? Then withdrawn/ must no longer hold it: a
             # withdraw whose reply was lost is told by the name there (protocol.move)
             p.discard(pilot.paths, name, "withdrawn")
-            p.write_json(pilot.paths.file("inbox", name), p.launch_to_dict(
-                launch, slot_width(launch.resources or self.job.resources, self.job.slot)))
+            p.write_json(pilot.paths.file("inbox", name),
+                         p.launch_to_dict(launch, self._width(launch)))
             self.ready.remove(launch)
             self.bound[launch.trial_id] = _Bound(launch, pilot, name)
 
@@ -259,9 +262,10 @@ class PilotExecutor(Executor):
         free = self._free_in(pilot)
         if free >= room:
             return time.monotonic()
-        ends = sorted((b.at + self._time(b.launch) * b.launch.time_factor
-                       if self._time(b.launch) else math.inf, self._room(b.launch))
-                      for b in self.bound.values() if b.pilot is pilot)
+        ends = sorted((b.at + limit * b.launch.time_factor if limit else math.inf,
+                       self._room(b.launch))
+                      for b in self.bound.values() if b.pilot is pilot
+                      for limit in (self._time(b.launch),))
         for end, frees in ends:
             free += frees
             if free >= room:
