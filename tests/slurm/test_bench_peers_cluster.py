@@ -1,7 +1,7 @@
 """benchmarks/peers_cluster.py on the emulated cluster: a tiny run of hpsearch's pilots row
 and of the Optuna + submitit recipe (benchmarks/_optuna_submitit.py) prints both rows with
 every column and a goal line; each ran all 9 configurations' first steps, the recipe in its
-8 worker jobs."""
+8 worker jobs (a worker that started late may run none)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ def test_a_tiny_run_of_pilots_and_optuna_with_submitit_prints_rows_and_a_goal(sl
     _, steps, _, jobs, _, _, _ = rows["hpsearch"].groups()
     assert int(steps) >= 9 and jobs == "1", proc.stdout  # one pilot ran every trial
     _, steps, procs, jobs, _, _, versions = rows["optuna+submitit"].groups()
-    assert int(steps) >= 9 and procs == jobs == "8" and "submitit" in versions, proc.stdout
+    # 8 worker jobs; a worker that started after the others took every trial runs none
+    assert int(steps) >= 9 and jobs == "8" and 1 <= int(procs) <= 8, proc.stdout
+    assert "submitit" in versions, proc.stdout
     assert any(line.startswith(("ok: on the cluster", "MISS: on the cluster"))
                for line in proc.stdout.splitlines()), proc.stdout
