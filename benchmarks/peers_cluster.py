@@ -18,7 +18,10 @@ a time on the cluster (default 8), each trial on 1 CPU. Rows:
   optuna < 3, so it runs from its own venv, benchmarks/.venv-hydra
   (benchmarks/peers-setup.sh makes it).
 
-Not yet here: the columns for a node or the orchestrator killed mid-run (issue 24 item 1).
+With `--kill node` or `--kill orchestrator`, that is killed once a third of the
+configurations have started (benchmarks/_peers_kill.py says how, and what each tool's user
+then does), and two columns more say what it cost: configurations lost (no result) and steps
+run again.
 
 Columns, read as benchmarks/peers.py reads them (the steps log every step appends to):
 makespan (from just before the search call to its return), steps run, trial processes
@@ -30,6 +33,7 @@ first (its best row against each peer's).
     python benchmarks/peers_cluster.py --quick          # 27 configs x 9 steps of 0.1 s
     python benchmarks/peers_cluster.py                  # 81 x 27 steps of 0.2 s
     python benchmarks/peers_cluster.py --tiny --rows pilots-stop optuna-submitit
+    python benchmarks/peers_cluster.py --quick --kill node      # or --kill orchestrator
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import _curves  # noqa: E402
+import _peers_kill  # noqa: E402
 from peers import run_child  # noqa: E402
 
 TOLERANCE = 0.02
@@ -70,7 +75,6 @@ def run_hpsearch(row: str, w: _curves.Workload, log: str, work: Path,
     import _bench_run
 
     import hpsearch.driver.session  # noqa: F401  (imported before the clock starts)
-    from hpsearch.store import STORE_FILE, Reader
 
     pruner: dict = {"type": "asha", "min_resource": 1, "reduction_factor": ETA}
     if row == "pilots-promotion":
@@ -90,29 +94,28 @@ def run_hpsearch(row: str, w: _curves.Workload, log: str, work: Path,
         "resources": {"cpus_per_task": 1, "time": "00:10:00"},
         "executor": executor,
     }
-    began = time.time()
-    exp_dir, seconds = _bench_run.drive(spec, work)
-    reader = Reader(exp_dir / STORE_FILE)
-    try:
-        pilots = reader.pilots()
-        jobs = len(pilots) if pilots else len({a["job_id"] for a in reader.all_attempts()
-                                               if a.get("job_id")})
-    finally:
-        reader.close()
+    began = _began()
+    _, seconds = _bench_run.drive(spec, work)
     from importlib.metadata import version
-    return began, seconds, jobs, f"hpsearch {version('hpsearch')}"
+    return began, seconds, _peers_kill.jobs(row, work), f"hpsearch {version('hpsearch')}"
+
+
+def _began() -> float:
+    """Now, printed as the child's first JSON line: a row killed mid-run prints no other."""
+    began = time.time()
+    print(json.dumps({"began": began}), flush=True)
+    return began
 
 
 def run_optuna_submitit(row: str, w: _curves.Workload, log: str, work: Path,
                         parallel: int) -> tuple[float, float, int, str]:
     import _optuna_submitit
-    import optuna
-    import submitit
+    import optuna  # noqa: F401  (imported before the clock starts)
+    import submitit  # noqa: F401
 
-    began, clock = time.time(), time.perf_counter()
+    began, clock = _began(), time.perf_counter()
     jobs = _optuna_submitit.run(work, w.args(), log, parallel)
-    return began, time.perf_counter() - clock, jobs, \
-        f"optuna {optuna.__version__}, submitit {submitit.__version__}"
+    return began, time.perf_counter() - clock, jobs, versions(row)
 
 
 def run_hydra(row: str, w: _curves.Workload, log: str, work: Path,
@@ -122,38 +125,54 @@ def run_hydra(row: str, w: _curves.Workload, log: str, work: Path,
                f"configs={w.configs}", f"steps={w.steps}", f"step_seconds={w.step_seconds!r}",
                f"log={log}", f"hydra.sweeper.n_trials={w.configs}",
                f"hydra.sweeper.n_jobs={parallel}", f"hydra.sweep.dir={work / 'multirun'}"]
-    began, clock = time.time(), time.perf_counter()
+    began, clock = _began(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - clock
     if done.returncode != 0:
         raise RuntimeError(f"hydra exited {done.returncode}: {done.stderr.strip()[-300:]}")
-    versions = subprocess.run(
-        [str(HYDRA_PYTHON), "-c", "from importlib.metadata import version as v; print("
-         "', '.join(f'{p} {v(p)}' for p in ('hydra-core', 'hydra-optuna-sweeper', "
-         "'hydra-submitit-launcher', 'optuna', 'submitit')))"],
-        capture_output=True, text=True).stdout.strip()
-    return began, seconds, w.configs, versions  # one array task per trial
+    return began, seconds, _peers_kill.jobs("hydra", work), versions(row)  # a task a trial
 
 
-def one(row: str, w: _curves.Workload, log: str, parallel: int) -> None:
-    """Run one row in this process and print its JSON line last."""
-    work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))  # 0700
+def one(row: str, w: _curves.Workload, log: str, parallel: int, work: Path) -> None:
+    """Run one row in this process, in `work`, and print its JSON line last."""
     os.chdir(work)  # what a tool writes where it runs stays out of the checkout
     runner = {"optuna-submitit": run_optuna_submitit, "hydra": run_hydra}.get(row, run_hpsearch)
     began, seconds, jobs, versions = runner(row, w, log, work, parallel)
     print(json.dumps({"makespan": seconds, "began": began, "jobs": jobs,
                       "versions": versions}))
-    subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
-def measure(row: str, w: _curves.Workload, parallel: int, timeout: float) -> dict:
+def versions(row: str) -> str:
+    if row == "hydra":
+        return subprocess.run(
+            [str(HYDRA_PYTHON), "-c", "from importlib.metadata import version as v; print("
+             "', '.join(f'{p} {v(p)}' for p in ('hydra-core', 'hydra-optuna-sweeper', "
+             "'hydra-submitit-launcher', 'optuna', 'submitit')))"],
+            capture_output=True, text=True).stdout.strip()
+    from importlib.metadata import version
+    if row == "optuna-submitit":
+        return f"optuna {version('optuna')}, submitit {version('submitit')}"
+    return f"hpsearch {version('hpsearch')}"
+
+
+def measure(row: str, w: _curves.Workload, parallel: int, timeout: float,
+            kill: str | None = None) -> dict:
+    """One row's columns; with `kill` ("node" or "orchestrator"), that is killed mid-run
+    (benchmarks/_peers_kill.py) and the row also says what was lost and run again."""
     if row == "hydra" and not HYDRA_PYTHON.exists():
         return {"error": f"no {HYDRA_PYTHON} (benchmarks/peers-setup.sh makes it)"}
     fd, log = tempfile.mkstemp(prefix=f"peers-{row}-", suffix=".log", dir="/tmp")
     os.close(fd)
+    work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))  # 0700
+    child = [sys.executable, str(Path(__file__).resolve()), "--one", row, str(parallel),
+             *w.args(), log, str(work)]
     try:
-        result = run_child([sys.executable, str(Path(__file__).resolve()), "--one", row,
-                            str(parallel), *w.args(), log], timeout)
+        if kill:
+            result = _peers_kill.run(row, child, w, log, work, kill, timeout)
+            if "error" not in result:
+                result.update(jobs=_peers_kill.jobs(row, work), versions=versions(row))
+        else:
+            result = run_child(child, timeout)
         if "error" in result:
             return result
         stats = _curves.read_log(log, w, result["began"], w.best_final() + TOLERANCE)
@@ -162,6 +181,7 @@ def measure(row: str, w: _curves.Workload, parallel: int, timeout: float) -> dic
         return result
     finally:
         os.unlink(log)
+        subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
 def _fmt(v: float) -> str:
@@ -169,17 +189,24 @@ def _fmt(v: float) -> str:
 
 
 def table(results: list[tuple[str, dict]]) -> list[str]:
+    """The rows; with a kill, `lost` (configurations with no result) and `again` (steps
+    run again / configurations they belong to) before the versions."""
+    kill = any("lost" in r for _, r in results)
+    extra = f" {'lost':>4} {'again':>7}" if kill else ""
     head = (f"{'tool':<16} {'mode':<46} {'makespan s':>10} {'steps':>6} {'procs':>6} "
-            f"{'jobs':>5} {'best':>7} {'to target s':>11}  versions")
+            f"{'jobs':>5} {'best':>7} {'to target s':>11}{extra}  versions")
     lines = [head, "-" * len(head)]
     for row, r in results:
         tool, text = ROWS[row]
         if "error" in r:
             lines.append(f"{tool:<16} {text:<46} not run: {r['error']}")
             continue
+        if kill:
+            again = f"{r['repeated']}/{r['repeated_configs']}"
+            extra = f" {r['lost']:>4} {again:>7}"
         lines.append(f"{tool:<16} {text:<46} {r['makespan']:>10.1f} {r['steps']:>6} "
                      f"{r['processes']:>6} {r['jobs']:>5} {r['best']:>7.4f} "
-                     f"{_fmt(r['to_target']):>11}  {r['versions']}")
+                     f"{_fmt(r['to_target']):>11}{extra}  {r['versions']}")
     return lines
 
 
@@ -208,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--one"]:
         row, parallel, *rest = argv[1:]
-        one(row, _curves.Workload.from_args(rest[:3]), rest[3], int(parallel))
+        one(row, _curves.Workload.from_args(rest[:3]), rest[3], int(parallel), Path(rest[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
@@ -216,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--tiny", action="store_true", help="9 configurations x 3 steps of 0.1 s")
     parser.add_argument("--parallel", type=int, default=8, help="trials at a time (8)")
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--kill", choices=_peers_kill.KINDS,
+                        help="kill a node (set DOWN) or the orchestrator (SIGKILL) once a "
+                             "third of the configurations started; adds the lost and "
+                             "repeated columns")
     args = parser.parse_args(argv)
     if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
         parser.error("no Slurm here: start the emulated cluster and export SLURM_CONF "
@@ -231,14 +262,20 @@ def main(argv: list[str] | None = None) -> int:
     timeout = w.configs * w.steps * w.step_seconds + 600
     results = []
     for row in args.rows:
-        r = measure(row, w, args.parallel, timeout)
+        r = measure(row, w, args.parallel, timeout, args.kill)
         results.append((row, r))
-        print(f"  {' '.join(ROWS[row])}: " + (f"not run: {r['error']}" if "error" in r
-                                               else f"{r['makespan']:.1f} s"), flush=True)
+        print(f"  {' '.join(ROWS[row])}: " + (
+            f"not run: {r['error']}" if "error" in r else f"{r['makespan']:.1f} s"
+            + (f", killed: {r['hit']}" if r.get("hit") else "")
+            + (f", lost: {r['lost_as']}" if r.get("lost_as") else "")), flush=True)
     print()
     print("\n".join(table(results)))
     print()
-    print("\n".join(goal_lines(results)))
+    if args.kill:
+        print(f"\nthe {args.kill} killed once {w.configs // 3} configurations had started; "
+              "then each tool's own way on (_peers_kill.py)")
+    else:
+        print("\n".join(goal_lines(results)))
     return 0  # a benchmark: the verdict is for people, not for CI
 
 

@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from hpsearch.pilot import protocol as p
 from hpsearch.slurm.hostlist import expand
 from hpsearch.store.store import STORE_FILE, Reader
@@ -244,6 +246,7 @@ def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
     assert any(e and e["reason"] == "its time limit is near" for e in pilots), pilots
 
 
+@pytest.mark.slurm_clock  # it waits on SlurmdTimeout and kills a slurmd: on the clock cluster
 def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again(
         cli, slurm_cluster):
     """kill -9 of the slurmd of a pilot's second node: after SlurmdTimeout the node is DOWN
@@ -277,7 +280,7 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
             _wait_node_up(slurm_cluster, dead)
     assert driver.returncode == 0, out + err
     attempts = _attempts(cli.runs, name)
-    for tid, got in attempts.items():
+    for got in attempts.values():
         # Slurm ends the whole job: a trial whose end the pilot wrote first (it got SIGTERM)
         # is preempted; one it could not tell ends as the job did, node_fail. The trial on
         # the dead node may end first, lost: its srun step ends about SlurmdTimeout after the

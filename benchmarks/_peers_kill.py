@@ -1,0 +1,247 @@
+"""The kill runs of benchmarks/peers_cluster.py (issue 24 item 1): a node or the
+orchestrator killed mid-run, and what each tool then loses or runs again.
+
+Mid-run is the moment a third of the configurations have run a step (the steps log says so).
+
+- node: the node that runs most of the trials then running crashes: it is set DOWN with
+  `scontrol update state=down`, as slurmctld sets a node whose slurmd stopped answering
+  (after SlurmdTimeout, 300 s by default; tests/slurm's node-death tests kill slurmd itself
+  and wait that out), and at once every process of its jobs is SIGKILLed (Slurm's own kill
+  comes a second or two later, and submitit's workers ignore its SIGTERM). Slurm ends every
+  job on it NODE_FAIL and requeues the batch jobs that allow it (JobRequeue=1 here, as by
+  default). The node is resumed when the row ends.
+- orchestrator: the process that runs the search (hpsearch's driver, the recipe's submitting
+  script, hydra's `--multirun`) is SIGKILLed with its process group. Then the user does what
+  each tool offers: `hpsearch resume NAME`; for the Optuna + submitit recipe nothing (its
+  worker jobs go on: wait for them); hydra has no resume, so the same command again.
+
+Columns: `lost`, the configurations left with no result (hpsearch: no completed, pruned or
+paused trial; Optuna: no COMPLETE or PRUNED trial, e.g. one left RUNNING by a dead worker;
+hydra, which never prunes: its last step never ran); `repeated`, the steps run again (a
+configuration's step logged more than once) and how many configurations they belong to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import _curves
+
+KINDS = ("node", "orchestrator")
+
+
+def started_configs(log: str) -> int:
+    try:
+        with open(log) as f:
+            return len({line.split()[2] for line in f if line.strip()})
+    except FileNotFoundError:
+        return 0
+
+
+def repeated(log: str) -> tuple[int, int]:
+    """(steps run again, configurations with a step run again)."""
+    with open(log) as f:
+        seen = Counter((line.split()[2], line.split()[3]) for line in f if line.strip())
+    again = {key: n - 1 for key, n in seen.items() if n > 1}
+    return sum(again.values()), len({config for config, _ in again})
+
+
+def _busiest_node(log: str) -> str | None:
+    """The Slurm node where most of the processes in the steps log still run (of two as
+    busy, that of the latest step)."""
+    with open(log) as f:
+        pids = [int(line.split()[1]) for line in f if line.strip()]
+    nodes: Counter = Counter()
+    for pid in dict.fromkeys(reversed(pids)):  # the latest first, each once
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for entry in environ:
+            if entry.startswith(b"SLURMD_NODENAME="):
+                nodes[entry.split(b"=", 1)[1].decode()] += 1
+    return nodes.most_common(1)[0][0] if nodes else None
+
+
+def _kill_node(node: str) -> int:
+    """A node's crash: Slurm told the node is DOWN (slurmctld's verdict after
+    SlurmdTimeout), and at once every process of its jobs killed (those whose environment
+    names it in SLURMD_NODENAME: batch scripts, job steps, trials, pilot agents): first all
+    stopped (SIGSTOP, twice over, for children forked meanwhile), then all SIGKILLed, so
+    that none of them sees another die and reports it, as none can on a node that crashed.
+    Returns how many were killed."""
+    _scontrol(f"nodename={node}", "state=down", "reason=peers-benchmark")
+    mark, frozen = f"SLURMD_NODENAME={node}".encode(), set()
+    for _ in range(2):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in frozen | {os.getpid()}:
+                continue
+            try:
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGSTOP)
+                    frozen.add(int(entry.name))
+            except OSError:
+                continue
+    for pid in frozen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(frozen)
+
+
+def _scontrol(*args: str) -> None:
+    subprocess.run(["scontrol", "update", *args], check=True, capture_output=True, text=True)
+
+
+def _wait_up(node: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True,
+                               text=True).stdout.strip()
+        if state in ("idle", "mixed", "allocated"):
+            return
+        if "down" in state or "drain" in state:
+            _scontrol(f"nodename={node}", "state=resume")
+        time.sleep(1)
+    raise RuntimeError(f"{node} did not come back: {state}")
+
+
+def _wait_jobs_gone(job_ids: set[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while job_ids and time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(sorted(job_ids))],
+                             capture_output=True, text=True).stdout.split()
+        if not out:
+            return
+        time.sleep(1)
+
+
+def submitit_jobs(folder: Path) -> set[str]:
+    """The Slurm jobs (array tasks) a submitit folder holds logs or pickles of."""
+    found = set()
+    for path in folder.rglob("*") if folder.exists() else []:
+        match = re.match(r"^(\d+(?:_\d+)?)_", path.name) or (
+            re.match(r"^(\d+_\d+|\d+)$", path.name) if path.is_dir() else None)
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def jobs(row: str, work: Path) -> int:
+    """The Slurm jobs the row started: hpsearch's pilots, or its trials' jobs (the store
+    says); the array tasks submitit's folders hold (the recipe's workers, hydra's trials)."""
+    if row in ("optuna-submitit", "hydra"):
+        ids = submitit_jobs(work / ("jobs" if row == "optuna-submitit" else "multirun"))
+        tasks = {i for i in ids if "_" in i}
+        return len(tasks or ids)
+    from hpsearch.store import STORE_FILE, Reader
+
+    reader = Reader(work / f"peers-{row}" / STORE_FILE)
+    try:
+        pilots = reader.pilots()
+        return len(pilots) if pilots else len({a["job_id"] for a in reader.all_attempts()
+                                               if a.get("job_id")})
+    finally:
+        reader.close()
+
+
+def lost(row: str, w: _curves.Workload, log: str, work: Path) -> tuple[int, str]:
+    """Configurations the row's tool holds no result for, and the states they were left in
+    (hpsearch, Optuna)."""
+    if row == "hydra":
+        with open(log) as f:
+            done = {line.split()[2] for line in f if line.split()[3] == str(w.steps - 1)}
+        return w.configs - len(done), ""
+    if row == "optuna-submitit":
+        import _optuna_submitit
+        import optuna
+
+        study = optuna.load_study(study_name="peers",
+                                  storage=_optuna_submitit.storage(str(work / "study.log")))
+        ok = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        trials = study.get_trials(deepcopy=False)
+        done = {t.params.get("config") for t in trials if t.state in ok} - {None}
+        left = Counter(t.state.name for t in trials if t.state not in ok
+                       and t.params.get("config") not in done)
+        return w.configs - len(done), ", ".join(f"{n} {s}" for s, n in sorted(left.items()))
+    from hpsearch.store import STORE_FILE, Reader
+
+    reader = Reader(work / f"peers-{row}" / STORE_FILE)
+    try:
+        trials = reader.trials()
+    finally:
+        reader.close()
+    done = {t.params["config"] for t in trials if t.state in ("completed", "pruned", "paused")}
+    left = Counter(t.state for t in trials if t.params["config"] not in done)
+    return w.configs - len(done), ", ".join(f"{n} {s}" for s, n in sorted(left.items()))
+
+
+def run(row: str, child: list[str], w: _curves.Workload, log: str, work: Path, kind: str,
+        timeout: float) -> dict:
+    """Run the row's child with `kind` killed mid-run, then what the user does next; the
+    columns peers_cluster.measure adds to (began, makespan, lost, repeated, what was hit)."""
+    out = work / "child.out"
+    began = time.time()
+    deadline = time.monotonic() + timeout
+    with open(out, "w") as stdout, open(work / "child.err", "w") as stderr:
+        proc = subprocess.Popen(child, stdout=stdout, stderr=stderr, start_new_session=True)
+    hit = down = None
+    try:
+        while proc.poll() is None and time.monotonic() < deadline and hit is None:
+            if started_configs(log) >= max(1, w.configs // 3):
+                if kind == "orchestrator":
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    hit = f"pid {proc.pid}"
+                else:
+                    node = _busiest_node(log)
+                    if node:
+                        hit = f"{node} ({_kill_node(node)} processes)"
+                        down = node
+            time.sleep(0.05)
+        proc.wait(timeout=max(1, deadline - time.monotonic()))
+        if hit is None:
+            return {"error": "the search ended before the kill moment"}
+        if kind == "orchestrator":
+            _resume(row, child, work, deadline)
+        ended = time.time()
+        if kind == "node" and proc.returncode != 0:  # its tool gave up
+            err = (work / "child.err").read_text().strip().splitlines()
+            print(f"  {row}: exit {proc.returncode} after node {hit} went down: "
+                  f"{err[-1] if err else '(no error output)'}", file=sys.stderr)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if row in ("optuna-submitit", "hydra"):  # jobs Slurm requeued after the node's end
+            subprocess.run(["scancel", *sorted(submitit_jobs(
+                work / ("jobs" if row == "optuna-submitit" else "multirun")))],
+                capture_output=True)
+        if down:
+            _wait_up(down)
+    lines = [ln for ln in out.read_text().splitlines() if ln.startswith("{")]
+    first = json.loads(lines[0]) if lines else {}
+    steps_again, configs_again = repeated(log)
+    n_lost, left_as = lost(row, w, log, work)
+    return {"began": first.get("began", began), "makespan": ended - began, "hit": hit,
+            "lost": n_lost, "lost_as": left_as, "repeated": steps_again,
+            "repeated_configs": configs_again}
+
+
+def _resume(row: str, child: list[str], work: Path, deadline: float) -> None:
+    left = max(1.0, deadline - time.monotonic())
+    if row == "optuna-submitit":  # the worker jobs go on without it: wait for them
+        _wait_jobs_gone(submitit_jobs(work / "jobs"), left)
+    elif row == "hydra":  # no resume: the same command again
+        subprocess.run(child, capture_output=True, timeout=left)
+    else:
+        subprocess.run([sys.executable, "-m", "hpsearch", "resume", f"peers-{row}",
+                        "--runs-dir", str(work), "--quiet", "--no-tui", "--allow-failures"],
+                       capture_output=True, timeout=left, cwd=work)
