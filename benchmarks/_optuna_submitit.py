@@ -21,7 +21,8 @@ last one) is given up at once, so no configuration runs twice.
 What this recipe does not do, that hpsearch does: a killed worker job leaves its trial RUNNING
 for ever (no heartbeat is set here, as in Optuna's examples) and the trials it would have run
 go to the other workers; a killed submitting process leaves the jobs running, and nothing
-gathers them but the storage.
+gathers them but the storage (`peers_cluster.py --kill node` measured 4 trials lost to one
+node's crash; `--kill orchestrator` nothing).
 """
 
 from __future__ import annotations

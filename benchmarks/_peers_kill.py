@@ -72,13 +72,11 @@ def _busiest_node(log: str) -> str | None:
 
 
 def _kill_node(node: str) -> int:
-    """A node's crash: Slurm told the node is DOWN (slurmctld's verdict after
-    SlurmdTimeout), and at once every process of its jobs killed (those whose environment
-    names it in SLURMD_NODENAME: batch scripts, job steps, trials, pilot agents): first all
-    stopped (SIGSTOP, twice over, for children forked meanwhile), then all SIGKILLed, so
-    that none of them sees another die and reports it, as none can on a node that crashed.
-    Returns how many were killed."""
-    _scontrol(f"nodename={node}", "state=down", "reason=peers-benchmark")
+    """A node's crash: every process of its jobs (those whose environment names it in
+    SLURMD_NODENAME: batch scripts, job steps, trials, pilot agents) stopped (SIGSTOP, twice
+    over, for children forked meanwhile), so that none sees another die and reports it, as
+    none can on a node that crashed; then Slurm told the node is DOWN (slurmctld's verdict
+    after SlurmdTimeout), then all of them SIGKILLed. Returns how many were killed."""
     mark, frozen = f"SLURMD_NODENAME={node}".encode(), set()
     for _ in range(2):
         for entry in Path("/proc").iterdir():
@@ -90,6 +88,8 @@ def _kill_node(node: str) -> int:
                     frozen.add(int(entry.name))
             except OSError:
                 continue
+    # DOWN after the freeze: else Slurm's own SIGTERM may reach them first
+    _scontrol(f"nodename={node}", "state=down", "reason=peers-benchmark")
     for pid in frozen:
         try:
             os.kill(pid, signal.SIGKILL)
