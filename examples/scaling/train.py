@@ -72,6 +72,10 @@ def main() -> None:
                 val_acc = (model(x_val.to(device)).argmax(1).cpu() == y_val).float().mean()
             trial.report(epoch, val_acc=float(val_acc), grad_bytes=grad_bytes)
     if world > 1:
+        # No rank tears gloo down while another still talks to it (rank 0 evaluates and
+        # reports after the others' last step): it would abort that process at exit,
+        # "terminate called without an active exception" (as in examples/digits_ddp).
+        dist.barrier()
         dist.destroy_process_group()
 
 
