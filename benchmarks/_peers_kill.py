@@ -136,11 +136,16 @@ def submitit_jobs(folder: Path) -> set[str]:
     return found
 
 
+def _submitit_folder(row: str, work: Path) -> Path:
+    """Where submitit keeps the row's jobs: the recipe's workers, or hydra's trials."""
+    return work / ("jobs" if row == "optuna-submitit" else "multirun")
+
+
 def jobs(row: str, work: Path) -> int:
     """The Slurm jobs the row started: hpsearch's pilots, or its trials' jobs (the store
     says); the array tasks submitit's folders hold (the recipe's workers, hydra's trials)."""
     if row in ("optuna-submitit", "hydra"):
-        ids = submitit_jobs(work / ("jobs" if row == "optuna-submitit" else "multirun"))
+        ids = submitit_jobs(_submitit_folder(row, work))
         tasks = {i for i in ids if "_" in i}
         return len(tasks or ids)
     from hpsearch.store import STORE_FILE, Reader
@@ -221,9 +226,8 @@ def run(row: str, child: list[str], w: _curves.Workload, log: str, work: Path, k
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         if row in ("optuna-submitit", "hydra"):  # jobs Slurm requeued after the node's end
-            subprocess.run(["scancel", *sorted(submitit_jobs(
-                work / ("jobs" if row == "optuna-submitit" else "multirun")))],
-                capture_output=True)
+            subprocess.run(["scancel", *sorted(submitit_jobs(_submitit_folder(row, work)))],
+                           capture_output=True)
         if down:
             _wait_up(down)
     lines = [ln for ln in out.read_text().splitlines() if ln.startswith("{")]
@@ -238,7 +242,7 @@ def run(row: str, child: list[str], w: _curves.Workload, log: str, work: Path, k
 def _resume(row: str, child: list[str], work: Path, deadline: float) -> None:
     left = max(1.0, deadline - time.monotonic())
     if row == "optuna-submitit":  # the worker jobs go on without it: wait for them
-        _wait_jobs_gone(submitit_jobs(work / "jobs"), left)
+        _wait_jobs_gone(submitit_jobs(_submitit_folder(row, work)), left)
     elif row == "hydra":  # no resume: the same command again
         subprocess.run(child, capture_output=True, timeout=left)
     else:
