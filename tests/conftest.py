@@ -242,8 +242,20 @@ def _repository_root_gains_nothing(request: pytest.FixtureRequest):
         other = " (or the other xdist worker's test running meanwhile)" \
             if os.environ.get("PYTEST_XDIST_WORKER") else ""
         pytest.fail(f"{request.node.nodeid}{other} left {', '.join(new)} in the repository "
-                    f"root {ROOT}: tests and hpsearch write only under tmp_path / runs dirs",
-                    pytrace=False)
+                    f"root {ROOT}: tests and hpsearch write only under tmp_path / runs dirs"
+                    f"{_sqlite_hint(new)}", pytrace=False)
+
+
+def _sqlite_hint(new: list[str]) -> str:
+    """What made an empty *.sqlite, when a command outside the tests may have: any
+    read-write SQLite open of a path that does not exist creates it, empty (the sqlite3
+    shell, sqlite_utils.Database, sqlite3.connect), where the read-only ones create
+    nothing (docs/testing.md#tiers)."""
+    empty = [n for n in new if n.endswith(".sqlite") and (ROOT / n).is_file()
+             and (ROOT / n).stat().st_size == 0]
+    return (f" ({', '.join(empty)} is empty: a read-write SQLite open of a missing path makes "
+            "that, e.g. `sqlite3 store.sqlite` or sqlite_utils.Database('store.sqlite') run "
+            "here; open stores with `sqlite3 -readonly`)") if empty else ""
 
 
 _root_at_start: set[str] = set()
@@ -262,6 +274,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     new = sorted(set(os.listdir(ROOT)) - _root_at_start - _ROOT_LEFT_ALONE)
     if new:
         print(f"\nFAILED: the repository root {ROOT} gained {', '.join(new)} during this "
-              "run, outside any one test (between tests, or from a process that outlived "
-              "its test)", file=sys.stderr)
+              "run, outside any one test (between tests, from a process that outlived "
+              f"its test, or from a command run meanwhile){_sqlite_hint(new)}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
