@@ -8,6 +8,7 @@ repository root (its ROOT is the folder above the conftest's own)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -40,9 +41,10 @@ def test_a_test_that_writes_in_the_root_fails_naming_what_it_left(tmp_path):
     (tmp_path / "tests").mkdir()
     shutil.copy(CONFTEST, tmp_path / "tests" / "conftest.py")
     (tmp_path / "tests" / "test_writes.py").write_text(TESTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # no xdist
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-p", "no:xdist", "-p", "no:randomly", "tests"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "3 passed, 2 errors" in out, out  # the guard fails a test at its teardown
