@@ -168,7 +168,7 @@ def plan(args) -> int:
         asked = search.ask()
         if asked is None:
             break
-        launch = build_launch(spec, asked.trial_id, 1, asked.params)
+        launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
         print(f"\ntrial {asked.trial_id}: {format_params(asked.params)}")
         resources = launch.resources or spec.resources
         if spec.resources.per_trial:  # trials of several sizes: each one's own

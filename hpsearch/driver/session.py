@@ -182,8 +182,8 @@ def _check_slurm_reachable(spec: Spec) -> None:
     if asked is None:
         return
     try:
-        slurm.sbatch_test(batch_script(spec.slurm_job(), build_launch(spec, asked.trial_id, 1,
-                                                           asked.params)))
+        launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
+        slurm.sbatch_test(batch_script(spec.slurm_job(), launch))
     except SlurmError as exc:
         if exc.kind == PERMANENT:
             raise BadInput(f"Slurm would refuse the trials' jobs: {exc}",

@@ -1,4 +1,5 @@
-"""Build a trial attempt's Launch from the spec: its quoted command and its environment.
+"""Build a trial attempt's Launch from its TrialRecipe (Spec.trial_recipe): its quoted command
+and its environment.
 
 Shared by the driver (to run it) and `hpsearch plan` (to show it), so what plan prints is
 exactly what runs.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpsearch.spec.model import Resources, Spec
+from hpsearch.spec.model import Resources, TrialRecipe
 from hpsearch.store import runs
 from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.template import render
@@ -88,42 +89,43 @@ def shell_body(signal_name: str | None, command: str) -> str:
     return checkpoint + STOP_TRAP + EXIT_TRAP + command
 
 
-def build_launch(spec: Spec, trial_id: int, attempt: int, params: dict[str, Any]) -> Launch:
-    tdir = runs.trial_dir(spec.experiment_dir, trial_id)
+def build_launch(recipe: TrialRecipe, trial_id: int, attempt: int,
+                 params: dict[str, Any]) -> Launch:
+    tdir = runs.trial_dir(recipe.experiment_dir, trial_id)
     ckpt = tdir / "checkpoints"
     builtins = {"trial_id": str(trial_id), "trial_dir": str(tdir), "checkpoint_dir": str(ckpt),
-                "experiment": spec.name,
-                "python": _WARM if spec.executor.warm is not None else sys.executable}
+                "experiment": recipe.name,
+                "python": _WARM if recipe.warm is not None else sys.executable}
     env = {
-        **dict(spec.env),
-        "HPSEARCH_EXPERIMENT": spec.name,
+        **dict(recipe.env),
+        "HPSEARCH_EXPERIMENT": recipe.name,
         "HPSEARCH_TRIAL_ID": str(trial_id),
         "HPSEARCH_ATTEMPT": str(attempt),
         "HPSEARCH_TRIAL_DIR": str(tdir),
         "HPSEARCH_CHECKPOINT_DIR": str(ckpt),
         "HPSEARCH_PARAMS": json.dumps(params, sort_keys=True),
     }
-    if spec.checkpoints.signal and _launcher_name(spec.launcher) == "torchrun":
+    if recipe.checkpoint_signal and _launcher_name(recipe.launcher) == "torchrun":
         # torchrun starts its workers in sessions of their own and passes on only the
         # signals listed here (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); any other kills
         # torchrun itself, and the workers never save their checkpoint.
-        sig = "SIG" + spec.checkpoints.signal.upper().removeprefix("SIG")
+        sig = "SIG" + recipe.checkpoint_signal.upper().removeprefix("SIG")
         env.setdefault("PET_SIGNALS_TO_HANDLE", f"SIGTERM,SIGINT,SIGHUP,SIGQUIT,{sig}")
-    command = render(spec.command, params, builtins)
-    if spec.executor.warm is not None:  # {python} runs the script through a warm server
+    command = render(recipe.command, params, builtins)
+    if recipe.warm is not None:  # {python} runs the script through a warm server
         command = command.replace(shlex.quote(_WARM), shlex.join([
             sys.executable, "-m", "hpsearch.warm", "run", "--preload",
-            ",".join(spec.executor.warm), "--"]))
-    resources = spec.resources.for_params(params)
-    return Launch(trial_id, attempt, wrap_for_ranks(spec, trial_id, command, tdir, resources),
-                  env, tdir, Path(spec.workdir), dict(params), resources=resources)
+            ",".join(recipe.warm), "--"]))
+    resources = recipe.resources.for_params(params)
+    return Launch(trial_id, attempt, wrap_for_ranks(recipe, trial_id, command, tdir, resources),
+                  env, tdir, Path(recipe.workdir), dict(params), resources=resources)
 
 
 def _launcher_name(spec_launcher) -> str:
     return spec_launcher if isinstance(spec_launcher, str) else spec_launcher.type
 
 
-def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path,
+def wrap_for_ranks(recipe: TrialRecipe, trial_id: int, command: str, trial_dir: Path,
                    resources: Resources) -> str:
     """The trial's command as its launcher starts it over its ranks (`resources`: the
     trial's own, Resources.for_params), in its container."""
@@ -132,12 +134,12 @@ def wrap_for_ranks(spec: Spec, trial_id: int, command: str, trial_dir: Path,
 
     # a trial that asks for GPUs has them sampled on each of its nodes (docs/gpu.md)
     sampler = sys.executable if resources.gpus_per_node > 0 else None
-    layout = layout_for(resources, master_port=port_for(spec.name, trial_id),
-                        under_slurm=spec.executor.type == "slurm", workdir=str(spec.workdir),
+    layout = layout_for(resources, master_port=port_for(recipe.name, trial_id),
+                        under_slurm=recipe.under_slurm, workdir=str(recipe.workdir),
                         trial_dir=str(trial_dir), gpu_sampler=sampler,
-                        warm_ranks=sys.executable if spec.executor.warm is not None else None)
-    runtime = make_runtime(spec.container, [name for name, _ in spec.env])
-    text = make_launcher(spec.launcher).wrap(command, layout, runtime)
+                        warm_ranks=sys.executable if recipe.warm is not None else None)
+    runtime = make_runtime(recipe.container, [name for name, _ in recipe.env])
+    text = make_launcher(recipe.launcher).wrap(command, layout, runtime)
     return text if sampler is None else gpu_sampler_line(sampler) + "\n" + text
 
 

@@ -432,6 +432,13 @@ class Spec:
                         self.search.parallel, self.resources, self.executor, self.placement,
                         self.checkpoints, self.sizes("nodes"), self.slot())
 
+    def trial_recipe(self) -> TrialRecipe:
+        """The part of the spec a trial's launch is made of."""
+        return TrialRecipe(self.name, self.experiment_dir, self.command, self.env, self.workdir,
+                           self.resources, self.launcher, self.container,
+                           self.checkpoints.signal, self.executor.type == "slurm",
+                           self.executor.warm)
+
     def slot(self) -> Resources:
         """One slot of a pilot (executor.pilots.slots_per_node per node): the smallest trial's
         share of a node, field by field (the fewest tasks, CPUs per task and GPUs, GPUs
@@ -474,3 +481,23 @@ class SlurmJob:
     @property
     def slot(self) -> Resources:
         return self.slot_shape or self.resources
+
+
+@dataclass(frozen=True)
+class TrialRecipe:
+    """What a trial's launch is made of (Spec.trial_recipe; hpsearch.launch.attempt): its
+    command and environment, where it runs, how its ranks start and in which container, its
+    resources (per-trial ones resolved against its parameters there), the signal it gets
+    before its time limit, whether Slurm starts it, and the warm server's modules."""
+
+    name: str
+    experiment_dir: Path
+    command: str
+    env: tuple[tuple[str, str], ...]
+    workdir: Path
+    resources: Resources
+    launcher: Launcher
+    container: Container
+    checkpoint_signal: str | None
+    under_slurm: bool
+    warm: tuple[str, ...] | None
