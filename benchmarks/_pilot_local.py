@@ -56,7 +56,7 @@ def _pilot(root: Path) -> None:
 def run(spec_path: Path, runs_dir: Path) -> int:
     spec = load_spec(spec_path, runs_dir, None)  # not new_experiment: it asks Slurm
     spec = dataclasses.replace(spec, source=spec_path)
-    search = make_search(spec)
+    search = make_search(spec.search, spec.objectives)
     store = session.create_store(spec, search.total)
     store.add_pilot(1, f"hps.{spec.name}.bench.pilot.1")
     store.update_pilot(1, job_id=JOB_ID, state="running")

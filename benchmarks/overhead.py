@@ -114,7 +114,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead
         cpu.start()
         began = time.perf_counter()
         store = Store(spec.experiment_dir / STORE_FILE)
-        search = make_search(spec)
+        search = make_search(spec.search, spec.objectives)
         store.create_experiment(spec.name, spec_path.read_text(), str(spec_path),
                                 str(spec_path.parent), spec.search.strategy,
                                 [o.direction for o in spec.objectives], search.total)

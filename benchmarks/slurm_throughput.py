@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, runs_dir: Path, mode: str) -> dict:
     lock.acquire()
     try:
         slurm = Slurm()
-        search = make_search(spec)
+        search = make_search(spec.search, spec.objectives)
         store = Store.create(spec.experiment_dir / STORE_FILE, name=name,
                              spec_yaml=path.read_text(), spec_file=str(path),
                              base_dir=str(path.parent), strategy="random",

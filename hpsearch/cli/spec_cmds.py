@@ -157,7 +157,7 @@ def plan(args) -> int:
         print(_pruner_line(spec))
     limit = shown if args.limit == 0 else min(shown, args.limit)
     # Sample without running: a search in memory, nothing written.
-    search = make_search(dataclasses.replace(spec, search=s))
+    search = make_search(s, spec.objectives)
     search.rebuild([], {})
     print(f"runs in: {spec.experiment_dir}   workdir: {spec.workdir}   executor: "
           f"{spec.executor.type}")

@@ -178,7 +178,7 @@ def _check_slurm_reachable(spec: Spec) -> None:
         raise BadInput(f"executor slurm: cannot reach the Slurm controller from here ({exc}); "
                        "run on a login node, set SLURM_CONF, or use --executor local",
                        str(spec.source or ""), key="executor.type") from None
-    asked = make_search(spec).ask()
+    asked = make_search(spec.search, spec.objectives).ask()
     if asked is None:
         return
     try:
@@ -237,7 +237,7 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
             if create:
                 _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
-                create_store(spec, make_search(spec).total).close()
+                create_store(spec, make_search(spec.search, spec.objectives).total).close()
             reader = Reader(exp_dir / STORE_FILE)
             try:
                 spec = with_instance(spec, reader)
@@ -262,7 +262,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     with storage_errors(spec), share_mode(spec):
         lock.acquire(group_readable=spec.share == "group")
         try:
-            search = make_search(spec)
+            search = make_search(spec.search, spec.objectives)
             if create:
                 _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
