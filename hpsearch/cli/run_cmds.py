@@ -164,9 +164,9 @@ def _tolerated(spec, code: int, allow_failures: bool) -> int:
 
 
 def cancel(args) -> int:
-    from hpsearch.driver import session
+    from hpsearch.driver.cancel import cancel_experiment
 
-    print(session.cancel(runs_dir_of(args), args.name))
+    print(cancel_experiment(runs_dir_of(args), args.name))
     return 0
 
 

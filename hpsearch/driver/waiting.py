@@ -46,9 +46,9 @@ def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if stop:
-        from hpsearch.driver import session
+        from hpsearch.driver.cancel import cancel_experiment
         print(f"{stop[0]}: stopping experiment {spec.name}", flush=True)
-        print(session.cancel(spec.runs_dir, spec.name), flush=True)
+        print(cancel_experiment(spec.runs_dir, spec.name), flush=True)
         return EXIT_INCOMPLETE
     return exit_status(spec.experiment_dir)
 
