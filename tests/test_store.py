@@ -180,11 +180,11 @@ def test_a_reader_reads_a_store_whose_path_has_uri_characters_and_creates_nothin
 def test_opening_a_missing_store_for_reading_fails_and_creates_nothing(tmp_path):
     """A store gone between a reader's check and its open (an experiment started over or
     deleted meanwhile): every way a reader opens the file fails, none creates it."""
-    from hpsearch.store import store as store_module
+    from hpsearch.store import read_only
     path = tmp_path / "store.sqlite"
     with pytest.raises(NotFound):
         Reader(path)
-    for opener in (store_module._open_read_only, store_module._open_immutable):
+    for opener in (read_only.open_read_only, read_only._open_immutable):
         with pytest.raises((sqlite3.Error, StorageError)):
             opener(path)
         assert list(tmp_path.iterdir()) == [], opener.__name__

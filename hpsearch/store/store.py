@@ -17,19 +17,17 @@ import functools
 import json
 import math
 import os
-import shutil
 import sqlite3
-import tempfile
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hpsearch.errors import NotFound, StorageError
+from hpsearch.errors import NotFound
 from hpsearch.store import filesystem
 from hpsearch.store import rows as r
 from hpsearch.store.lib import sqlite_utils
+from hpsearch.store.read_only import HOT_JOURNAL_WAIT, hot_journal, open_read_only, open_snapshot
 from hpsearch.store.runs import STORE_FILE  # noqa: F401 - re-exported
 from hpsearch.store.schema import migrate
 
@@ -38,113 +36,13 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, allow_nan=True)
 
 
-def _uri(path: Path, query: str) -> str:
-    """A SQLite URI of `path` with `query`, the path percent-encoded: a '?', '#' or '%' in a
-    folder name would otherwise end the file name early (or be decoded), and SQLite would
-    open, and create, another file, read-write (the query being cut off with it)."""
-    return f"file:{urllib.parse.quote(os.fspath(path), safe='/')}?{query}"
-
-
 T = TypeVar("T")
-HOT_JOURNAL_WAIT = 3.0  # seconds a reader waits for a driver's transaction to end
-
-
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    """A mode=ro connection, in either journal mode. It never writes the store: a hot
-    rollback journal (a driver mid-transaction where locks do not reach this host, as on
-    BeeGFS, Lustre localflock or NFS nolock; or a driver that died mid-transaction) is
-    waited out, then read around: the last commit is read from a private copy of the store
-    and its journal, rolled back there (_open_snapshot). Rolling it back in place could
-    destroy a live driver's transaction; the next driver does that for a dead one."""
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=30,
-                               check_same_thread=False)
-        conn.execute("select count(*) from sqlite_master").fetchone()
-        return conn
-    deadline = time.monotonic() + HOT_JOURNAL_WAIT
-    while True:
-        try:
-            return connect()
-        except sqlite3.OperationalError as exc:
-            name = getattr(exc, "sqlite_errorname", "")
-            if name in ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY") and path.is_file():
-                return _open_immutable(path)  # a WAL store, its folder not writable here
-            if name != "SQLITE_READONLY_ROLLBACK":
-                raise
-        if time.monotonic() > deadline:
-            return _open_snapshot(path)
-        time.sleep(0.05)
-
-
-JOURNAL_HEADER = 28  # bytes: magic, page count, a random nonce per transaction, sizes
-
-
-def _open_snapshot(path: Path) -> sqlite3.Connection:
-    """The last commit of a store whose rollback journal is hot, without touching either:
-    the store, then its journal, are copied into a private temporary folder, checked to
-    belong to one transaction (the journal's header, with its per-transaction nonce, is the
-    same before and after), and rolled back there. A transaction that committed meanwhile
-    (its journal gone or replaced) makes it try again, or read the store as it is now."""
-    journal = path.with_name(path.name + "-journal")
-    for _ in range(20):
-        header = _head(journal)
-        if header is None:  # committed meanwhile: no hot journal any more
-            return sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=30,
-                                   check_same_thread=False)
-        with tempfile.TemporaryDirectory(prefix="hpsearch-read-") as tmp:  # 0700
-            copy = Path(tmp) / path.name
-            try:
-                shutil.copyfile(path, copy)
-                shutil.copyfile(journal, Path(tmp) / journal.name)
-            except FileNotFoundError:
-                continue
-            if _head(Path(tmp) / journal.name) != header:
-                continue  # another transaction's journal: the copies do not match
-            rolled = sqlite3.connect(copy, timeout=30)
-            try:
-                rolled.execute("select count(*) from sqlite_master").fetchone()  # rolls back
-            finally:
-                rolled.close()
-            conn = sqlite3.connect(copy, check_same_thread=False)
-            conn.execute("select count(*) from sqlite_master").fetchone()
-            return conn  # its file stays open; the folder goes with the `with`
-    raise StorageError(f"{path}: its driver commits too often to read a snapshot; try again")
-
-
-def _head(path: Path) -> bytes | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(JOURNAL_HEADER)
-    except FileNotFoundError:
-        return None
-
-
-def _open_immutable(path: Path) -> sqlite3.Connection:
-    """A store in a folder this process cannot write (a read-only mount, another user's
-    runs dir, a `share: group` experiment read by a group member): a WAL store cannot be
-    opened there even read-only (its -shm index cannot be created), so it is read as an
-    immutable file, exact when no -wal file holds commits not yet copied into it (a driver
-    that is running, or was killed)."""
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists() and wal.stat().st_size > 0:
-        raise StorageError(f"{path} cannot be read here: its folder is not writable by this "
-                           f"user, and {wal.name} holds commits that only a process that may "
-                           f"write {path.parent} can read (run this command as the "
-                           "experiment's owner, or on a writable mount)")
-    conn = sqlite3.connect(_uri(path, "mode=ro&immutable=1"), uri=True,
-                           check_same_thread=False)
-    conn.execute("select count(*) from sqlite_master").fetchone()
-    return conn
-
-
-def _hot_journal(exc: sqlite3.OperationalError) -> bool:
-    return getattr(exc, "sqlite_errorname", "") == "SQLITE_READONLY_ROLLBACK"
 
 
 def _reads(method: Callable[..., T]) -> Callable[..., T]:
     """A Reader's query, around a hot journal: a mode=ro connection cannot read while one
     is there (a driver mid-transaction that this host cannot see locked, or one that died).
-    Wait for it to go, then read the last commit from a snapshot (_open_snapshot) for this
+    Wait for it to go, then read the last commit from a snapshot (read_only.open_snapshot) for this
     call; the next call reads the store again. The store is never written."""
     @functools.wraps(method)
     def reading(self: Reader, *args: Any, **kwargs: Any) -> T:
@@ -153,12 +51,12 @@ def _reads(method: Callable[..., T]) -> Callable[..., T]:
             try:
                 return method(self, *args, **kwargs)
             except sqlite3.OperationalError as exc:
-                if not _hot_journal(exc) or isinstance(self, Store):
+                if not hot_journal(exc) or isinstance(self, Store):
                     raise
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        live, self.db = self.db, sqlite_utils.Database(_open_snapshot(self.path))
+        live, self.db = self.db, sqlite_utils.Database(open_snapshot(self.path))
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -175,7 +73,7 @@ class Reader:
         self.path = Path(path)
         if not self.path.exists():
             raise NotFound(f"no store at {self.path}")
-        self.db = sqlite_utils.Database(_open_read_only(self.path))
+        self.db = sqlite_utils.Database(open_read_only(self.path))
 
     def close(self) -> None:
         self.db.conn.close()
