@@ -253,6 +253,21 @@ def test_a_pilot_near_its_end_stops_its_trial_which_ends_as_preempted(tmp_path):
     assert p.read_json(paths.exit)["reason"] == "its time limit is near"
 
 
+def test_a_trial_that_exits_0_on_the_wind_down_signal_is_told_as_stopped(tmp_path):
+    """Near its end the pilot sends the checkpoint signal; a trial that exits 0 on it has
+    not finished: its end says so (stopped), and the driver counts it preempted when its
+    objective is missing, not as the trial's own failure (no_objective, never retried)."""
+    beat = _driver_beat(tmp_path)
+    paths, proc = _pilot(tmp_path, time_limit=12, kill_grace=2, signal="USR1",
+                         signal_before=4)
+    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(
+        _launch(tmp_path, 0, command="trap 'exit 0' USR1; sleep 60 & wait")))
+    _wait_for(lambda: proc.poll() is not None, beat, timeout=40)
+    end = p.read_json(paths.file("ended", "0.1.json"))
+    assert (end["reason"], end["exit_code"], end["stopped"]) == ("exited", 0, "preempted"), end
+    assert "stopped it before its own end" in end["detail"]
+
+
 def test_a_cancel_file_stops_that_trial(tmp_path):
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path)
@@ -339,7 +354,11 @@ def test_a_scancelled_pilot_gives_its_trials_the_kill_grace_to_save_and_exit(tmp
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert (tdir / "saved").exists(), "killed before its SIGTERM handler was done"
-    assert p.read_json(paths.file("ended", "0.1.json"))["exit_code"] == 0
+    end = p.read_json(paths.file("ended", "0.1.json"))
+    assert end["exit_code"] == 0
+    # its exit 0 is Slurm's stop, not a finished trial: preempted (the pilot's wind-down
+    # stopped it), or an exit the driver counts preempted when the objective is missing
+    assert "preempted" in (end["reason"], end["stopped"]), end
     assert p.read_json(paths.exit)["reason"] == "Slurm sent SIGTERM"
 
 

@@ -61,6 +61,8 @@ class LiveTrial:
                 last.update(measured)
                 result = {k: v for k, v in (result or {}).items() if k not in measured}
             values, error = objective_values(result, last, metrics)
+            if error and ended.stopped_as:  # stopped from outside: not the trial's failure
+                return None, f"{error}; {ended.detail}", ended.stopped_as
             return values, error, "no_objective" if error else None
         if ended.reason == "exited":
             error = f"exit code {ended.exit_code}" + (f" ({ended.detail})" if ended.detail

@@ -41,6 +41,11 @@ class Ended:
     nodes: str | None = None  # hostlist it ran on, where the executor knows it
     leaves: str | None = None  # leaf switches of those nodes, comma-separated, where known
     job_id: str | None = None  # the scheduler's job id, where there is one
+    # Set when the trial was stopped from outside while it ran (its pilot given up by the
+    # driver, or sent away by Slurm): an exit 0 without the objective then is that stop,
+    # not the trial's failure; the failure class it counts as (lost, preempted), `detail`
+    # saying why.
+    stopped_as: str | None = None
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,7 @@ class PilotExecutor(Executor):
             if in_ended:
                 del self.bound[tid]
                 events.append(self._ended_from_file(tid, bound.launch.attempt, pilot.paths,
-                                                    bound.name, pilot.job_id))
+                                                    bound.name, pilot.job_id, pilot))
         return events
 
     def _own(self, pilot: PilotJob, state: str, name: str) -> bool:
@@ -313,12 +313,22 @@ class PilotExecutor(Executor):
                        self.fleet.planner.leaves(nodes))]
 
     def _ended_from_file(self, trial_id: int, attempt: int, paths: p.PilotPaths, name: str,
-                         job_id: str | None) -> Ended:
+                         job_id: str | None, pilot: PilotJob | None = None) -> Ended:
+        """The end its pilot wrote. Stopped from outside (stopped_as): when the pilot says
+        Slurm sent it away or its wind-down stopped the trial, or when the driver has given
+        the pilot up (its scancel, or Slurm's end of the job, stops the trial)."""
         data = p.read_json(paths.file("ended", name)) or {}
         self.told.append((paths, name))
         nodes = data.get("nodes")
+        detail, stopped = str(data.get("detail", "")), data.get("stopped")
+        if stopped != "preempted":
+            stopped = None
+            if pilot is not None and pilot.lost:
+                stopped, detail = "lost", (f"its pilot {pilot.id} (job {pilot.job_id}) was "
+                                           f"given up: {pilot.lost}")
         return Ended(trial_id, attempt, data.get("exit_code"), data.get("reason", "lost"),
-                     data.get("detail", ""), nodes, self.fleet.planner.leaves(nodes), job_id)
+                     detail, nodes, self.fleet.planner.leaves(nodes), job_id,
+                     stopped_as=stopped)
 
     def _pilot_ended(self, pilot: PilotJob) -> list:
         """Its unclaimed assignments go back to `ready`; its attempts that ran and told no

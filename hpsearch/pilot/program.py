@@ -322,17 +322,22 @@ class Pilot:
     def _tell_end(self, name: str, nodes: str, event: Ended) -> None:
         reason, detail = event.reason, event.detail
         clean = reason == "exited" and event.exit_code in (0, 75)
+        sent = (f"pilot {self.paths.root.name} (job {self.alloc.job_id}) was sent {self.asked} "
+                "by Slurm (scancel, node failure or preemption)")
+        ended = f"pilot {self.paths.root.name} (job {self.alloc.job_id}) stopped it before " \
+            "its own end"
+        stopped = None  # an exit 0 then: the driver counts it preempted without the objective
         if self.asked and not clean and reason != "cancelled":
-            reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
-                f"{self.alloc.job_id}) was sent {self.asked} by Slurm (scancel, node failure " \
-                f"or preemption)"
+            reason, detail = "preempted", sent
         elif event.trial_id in self.stopped_for_end and not clean:
-            reason, detail = "preempted", f"pilot {self.paths.root.name} (job " \
-                f"{self.alloc.job_id}) stopped it before its own end"
+            reason, detail = "preempted", ended
+        elif reason == "exited" and event.exit_code == 0 and (
+                self.asked or event.trial_id in self.stopped_for_end):
+            stopped, detail = "preempted", sent if self.asked else ended
         self.stopped_for_end.discard(event.trial_id)
         p.write_json(self.paths.file("ended", name), {
             "exit_code": event.exit_code, "reason": reason, "detail": detail,
-            "nodes": nodes, "time": time.time()})
+            "stopped": stopped, "nodes": nodes, "time": time.time()})
 
     # -- the end ----------------------------------------------------------------------------
     def _wind_down(self, why: str) -> None:

@@ -10,6 +10,8 @@ import signal
 import time
 import uuid
 
+import pytest
+
 from hpsearch.pilot import protocol as p
 from tests.helpers import read_store
 from tests.slurm.test_pilots import _attempts
@@ -19,6 +21,7 @@ RUN = uuid.uuid4().hex[:6]
 SPEC = """
 name: {name}
 command: >-
+  {on_term}
   echo "start $HPSEARCH_ATTEMPT $(date +%s.%N)" >> {mark};
   sleep $([ "$HPSEARCH_ATTEMPT" = 1 ] && echo 40 || echo 1);
   echo "end $HPSEARCH_ATTEMPT $(date +%s.%N)" >> {mark}; echo "@hpsearch step=0 loss={{x}}"
@@ -63,15 +66,24 @@ def _wait_for(what, timeout: float):
     return None
 
 
+# How the trial takes Slurm's SIGTERM when the job is cancelled: it dies of it; or it exits
+# 0 without its objective, as a script that saves and exits on SIGTERM does (fresh-clone CI
+# saw that end once as well: the shell, its sleep killed, ran one more command before its
+# own SIGTERM, and exited 0). Before the fix the exit 0 failed the trial (no_objective, not
+# retried) although the driver had given its pilot up.
+ON_TERM = {"dies": "", "exits-0": "trap 'exit 0' TERM;"}
+
+
+@pytest.mark.parametrize("on_term", sorted(ON_TERM))
 def test_a_silent_pilot_whose_scancel_fails_has_its_trial_retried_only_once_slurm_confirms(
-        cli, slurm_cluster, tmp_path):
+        cli, slurm_cluster, tmp_path, on_term):
     """The pilot process is stopped (SIGSTOP, as one hung on a dead file system) while its
     trial sleeps, and every scancel fails. The driver gives the pilot up after 5 s of silence
     but starts no second attempt while the first still runs; once Slurm really ends the job
     (and the first attempt with it), the trial runs again and completes. Before the fix,
     attempt 2 started in a new pilot ~4 s after the driver gave up, beside attempt 1."""
-    name, mark = f"pl-fence-{RUN}", tmp_path / "attempts.log"
-    spec = cli.write_spec(SPEC.format(name=name, mark=mark))
+    name, mark = f"pl-fence-{on_term}-{RUN}", tmp_path / "attempts.log"
+    spec = cli.write_spec(SPEC.format(name=name, mark=mark, on_term=ON_TERM[on_term]))
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "scancel").write_text(FAILING_SCANCEL)
@@ -132,7 +144,7 @@ def test_an_end_file_the_pilot_did_not_write_ends_nothing(cli, slurm_cluster, tm
     it as the attempt's end, a lost attempt to run again beside the first; it names it once
     and the trial completes in its one attempt. Before, it ended the attempt `lost`."""
     name, mark = f"pl-fifo-{RUN}", tmp_path / "attempts.log"
-    spec = cli.write_spec(SPEC.format(name=name, mark=mark).replace("echo 40", "echo 10"))
+    spec = cli.write_spec(SPEC.format(name=name, mark=mark, on_term="").replace("echo 40", "echo 10"))
     driver = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
         assert _wait_for(lambda: "start 1" in _lines(mark), 120), "the trial never started"
