@@ -4,7 +4,9 @@ The journal mode follows the filesystem (hpsearch.store.filesystem): on a local 
 query while the driver writes, and neither blocks the other; on a shared one (NFS, Lustre,
 GPFS, BeeGFS, ..., or HPSEARCH_STORAGE=network) WAL is wrong across hosts (its -shm index is
 per-host shared memory), so the store uses a rollback journal (journal_mode=DELETE): readers
-on any host see committed data, and wait (up to 30 s) while the driver commits. The driver
+on any host see committed data. There a reader's SHARED lock would keep the driver from
+committing, so a Reader takes none (hpsearch.store.lock_free), and the driver retries a
+commit that another process's lock holds up, for as long as it takes (Store.batch). The driver
 switches an existing store to the mode its filesystem needs when it opens it (it holds the
 driver lock then). Each method that changes state commits before it returns, so the driver
 acts only on what is already durable (write-ahead).
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -204,7 +207,24 @@ def _switch_journal_mode(conn: sqlite3.Connection, wanted: str, wait: float = 5.
     except sqlite3.OperationalError:  # "database is locked": a reader has it open
         return conn.execute("PRAGMA journal_mode").fetchone()[0]
     finally:
-        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout() * 1000)}")
+
+
+BUSY_TIMEOUT = 30.0  # seconds SQLite waits for another process's lock, per try
+BUSY_BACKOFF = (0.1, 0.5, 2.0, 5.0)  # seconds between tries, the last repeated
+
+
+def busy_timeout() -> float:
+    """BUSY_TIMEOUT, or HPSEARCH_STORE_BUSY_TIMEOUT (seconds; tests make it short)."""
+    try:
+        return max(0.0, float(os.environ.get("HPSEARCH_STORE_BUSY_TIMEOUT") or BUSY_TIMEOUT))
+    except ValueError:
+        return BUSY_TIMEOUT
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """"database is locked": another process holds a lock this one needs."""
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY")
 
 
 # Events of the Slurm executor (hpsearch.executors.slurm_health): trouble began, then ended.
@@ -228,7 +248,7 @@ class Store(Reader):
         self._end_time: float | None = None  # ending_at()
         self.filesystem = filesystem.detect(self.path.parent)
         existed = self.path.exists() and self.path.stat().st_size > 0
-        conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
+        conn = sqlite3.connect(str(self.path), timeout=busy_timeout(), isolation_level=None,
                                check_same_thread=False)
         before = conn.execute("PRAGMA journal_mode").fetchone()[0]
         self.journal_mode = _switch_journal_mode(conn, self.filesystem.journal_mode)
@@ -248,9 +268,9 @@ class Store(Reader):
     @contextlib.contextmanager
     def batch(self):
         """Group several writes into one transaction (one commit). Nested writes join it."""
-        conn = self.db.conn
+        conn, waits = self.db.conn, []
         if self._depth == 0:
-            conn.execute("BEGIN IMMEDIATE")
+            waits.append(self._patiently("BEGIN IMMEDIATE"))
         self._depth += 1
         try:
             yield
@@ -261,7 +281,37 @@ class Store(Reader):
             raise
         self._depth -= 1
         if self._depth == 0:
-            conn.execute("COMMIT")
+            waits.append(self._patiently("COMMIT"))
+            for wait in filter(None, waits):
+                self.add_event("storage", wait)
+
+    def _patiently(self, statement: str) -> str | None:
+        """BEGIN IMMEDIATE or COMMIT, tried again for as long as another process's lock
+        keeps it from going through ("database is locked" after the busy timeout; SQLite
+        leaves the transaction open, so its COMMIT can be tried again). In rollback-journal
+        mode any process that may read the store can hold the SHARED lock that a COMMIT
+        waits for: a reader stopped mid-query, a slow one, or a `sqlite3` shell left in a
+        transaction. The driver waits, saying so on stderr, rather than exit. Returns, if it
+        had to wait, what the event recorded after the commit says."""
+        began, tries = time.monotonic(), 0
+        while True:
+            try:
+                self.db.conn.execute(statement)
+                break
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+            tries += 1
+            print(f"hpsearch: {self.path}: {statement} waited "
+                  f"{time.monotonic() - began:.1f} s for another process's lock on the store "
+                  "(a reader holding it); trying again", file=sys.stderr, flush=True)
+            time.sleep(BUSY_BACKOFF[min(tries, len(BUSY_BACKOFF)) - 1])
+        if not tries:
+            return None
+        return (f"{statement} waited {time.monotonic() - began:.1f} s ({tries} busy timeouts) "
+                f"for another process's lock on {self.path.name}: a reader holding it (a "
+                "stopped or slow process, or a sqlite3 shell in a transaction); hpsearch's "
+                "own readers take none")
 
     @contextlib.contextmanager
     def ending_at(self, when: float | None):
