@@ -167,15 +167,34 @@ SHELL_PID = "read -r hpsearch_pid _ </proc/self/stat"
 # A trial in a pilot shares the pilot's nodes with other trials; its srun steps overlap the
 # pilot's, and Slurm gives such a step all of the job's GPUs on each of its nodes (it cannot
 # pick distinct GPUs for overlapping steps, and its --gpu-bind leaves a one-task step alone).
-# The pilot tells the trial its slot's positions among the job's GPUs on every node
-# (HPSEARCH_GPU_FIELDS, 1-based, as cut takes them); in a step that got GPUs from Slurm,
-# this narrows what slurmstepd set to those. Elsewhere (a job of its own, no pilot) it does
-# nothing.
+# The pilot tells the trial its GPUs' positions among the job's GPUs on every node
+# (HPSEARCH_GPU_FIELDS, 1-based, as cut takes them; empty: it asked for none); in a step that
+# got GPUs from Slurm, this narrows every GPU list slurmstepd set (CUDA, ROCm, HIP, oneAPI,
+# OpenCL: hpsearch.slurm.environment.GPU_VISIBILITY) to those, and a trial of no GPUs gets
+# every list empty in any step. Where the lists do not then name as many GPUs as the trial
+# holds, its stderr says so. Elsewhere (a job of its own, no pilot) it does nothing.
+_GPU_LISTS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+              "ZE_AFFINITY_MASK", "GPU_DEVICE_ORDINAL")
+
+
+def _count(name: str) -> str:
+    """Shell: how many comma-separated entries $name has (nothing when it is empty)."""
+    return f"$(printf %s \"${{{name}-}}\" | awk -F, '{{print NF}}')"
+
+
 GPU_NARROW = (
-    'if [ -n "${HPSEARCH_GPU_FIELDS-}" ] && [ -n "${SLURM_STEP_GPUS-}" ]; then '
-    'CUDA_VISIBLE_DEVICES=$(printf %s "${CUDA_VISIBLE_DEVICES-}" | cut -d, '
-    '-f"$HPSEARCH_GPU_FIELDS"); SLURM_STEP_GPUS=$(printf %s "$SLURM_STEP_GPUS" | cut -d, '
-    '-f"$HPSEARCH_GPU_FIELDS"); export CUDA_VISIBLE_DEVICES SLURM_STEP_GPUS; fi')
+    'if [ -n "${HPSEARCH_GPU_FIELDS+set}" ]; then '
+    'if [ -z "$HPSEARCH_GPU_FIELDS" ]; then '
+    + " ".join(f"{name}=" for name in _GPU_LISTS) + "; export " + " ".join(_GPU_LISTS) + "; "
+    'elif [ -n "${SLURM_STEP_GPUS-}" ]; then '
+    # `%s,`: cut prints a line without its delimiter whole, whatever -f asks
+    + " ".join(f'[ -z "${{{name}+set}}" ] || {{ {name}=$(printf %s, "${name}" | cut -d, '
+               f'-f"$HPSEARCH_GPU_FIELDS"); export {name}; }};'
+               for name in (*_GPU_LISTS, "SLURM_STEP_GPUS")) + " fi; "
+    f'[ "{_count("CUDA_VISIBLE_DEVICES")}" = "{_count("HPSEARCH_GPU_FIELDS")}" ] || '
+    'echo "hpsearch: warning: this step was not narrowed to the GPUs of its trial (positions '
+    '$HPSEARCH_GPU_FIELDS of the pilot GPUs; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}'
+    ' SLURM_STEP_GPUS=${SLURM_STEP_GPUS-unset}): it may use GPUs other trials hold" >&2; fi')
 
 
 # The same for cores. Slurm binds an overlapping step to the lowest cores the job has on a
@@ -185,9 +204,11 @@ GPU_NARROW = (
 # SLURM_CPU_BIND=none, and this narrows the shell, and all it starts, to the trial's slot:
 # positions HPSEARCH_CPU_FIELDS (1-based) of the CPUs it is allowed. It narrows only where
 # it is allowed exactly the pilot's CPUs on the node (else Slurm bound nothing, or bound the
-# step to fewer: then there is no share to pick from) and where taskset is installed.
+# step to fewer: then there is no share to pick from) and where taskset is installed; where
+# it cannot, the trial's stderr says so (the trial may then run on other trials' cores).
 CPU_NARROW = (
-    'if [ -n "${HPSEARCH_CPU_FIELDS-}" ] && command -v taskset >/dev/null 2>&1; then '
+    'if [ -n "${HPSEARCH_CPU_FIELDS-}" ]; then hpsearch_cpus=; '
+    'command -v taskset >/dev/null 2>&1 && '
     'hpsearch_cpus=$(awk -v want="$HPSEARCH_CPU_FIELDS" -v all="${HPSEARCH_NODE_CPUS-0}" '
     "'/^Cpus_allowed_list:/ { n = split($2, r, \",\"); k = 0; "
     'for (i = 1; i <= n; i++) { m = split(r[i], b, "-"); hi = m > 1 ? b[2] : b[1]; '
@@ -195,15 +216,24 @@ CPU_NARROW = (
     'if (k != all + 0) exit; m = split(want, w, ","); s = ""; '
     'for (j = 1; j <= m; j++) { if (w[j] + 0 > k) exit; s = s (j > 1 ? "," : "") cpu[w[j]] } '
     "print s }' /proc/self/status); "
-    '[ -z "$hpsearch_cpus" ] || { ' + SHELL_PID + '; '
-    'taskset -pc "$hpsearch_cpus" "$hpsearch_pid" >/dev/null; }; fi')
+    'if [ -n "$hpsearch_cpus" ]; then ' + SHELL_PID + '; '
+    'taskset -pc "$hpsearch_cpus" "$hpsearch_pid" >/dev/null; else '
+    'echo "hpsearch: warning: this step was not narrowed to the cores of its trial (positions '
+    '$HPSEARCH_CPU_FIELDS of the pilot $HPSEARCH_NODE_CPUS CPUs on the node; it may run on '
+    "CPUs $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+    '$(command -v taskset >/dev/null 2>&1 || echo ", no taskset")): it may share cores '
+    'with other trials" >&2; fi; fi')
 
 
 def step_cpus_per_task(tasks_per_node: int, cpus_per_task: int) -> Ref:
     """srun's --cpus-per-task for a step of `tasks_per_node` tasks per node: the trial's own,
-    or in a pilot the pilot's CPUs on the node shared among them (CPU_NARROW)."""
-    return Ref(f"--cpus-per-task=$((${{HPSEARCH_NODE_CPUS:-{tasks_per_node * cpus_per_task}}}"
-               f"/{tasks_per_node}))")
+    or in a pilot all of the pilot's CPUs on the node (CPU_NARROW). There the pilot sets
+    SLURM_OVERCOMMIT (srun's -O, hpsearch.slurm.environment.for_pilot_trial), which makes
+    -c count per node, not per task: the step gets all of them whether or not its tasks
+    divide them. (Before, $((cpus / tasks)) rounded down, Slurm bound the step to the node's
+    lowest cores, the narrowing had no share to pick from, and the trial ran on another
+    slot's cores.) `tasks_per_node` does not change the text: the same for every step."""
+    return Ref(f"--cpus-per-task=${{HPSEARCH_NODE_CPUS:-{cpus_per_task}}}")
 
 
 def rank_script(export_lines: Sequence[str], command: str, layout: RankLayout) -> str:

@@ -198,7 +198,8 @@ class Pilot:
                 continue  # it does not fit the time left; the driver sees it unclaimed
             nodes = int(data.get("nodes") or self.cfg["trial_nodes"])
             width = int(data.get("width") or 1)
-            grant = self.slots.take(nodes, needed or None, avoid=promise, width=width)
+            grant = self.slots.take(nodes, needed or None, avoid=promise, width=width,
+                                    gpus=data.get("gpus_per_node"))  # exactly its own
             if grant is None:
                 promise = promise or self.slots.reservation(nodes, width)
                 continue
@@ -236,7 +237,8 @@ class Pilot:
                                  data.get("mem_mb") or self.cfg.get("trial_mem_mb"),
                                  node_cpus,
                                  list(range(grant.slot * slot_cpus,
-                                            (grant.slot + grant.width) * slot_cpus))),
+                                            (grant.slot + grant.width) * slot_cpus)),
+                                 self.runner.base_env),
                # the trial's own srun steps share the pilot's nodes with other trials' steps:
                # the pilot's slots, not Slurm's step accounting, keep them apart
                "SLURM_OVERLAP": "1",

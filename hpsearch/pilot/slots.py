@@ -4,9 +4,11 @@ Every node of a pilot has `per_node` slots; one slot is the smallest trial's sha
 node (its tasks' CPUs and its GPUs). A trial of n nodes takes the same slot indices on n
 nodes, so its GPUs have the same ids on each of them (one CUDA_VISIBLE_DEVICES for all its
 ranks): `width` adjacent ones on each (a larger trial's share: hpsearch.spec.model.slot_width).
-Slot index k of a node owns GPUs k*g .. k*g+g-1 of that node's list. Where the leaf switch of each
-node is known, a multi-node trial gets nodes under one leaf (the fullest leaf that holds it,
-so emptier leaves stay whole for later trials), else the fewest leaves. A node set aside
+Slot index k of a node owns GPUs k*g .. k*g+g-1 of that node's list; a trial holds the first
+of its slots' GPUs that it asked for, and no more: a 3-GPU trial on two 2-GPU slots holds 3
+(the fourth stays idle), a CPU-only trial beside GPU trials holds none. Where the leaf switch
+of each node is known, a multi-node trial gets nodes under one leaf (the fullest leaf that
+holds it, so emptier leaves stay whole for later trials), else the fewest leaves. A node set aside
 (`set_aside`: a trial was lost there) gets no new trial until its time is up. Pure
 bookkeeping.
 
@@ -80,11 +82,13 @@ class Slots:
         return [node for node in self.nodes if self.aside.get(node, 0.0) <= now]
 
     def take(self, nodes_needed: int, seconds: float | None = None,
-             avoid: Reservation | None = None, width: int = 1) -> Grant | None:
+             avoid: Reservation | None = None, width: int = 1,
+             gpus: int | None = None) -> Grant | None:
         """Slots for one trial of `nodes_needed` nodes, `width` slots on each, or None if
         they are not free now. Slot 0 on every node before slot 1 on any: trials spread
         over the nodes. `seconds`: how long it will run, if known. `avoid`: slots promised
-        to a larger trial, which this one may use only if it ends before they are all free."""
+        to a larger trial, which this one may use only if it ends before they are all free.
+        `gpus`: the GPUs per node it asked for (None: its slots' all)."""
         now = time.monotonic()
         end = now + seconds if seconds else math.inf
         backfills = avoid is None or (end < math.inf and end <= avoid.start)
@@ -96,12 +100,14 @@ class Slots:
                     if not any((node, k) in self.busy or (node, k) in promised
                                for k in block)]
             if len(free) >= nodes_needed:
-                return self._grant(self._by_leaf(free, nodes_needed), slot, end, width)
+                return self._grant(self._by_leaf(free, nodes_needed), slot, end, width, gpus)
         return None
 
-    def _grant(self, nodes: tuple[str, ...], slot: int, end: float, width: int) -> Grant:
+    def _grant(self, nodes: tuple[str, ...], slot: int, end: float, width: int,
+               gpus: int | None) -> Grant:
         g = self.gpus_per_slot
-        grant = Grant(nodes, slot, tuple(self.gpu_ids[slot * g:(slot + width) * g]), width)
+        held = self.gpu_ids[slot * g:(slot + width) * g]
+        grant = Grant(nodes, slot, tuple(held if gpus is None else held[:gpus]), width)
         self.busy.update((pair, end) for pair in grant.pairs())
         return grant
 

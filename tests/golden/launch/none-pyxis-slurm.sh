@@ -9,5 +9,5 @@ MASTER_ADDR=$(scontrol show node -o "$hpsearch_first_node" | sed -n 's/.* NodeAd
 export MASTER_ADDR="${MASTER_ADDR:-${hpsearch_first_node:-$(hostname)}}"
 export MASTER_PORT=34567
 export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0
-srun --nodes=1 "--nodelist=$hpsearch_first_node" --ntasks=1 "--cpus-per-task=$((${HPSEARCH_NODE_CPUS:-8}/1))" --container-image=/shared/images/digits.sqsh --container-mounts=/scratch/data:/data:ro,/shared/projects/digits:/shared/projects/digits,/shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 --container-workdir=/shared/projects/digits --container-env=NCCL_DEBUG \
+srun --nodes=1 "--nodelist=$hpsearch_first_node" --ntasks=1 "--cpus-per-task=${HPSEARCH_NODE_CPUS:-8}" --container-image=/shared/images/digits.sqsh --container-mounts=/scratch/data:/data:ro,/shared/projects/digits:/shared/projects/digits,/shared/runs/digits/trials/00007:/shared/runs/digits/trials/00007 --container-workdir=/shared/projects/digits --container-env=NCCL_DEBUG \
     sh -c 'python train.py --lr 0.01 --name '"'"'a b'"'"''
