@@ -1,11 +1,28 @@
 """Linux process facts the local executor needs: identity across pid reuse, finding a trial's
 process after a driver restart, waiting on processes that are not our children, and
-stopping a whole process group."""
+stopping a whole process group; and how hpsearch starts its own Python programs
+(module_argv: never importing from the folder they start in)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+# `python -m MODULE` puts the folder it starts in first on sys.path. hpsearch starts its own
+# programs (pilot jobs, the driver job, warm servers and clients, GPU samplers) in folders
+# others may write: the folder `submit` ran from (Slurm's default for a batch job), a
+# trial's workdir. A group member who plants hpsearch/__init__.py or uuid.py there would
+# run code as the owner (docs/security.md). Python 3.11's -P would do; 3.10 has none. So
+# -c, whose sys.path[0] is '' (the current folder), with this: drop '' before anything is
+# imported (sys is built in), then run the module as -m does (sys.argv[0] its file). No
+# quotes in it: it travels inside shell and batch scripts.
+SAFE_MODULE_RUN = ("import sys; sys.path[0] or sys.path.pop(0); import runpy; "
+                   "del sys.argv[0]; runpy._run_module_as_main(sys.argv[0])")
+
+
+def module_argv(python: str, module: str, *args: str, unbuffered: bool = False) -> list[str]:
+    """The argv that runs `python -m module args` without the current folder on sys.path."""
+    return [python, *(["-u"] if unbuffered else []), "-c", SAFE_MODULE_RUN, module, *args]
 
 
 def start_time(pid: int) -> int | None:

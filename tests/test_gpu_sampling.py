@@ -91,12 +91,15 @@ def test_other_nodes_start_their_sampler_from_local_rank_0(tmp_path):
         time.sleep(0.05)
     time.sleep(0.2)
     lines = log.read_text().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("-m hpsearch.gpu.sampler 1 "), lines
-    assert lines[0].split()[3].isdigit(), lines  # the rank shell's pid, to watch
+    # started as `python -c SAFE_MODULE_RUN hpsearch.gpu.sampler NODE PID` (hpsearch.procs)
+    assert len(lines) == 1 and " hpsearch.gpu.sampler 1 " in lines[0], lines
+    assert lines[0].split()[-1].isdigit(), lines  # the rank shell's pid, to watch
     # torchrun passes a worker's arguments through string.Template (its ${local_rank}
     # macro), which turned the `$$` this used before into `$`: the text must survive it
     assert string.Template(rank_script).safe_substitute(local_rank=0) == rank_script
-    assert "'/x y/python' -m hpsearch.gpu.sampler 0" in gpu_sampler_line("/x y/python")
+    line = gpu_sampler_line("/x y/python")
+    assert line.split("; ( ", 1)[1].startswith("'/x y/python' -c ") and " -m " not in line
+    assert " hpsearch.gpu.sampler 0 " in line
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ tests/test_digits_promotion.py."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from hpsearch.launch.base import RankLayout
 from hpsearch.launch.host import HostRuntime as NoRuntime
 from hpsearch.launch.torchrun import TorchrunLauncher
+from hpsearch.procs import SAFE_MODULE_RUN
 
 DUMP = 'env > "$OUT.$LOCAL_RANK"'
 TORCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -101,12 +103,14 @@ def test_signals_listed_in_pet_signals_to_handle_reach_every_worker(tmp_path):
 def test_warm_torchrun_trials_launch_through_warm_ranks_and_torchrun_args_keep_torchrun():
     layout = RankLayout(nodes=1, tasks_per_node=2, master_port=29735, warm_ranks="/venv/python")
     text = TorchrunLauncher().wrap("train", layout, NoRuntime())
-    assert "/venv/python -m hpsearch.warm ranks --node-rank=0 --master-addr=127.0.0.1" in text
+    assert (f"/venv/python -c {shlex.quote(SAFE_MODULE_RUN)} hpsearch.warm ranks --node-rank=0 "
+            "--master-addr=127.0.0.1") in text  # never -m: the workdir's code (procs.py)
     assert "torchrun" not in text
     slurm = TorchrunLauncher().wrap("train", RankLayout(nodes=2, tasks_per_node=2,
                                                         master_port=1, under_slurm=True,
                                                         warm_ranks="/venv/python"), NoRuntime())
-    assert "-m hpsearch.warm ranks --node-rank=\"$SLURM_NODEID\"" in slurm
+    assert "hpsearch.warm ranks --node-rank=\"$SLURM_NODEID\"" in slurm
+    assert " -m hpsearch" not in slurm
     assert "/venv/python --nnodes=2 --nproc-per-node=2 -- sh -c" in slurm
     kept = TorchrunLauncher(args=["--max-restarts=1"]).wrap("train", layout, NoRuntime())
     assert "torchrun --node-rank=0" in kept and "hpsearch.warm" not in kept

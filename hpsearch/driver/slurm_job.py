@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from hpsearch.errors import Conflict
+from hpsearch.procs import module_argv
 from hpsearch.slurm.sbatch import directive
 from hpsearch.spec.model import Spec
 from hpsearch.store.trusted import Untrusted, present, read_trusted
@@ -200,8 +201,8 @@ def driver_script(spec: Spec, python: str, time_limit: str | None) -> str:
                        ("account", res.account), ("qos", res.qos)):
         if value is not None:
             opts.append(f"--{key}={value}")
-    command = [python, "-m", "hpsearch", "resume", spec.name, "--runs-dir", str(spec.runs_dir),
-               "--executor", "slurm", "--quiet"]
+    command = module_argv(python, "hpsearch", "resume", spec.name, "--runs-dir",
+                          str(spec.runs_dir), "--executor", "slurm", "--quiet")
     lines = ["#!/bin/bash"] + [directive(opt) for opt in opts]
     lines.append(f"# hpsearch: the driver of experiment {spec.name}, as a Slurm job; near its")
     lines.append("# time limit (SIGUSR1) or when preempted it leaves its trials running and")

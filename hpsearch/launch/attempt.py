@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpsearch.procs import module_argv
 from hpsearch.spec.model import Resources, TrialRecipe
 from hpsearch.store import runs
 from hpsearch.store.trusted import Untrusted, read_trusted
@@ -114,7 +115,7 @@ def build_launch(recipe: TrialRecipe, trial_id: int, attempt: int,
     command = render(recipe.command, params, builtins)
     if recipe.warm is not None:  # {python} runs the script through a warm server
         command = command.replace(shlex.quote(_WARM), shlex.join([
-            sys.executable, "-m", "hpsearch.warm", "run", "--preload",
+            *module_argv(sys.executable, "hpsearch.warm", "run"), "--preload",
             ",".join(recipe.warm), "--"]))
     resources = recipe.resources.for_params(params)
     return Launch(trial_id, attempt, wrap_for_ranks(recipe, trial_id, command, tdir, resources),

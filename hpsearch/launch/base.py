@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from hpsearch.errors import HpsearchError
+from hpsearch.procs import module_argv
 
 # The trial contract's variables (docs/trial.md), passed into every rank and container.
 TRIAL_ENV = ("HPSEARCH_EXPERIMENT", "HPSEARCH_TRIAL_ID", "HPSEARCH_ATTEMPT",
@@ -253,7 +254,7 @@ def rank_script(export_lines: Sequence[str], command: str, layout: RankLayout) -
 # (SHELL_PID, read before the subshell) and ends with it; its output goes nowhere, and
 # nothing it does can fail the trial.
 def gpu_sampler_line(python: str, node: str = "0") -> str:
-    return (f"{SHELL_PID}; ( {shlex.quote(python)} -m hpsearch.gpu.sampler {node} "
+    return (f"{SHELL_PID}; ( {shlex.join(module_argv(python, 'hpsearch.gpu.sampler'))} {node} "
             "\"$hpsearch_pid\" </dev/null >/dev/null 2>&1 & )")
 
 

@@ -16,6 +16,8 @@ that imports torch, so that a promoted or retried segment's ranks all start warm
 
 from __future__ import annotations
 
+import shlex
+
 from hpsearch.launch.base import (
     LOCAL_ADDR,
     NODELIST,
@@ -29,12 +31,14 @@ from hpsearch.launch.base import (
     script,
     step_cpus_per_task,
 )
+from hpsearch.procs import SAFE_MODULE_RUN, module_argv
 
 # Runs on each node, inside the container, where Slurm's and the script's variables are set.
 NODE_SCRIPT = ('exec torchrun --node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR"'
                ' --master-port="$MASTER_PORT" "$@"')
 # The same with hpsearch.warm.ranks ($0: the python that runs it).
-WARM_NODE_SCRIPT = ('exec "$0" -m hpsearch.warm ranks --node-rank="$SLURM_NODEID"'
+WARM_NODE_SCRIPT = (f'exec "$0" -c {shlex.quote(SAFE_MODULE_RUN)} hpsearch.warm ranks'
+                    ' --node-rank="$SLURM_NODEID"'
                     ' --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"')
 
 
@@ -47,7 +51,7 @@ class TorchrunLauncher(Launcher):
         warm = layout.warm_ranks if not self.args else None
         sizes = [f"--nnodes={layout.node_count}", f"--nproc-per-node={layout.tasks_per_node}"]
         if warm:
-            program = [warm, "-m", "hpsearch.warm", "ranks"]
+            program = module_argv(warm, "hpsearch.warm", "ranks")
             torchrun_args = [*sizes, "--", "sh", "-c", ranks]
         else:
             program = ["torchrun"]

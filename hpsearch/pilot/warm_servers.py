@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hpsearch.procs import module_argv
 from hpsearch.slurm.hostlist import compress
 from hpsearch.warm import PILOT_SCOPE, open_private
 
@@ -35,7 +36,7 @@ def start(nodes: Sequence[str], node_cpus: int, preload: Sequence[str], lifetime
     n = len(nodes)
     argv = ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
             f"--nodelist={compress(list(nodes))}", f"--cpus-per-task={node_cpus}",
-            "--cpu-bind=none", sys.executable, "-m", "hpsearch.warm", "serve",
+            "--cpu-bind=none", *module_argv(sys.executable, "hpsearch.warm", "serve"),
             "--preload", ",".join(preload), "--idle-timeout", f"{max(60.0, lifetime):.0f}"]
     try:  # the pilot's own folder; a link planted in its place is not followed
         out: int = open_private(str(log), os.O_WRONLY | os.O_APPEND)

@@ -34,6 +34,8 @@ from pathlib import Path
 import submitit
 from submitit.core import utils
 
+from hpsearch.procs import module_argv
+
 # submitit's own lines that a pilot leaves out: --signal (above), and --wckey=submitit (a
 # workload key a site accounts by; where wckeys are enforced, an unknown one fails the sbatch).
 _DROPPED = ("#SBATCH --signal=", "#SBATCH --wckey=")
@@ -56,8 +58,8 @@ class _Submitit(submitit.SlurmExecutor):
 
     @property
     def _submitit_command_str(self) -> str:
-        return " ".join([self.python, "-u -m hpsearch.pilot.submitted",
-                         shlex.quote(str(self.folder))])
+        return shlex.join(module_argv(sys.executable, "hpsearch.pilot.submitted",
+                                      str(self.folder), unbuffered=True))
 
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         text = super()._make_submission_file_text(command, uid)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hpsearch.procs import module_argv
 from hpsearch.warm import PILOT_SCOPE, open_private, peer_uid, private_dir_problem
 
 MAX_SOCKET_PATH = 107  # sun_path on Linux: 108 bytes with the trailing NUL
@@ -77,7 +78,7 @@ def _start_server(path: str, preload: list[str], idle_timeout: float) -> None:
         log: int = open_private(f"{path}.log", os.O_WRONLY | os.O_APPEND)
     except OSError:
         log = subprocess.DEVNULL
-    subprocess.Popen([sys.executable, "-m", "hpsearch.warm", "serve", "--socket", path,
+    subprocess.Popen([*module_argv(sys.executable, "hpsearch.warm", "serve"), "--socket", path,
                       "--preload", ",".join(preload), "--idle-timeout", str(idle_timeout)],
                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                      close_fds=True)
