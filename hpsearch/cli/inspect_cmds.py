@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
 from hpsearch.store import STORE_FILE, efficiency, runs
 from hpsearch.store import rows as r
+from hpsearch.store.atomic import AS_OPEN, replace_file
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
 from hpsearch.tui.pilots import pilot_lines
@@ -249,8 +249,6 @@ def export(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    tmp = args.out.with_name(f".{args.out.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, args.out)
+    replace_file(args.out, text, AS_OPEN)  # a link planted at a temporary name is not followed
     print(f"wrote {len(records)} trials to {args.out}", file=sys.stderr)
     return 0

@@ -30,6 +30,7 @@ from hpsearch.errors import Conflict
 from hpsearch.procs import module_argv
 from hpsearch.slurm.sbatch import directive
 from hpsearch.spec.model import Spec
+from hpsearch.store.atomic import replace_file
 from hpsearch.store.trusted import Untrusted, present, read_trusted
 
 CANCEL_REQUEST = "cancel.request"
@@ -74,12 +75,9 @@ def take_early() -> list[int]:
 
 
 def request_cancel(exp_dir: Path) -> None:
-    """Write the request by rename: whatever was at its path (a link, another user's file)
-    is replaced, never written through."""
-    tmp = exp_dir / f".{CANCEL_REQUEST}.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
-    tmp.write_text(f"{time.time()}\n")
-    os.replace(tmp, exp_dir / CANCEL_REQUEST)
+    """Write the request (0600) by rename: whatever was at its path (a link, another user's
+    file) is replaced, and a link at the temporary file's path is never written through."""
+    replace_file(exp_dir / CANCEL_REQUEST, f"{time.time()}\n")
 
 
 def cancel_requested(exp_dir: Path) -> bool:
@@ -151,9 +149,7 @@ def submit(spec: Spec, time_limit: str | None, slurm=None) -> str:
 
     from hpsearch.slurm.commands import Slurm
     job_id = (slurm or Slurm()).sbatch(driver_script(spec, sys.executable, time_limit))
-    tmp = spec.experiment_dir / f"{DRIVER_JOB_FILE}.tmp"
-    tmp.write_text(job_id + "\n")
-    os.replace(tmp, spec.experiment_dir / DRIVER_JOB_FILE)  # `cancel` finds it here
+    replace_file(spec.experiment_dir / DRIVER_JOB_FILE, job_id + "\n")  # `cancel` finds it here
     return job_id
 
 

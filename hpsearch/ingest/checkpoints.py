@@ -11,10 +11,10 @@ started.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,25 +204,58 @@ def doomed(policy: Checkpoints, present: list[r.CheckpointRow], trials: list[r.T
 
 def remove(checkpoint: r.CheckpointRow, trial_dir: str | Path) -> str | None:
     """Delete a checkpoint's file or folder; only directly inside its trial's checkpoints/.
-    Returns a warning, or None."""
+    Returns a warning, or None.
+
+    The trial dir and its checkpoints/ are opened without following a link, and everything
+    is removed relative to those descriptors: a trial that replaces either by a link to
+    elsewhere, even between a check and the removal, cannot have the driver delete files
+    there."""
     path, folder = Path(checkpoint.path), Path(trial_dir) / "checkpoints"
-    if path.parent != folder or path.name in ("", ".", "..") or not _real_folder(folder):
+    if path.parent != folder or path.name in ("", ".", ".."):
         return f"not deleting {path}: outside {folder}"
     try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+        trial_fd = _open_folder(folder.parent)
+    except OSError:  # a link, not a folder, or gone
+        return f"not deleting {path}: outside {folder}"
+    try:
+        checkpoints_fd = _open_folder(folder.name, trial_fd)
+    except OSError:
+        return f"not deleting {path}: outside {folder}"
+    finally:
+        os.close(trial_fd)
+    try:
+        _remove_at(checkpoints_fd, path.name)
+    except FileNotFoundError:
+        pass
     except OSError as exc:
         return f"could not delete checkpoint {path}: {exc.strerror}"
+    finally:
+        os.close(checkpoints_fd)
     return None
 
 
-def _real_folder(folder: Path) -> bool:
-    """Whether `folder` (a trial's checkpoints/) is a folder reached without a symbolic
-    link below the experiment's trials/ folder: a trial that replaced it, or its trial
-    dir, by a link to elsewhere must not have the driver delete files there."""
-    trial_dir = folder.parent
-    return (not folder.is_symlink() and not trial_dir.is_symlink() and folder.is_dir()
-            and os.path.realpath(folder) == os.path.join(os.path.realpath(trial_dir.parent),
-                                                         trial_dir.name, folder.name))
+def _open_folder(path: str | Path, dir_fd: int | None = None) -> int:
+    """A descriptor of the folder `path` (relative to dir_fd); OSError if it is a link
+    (ELOOP) or not a folder (ENOTDIR). Never blocks (a FIFO is not opened)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
+                   | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _remove_at(parent_fd: int, name: str) -> None:
+    """Remove `name` from the folder `parent_fd`: a folder with all it holds, anything else
+    (a link included: the link itself) by unlink. No link is followed."""
+    try:
+        fd = _open_folder(name, parent_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        os.unlink(name, dir_fd=parent_fd)
+        return
+    try:
+        with os.scandir(fd) as entries:
+            names = [entry.name for entry in entries]
+        for inner in names:
+            _remove_at(fd, inner)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)

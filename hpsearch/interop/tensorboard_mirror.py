@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import socket
@@ -47,13 +48,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hpsearch.errors import BadInput
 from hpsearch.interop.store_view import MetricRow, StoreView
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.spec.model import Param
 from hpsearch.store import rows as r
+from hpsearch.store.atomic import replace_file
 from hpsearch.store.trusted import Untrusted, read_trusted
 
 STATE_FILE = ".hpsearch-tensorboard.json"
@@ -105,12 +107,10 @@ def _new_run(logdir: Path, trial: r.TrialRow, view: StoreView) -> dict[str, Any]
     """Create the trial's folder and event file with its HParams session start."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
-    run = logdir / str(trial.id)
-    _mkdir_private(run)
     started = trial_times(trial, view.attempts_of(trial.id)).started or trial.created
     name = f"events.out.tfevents.{int(started):010d}.{socket.gethostname()}.hpsearch"
     params = {k: _hparam_value(v) for k, v in trial.params.items()}
-    with _events(run / name) as write:
+    with _events(logdir, trial.id, name) as write:
         write(hp.hparams_pb(params, trial_id=str(trial.id), start_time_secs=started),
               step=0, wall_time=started)
     return {"file": name, "steps": {}, "ended": False}
@@ -128,7 +128,7 @@ def _append(logdir: Path, trial: r.TrialRow, view: StoreView, entry: dict[str, A
     end = ended(trial.state, experiment_running) and not entry["ended"]
     if not new and not end:
         return 0, False
-    with _events(logdir / str(trial.id) / entry["file"]) as write:
+    with _events(logdir, trial.id, entry["file"]) as write:
         for m in new:
             write(scalar_pb(m.name, m.value), step=m.step, wall_time=m.time)
             steps[m.name] = max(m.step, steps.get(m.name, -1))
@@ -173,11 +173,9 @@ def _write_config(view: StoreView, logdir: Path, state: dict[str, Any]) -> None:
     digest = hashlib.sha256(config.SerializeToString(deterministic=True)).hexdigest()
     if state.get("config") == digest and (logdir / CONFIG_FILE).exists():
         return
-    tmp = logdir / f".{CONFIG_FILE}.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
-    with _events(tmp) as write:
-        write(config, step=0, wall_time=view.experiment.created)
-    os.replace(tmp, logdir / CONFIG_FILE)
+    records = io.BytesIO()
+    _writer(records, fresh=True)(config, step=0, wall_time=view.experiment.created)
+    replace_file(logdir / CONFIG_FILE, records.getvalue(), sync=True)
     state["config"] = digest
 
 
@@ -217,28 +215,63 @@ def _hparam_value(value: Any) -> bool | int | float | str:
 
 
 @contextlib.contextmanager
-def _events(path: Path) -> Iterator:
-    """write(summary, step, wall_time) appending Event records to the event file `path`
-    (created 0600 with its file_version record first; a link is not followed); flushed to
-    disk when the block ends."""
+def _events(logdir: Path, trial_id: int, name: str) -> Iterator:
+    """write(summary, step, wall_time) appending Event records to the event file `name` in
+    the trial's run folder (created 0600 with its file_version record first; neither it nor
+    the folder through a link: _run_folder); flushed to disk when the block ends."""
+    with _run_folder(logdir / str(trial_id)) as run:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600, dir_fd=run)
+    with os.fdopen(fd, "ab") as fh:
+        yield _writer(fh, fresh=os.fstat(fd).st_size == 0)
+        fh.flush()
+        os.fsync(fd)
+
+
+def _writer(fh: BinaryIO, fresh: bool):
+    """write(summary, step, wall_time) appending Event records to `fh` (a fresh file gets
+    the file_version record first)."""
     from tensorboard.compat.proto import event_pb2
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    with os.fdopen(fd, "ab") as fh:
-        writer = RecordWriter(fh)
-        if os.fstat(fd).st_size == 0:
-            writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
-                         .SerializeToString())
+    writer = RecordWriter(fh)
+    if fresh:
+        writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+                     .SerializeToString())
 
-        def write(summary, step: int, wall_time: float | None) -> None:
-            event = event_pb2.Event(wall_time=wall_time if wall_time is not None
-                                    else time.time(), step=step, summary=summary)
-            writer.write(event.SerializeToString())
-        yield write
-        fh.flush()
-        os.fsync(fd)
+    def write(summary, step: int, wall_time: float | None) -> None:
+        event = event_pb2.Event(wall_time=wall_time if wall_time is not None
+                                else time.time(), step=step, summary=summary)
+        writer.write(event.SerializeToString())
+    return write
+
+
+@contextlib.contextmanager
+def _run_folder(run: Path) -> Iterator[int]:
+    """A descriptor of a trial's run folder, made 0700 where missing. One that is there
+    already must be a folder of this user's, not a link: a link planted at `<logdir>/<trial>`
+    (by someone who may write the log directory) would have the mirror write its event file
+    wherever it points. Opened without following a link, and checked on the descriptor, so
+    a swap after the check changes nothing. Refused: BadInput."""
+    try:
+        run.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:  # ELOOP: a link; ENOTDIR: not a folder
+        why = "a symbolic link" if os.path.islink(run) else exc.strerror
+        raise BadInput(f"--logdir: {run} is {why}, not a folder of the mirror's: it is not "
+                       f"written through; remove it, or choose another --logdir") from None
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid():
+            raise BadInput(f"--logdir: {run} belongs to uid {owner}, not to you (uid "
+                           f"{os.geteuid()}): the mirror does not write in it; remove it, or "
+                           "choose a log directory of your own")
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _mkdir_private(folder: Path) -> None:
@@ -291,13 +324,6 @@ def _read_state(logdir: Path) -> dict[str, Any]:
 
 def _write_state(logdir: Path, state: dict[str, Any]) -> None:
     """The state file, atomically (a private temporary file renamed over it)."""
-    path = logdir / STATE_FILE
-    tmp = path.with_name(f"{STATE_FILE}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(state, fh, sort_keys=True, allow_nan=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    replace_file(logdir / STATE_FILE, json.dumps(state, sort_keys=True, allow_nan=False),
+                 sync=True)
 

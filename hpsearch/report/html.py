@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import html
-import os
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from hpsearch.report.efficiency_table import efficiency_section
 from hpsearch.report.gpu_table import gpu_section
 from hpsearch.report.pareto import pareto_section
 from hpsearch.store import rows as r
+from hpsearch.store.atomic import AS_OPEN, replace_file
 
 _CSS = """
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1100px; }
@@ -226,7 +226,5 @@ status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}
 </body></html>
 """
     path = out_dir / "report.html"
-    tmp = out_dir / f".report.html.{os.getpid()}.tmp"
-    tmp.write_text(page)
-    os.replace(tmp, path)
+    replace_file(path, page, AS_OPEN)  # a link planted at a temporary name is not followed
     return path
