@@ -1,15 +1,16 @@
 """Issue 37 item 10: files hpsearch writes or deletes are never reached through a link that
-someone else planted.
+someone else planted, and a reader's snapshot of a store lives as long as its connection.
 
 The attacker here plants a link where hpsearch would write a temporary file (its old name:
 `.NAME.PID.tmp`, which anyone could guess), or swaps a folder for a link at the moment
 between hpsearch's check and its act. Each test failed before its fix: the victim file was
-overwritten, the victim folder written into or emptied."""
+overwritten, the victim folder written into or emptied, the snapshot's copy gone."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from hpsearch.cli.main import main
 from hpsearch.store import atomic
 from hpsearch.store import rows as r
+from hpsearch.store.store import STORE_FILE, Store
 from tests.conftest import Cli
 from tests.test_other_users import _run_as, other_uid  # noqa: F401  (a fixture)
 
@@ -241,3 +243,48 @@ def test_removing_checkpoints_never_follows_a_link(tmp_path):
     assert checkpoints.remove(row("step-4"), trial_dir) == \
         f"not deleting {folder / 'step-4'}: outside {folder}"
     assert (trial_dir / "real" / "step-4").exists()
+
+
+# -- a reader's snapshot around a hot journal --------------------------------------------------
+
+def _mid_transaction(path: Path) -> sqlite3.Connection:
+    """A store in rollback mode whose writer is mid-transaction, its changes spilled to the
+    file, and holding no lock (SQLite's unix-none VFS: a filesystem whose locks do not reach
+    the reader, as in tests/test_shared_storage.py): to a reader its journal is hot."""
+    Store.create(path, name="e", spec_yaml="x: 1\n", spec_file="s.yaml", base_dir="/",
+                 strategy="random", directions=["minimize"], trials_requested=3).close()
+    writer = sqlite3.connect(f"file:{path}?vfs=unix-none", uri=True, isolation_level=None)
+    writer.execute("PRAGMA cache_size=1")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.executemany("insert into events (time, kind, message) values (0, 'junk', ?)",
+                       [("x" * 500,)] * 3000)
+    assert Path(f"{path}-journal").exists()
+    return writer
+
+
+def test_a_snapshot_is_kept_while_it_is_read_and_removed_when_it_is_closed(
+        tmp_path, monkeypatch):
+    """Before: open_snapshot returned its connection from inside the temporary folder's
+    `with`, so the copy it reads was deleted before the first query (on NFS the folder's
+    removal fails outright: the open file becomes a .nfs file)."""
+    from hpsearch.store.read_only import open_snapshot
+    monkeypatch.setenv("HPSEARCH_STORAGE", "network")  # a rollback journal, not WAL
+    path = tmp_path / STORE_FILE
+    writer = _mid_transaction(path)
+    conn = open_snapshot(path)
+    copy = Path(conn.execute("pragma database_list").fetchone()[2])
+    assert copy.parent != path.parent and copy.name == STORE_FILE, copy
+    assert copy.is_file(), "the snapshot's copy is gone while it is read"
+    assert stat.S_IMODE(os.stat(copy.parent).st_mode) == 0o700
+    assert conn.execute("select name from experiment").fetchall() == [("e",)]
+    assert conn.execute("select count(*) from events where kind = 'junk'").fetchone() == (0,)
+    conn.close()
+    assert not copy.parent.exists()
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("select 1")
+    writer.execute("COMMIT")  # the store itself was not touched
+    writer.close()
+    check = sqlite3.connect(path)
+    assert check.execute("select count(*) from events where kind = 'junk'").fetchone() == \
+        (3000,)
+    check.close()

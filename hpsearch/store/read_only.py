@@ -10,6 +10,7 @@ import sqlite3
 import tempfile
 import time
 import urllib.parse
+import weakref
 from pathlib import Path
 
 from hpsearch.errors import StorageError
@@ -60,31 +61,60 @@ def open_snapshot(path: Path) -> sqlite3.Connection:
     the store, then its journal, are copied into a private temporary folder, checked to
     belong to one transaction (the journal's header, with its per-transaction nonce, is the
     same before and after), and rolled back there. A transaction that committed meanwhile
-    (its journal gone or replaced) makes it try again, or read the store as it is now."""
+    (its journal gone or replaced) makes it try again, or read the store as it is now.
+    The copy lives as long as the connection: closing it (or its being collected, or the
+    process's exit) removes the folder."""
     journal = path.with_name(path.name + "-journal")
     for _ in range(20):
         header = _head(journal)
         if header is None:  # committed meanwhile: no hot journal any more
             return sqlite3.connect(_uri(path, "mode=ro"), uri=True, timeout=30,
                                    check_same_thread=False)
-        with tempfile.TemporaryDirectory(prefix="hpsearch-read-") as tmp:  # 0700
-            copy = Path(tmp) / path.name
-            try:
-                shutil.copyfile(path, copy)
-                shutil.copyfile(journal, Path(tmp) / journal.name)
-            except FileNotFoundError:
-                continue
-            if _head(Path(tmp) / journal.name) != header:
-                continue  # another transaction's journal: the copies do not match
-            rolled = sqlite3.connect(copy, timeout=30)
-            try:
-                rolled.execute("select count(*) from sqlite_master").fetchone()  # rolls back
-            finally:
-                rolled.close()
-            conn = sqlite3.connect(copy, check_same_thread=False)
-            conn.execute("select count(*) from sqlite_master").fetchone()
-            return conn  # its file stays open; the folder goes with the `with`
+        folder = Path(tempfile.mkdtemp(prefix="hpsearch-read-"))  # 0700
+        try:
+            conn = _rolled_back_copy(path, journal, header, folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if conn is not None:
+            return conn
+        shutil.rmtree(folder, ignore_errors=True)
     raise StorageError(f"{path}: its driver commits too often to read a snapshot; try again")
+
+
+class _Snapshot(sqlite3.Connection):
+    """A connection to a private copy of a store, whose folder goes when it is closed."""
+
+    _remove: weakref.finalize
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._remove()
+
+
+def _rolled_back_copy(path: Path, journal: Path, header: bytes,
+                      folder: Path) -> _Snapshot | None:
+    """A connection to a copy in `folder` of the store and its journal, rolled back; None if
+    the copies are not of one transaction (or the journal went meanwhile)."""
+    copy = folder / path.name
+    try:
+        shutil.copyfile(path, copy)
+        shutil.copyfile(journal, folder / journal.name)
+    except FileNotFoundError:
+        return None
+    if _head(folder / journal.name) != header:
+        return None  # another transaction's journal: the copies do not match
+    rolled = sqlite3.connect(copy, timeout=30)
+    try:
+        rolled.execute("select count(*) from sqlite_master").fetchone()  # rolls back
+    finally:
+        rolled.close()
+    conn = sqlite3.connect(copy, check_same_thread=False, factory=_Snapshot)
+    conn._remove = weakref.finalize(conn, shutil.rmtree, folder, ignore_errors=True)
+    conn.execute("select count(*) from sqlite_master").fetchone()
+    return conn
 
 
 def _head(path: Path) -> bytes | None:
