@@ -199,3 +199,40 @@ def test_every_step_of_a_pilot_trial_asks_for_all_of_the_pilots_cpus_on_the_node
     assert _sh(f'echo "{option}"', {"HPSEARCH_NODE_CPUS": pilot["HPSEARCH_NODE_CPUS"]}) \
         .stdout.strip() == "--cpus-per-task=8"
     assert _sh(f'echo "{option}"', {}).stdout.strip() == f"--cpus-per-task={cpus}"
+
+
+# -- what a pilot attempt is charged ----------------------------------------------------------
+
+@pytest.mark.parametrize(("g", "gpus", "nodes", "share"),
+                         [(0, "", "node3", 0.25), (2, "0,1", "node3", 0.5),
+                          (2, "0,1", "node[3-4]", 0.5)],
+                         ids=["quarter-node-no-gpu", "half-node-two-gpus", "two-half-nodes"])
+def test_a_pilot_attempt_is_charged_the_share_of_its_node_it_held(tmp_path, g, gpus, nodes,
+                                                                   share):
+    """Four 1-GPU slots a node: a CPU-only trial holds one slot (a quarter of the node) and
+    no GPU, a 2-GPU trial two slots (half) and two GPUs on each of its nodes. Before,
+    node_hours charged each the whole node, so a cost objective could not tell a
+    quarter-node trial from a full one, and a 2-node trial's gpu_hours counted one node's."""
+    import functools
+
+    from hpsearch.driver.cost import Costs, pilot_share
+    from hpsearch.store.store import Store
+
+    store = Store(tmp_path / "store.sqlite")
+    store.create_experiment("s", "name: s\n", "s.yaml", str(tmp_path), "random",
+                            ["minimize"], 1)
+    store.insert_trial(0, {"g": g}, str(tmp_path / "t0"), {}, None)
+    store.begin_attempt(0, 1, "first")
+    store.mark_running(0, 1, "node3", 1, None, gpus, "77")  # the pilot's job; its node
+    store.update_placement(0, 1, "RUNNING", None, nodes)  # the pilot's started file's
+    time.sleep(0.05)
+    store.finish_attempt(0, 1, "completed", 0, None)
+    resources = Resources(gpus_per_node=2, per_trial=(("gpus_per_node", "g"),))
+    slot = Resources(gpus_per_node=1)  # the smallest GPU trial's share (Spec.slot)
+    costs = Costs(["node_hours", "gpu_hours", "wall_s"], store, print,
+                  pilots=functools.partial(pilot_share, resources, slot, 4))
+    cost = costs.measure(0, set())
+    assert cost["wall_s"] > 0
+    n = 2 if "[" in nodes else 1
+    assert cost["node_hours"] == pytest.approx(n * share * cost["wall_s"] / 3600)
+    assert cost["gpu_hours"] == pytest.approx(n * g * cost["wall_s"] / 3600)

@@ -7,7 +7,8 @@ segments included, this one up to its recorded end) with the report's definition
 (hpsearch.store.usage), and those values go to the sampler and the store as the trial's
 objective values. On Slurm, jobs of their own are read from sacct, as `hpsearch report`
 does (one sacct call per trial that completes); attempts in pilots, and any sacct cannot
-tell, are timed from the store.
+tell, are timed from the store. A pilot attempt is charged the share of each node it held
+(pilot_share: its slots of the node's), and the GPUs it held on each of its nodes.
 
 The names are reserved: where the objective names one, a trial's own report of that name
 is kept as a reported metric, never used for the objective, and the driver warns.
@@ -20,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from hpsearch.errors import HpsearchError
-from hpsearch.spec.model import COST_METRICS
+from hpsearch.spec.model import COST_METRICS, Resources, slot_width
 from hpsearch.store.usage import attempt_usage, gpu_count, trial_cost
 
 if TYPE_CHECKING:
@@ -28,13 +29,23 @@ if TYPE_CHECKING:
     from hpsearch.store.store import Store
 
 Sacct = Callable[[list[str]], "list[JobUsage] | None"]
+PilotShare = Callable[[dict], float]  # a trial's parameters -> the share of each node it held
+
+
+def pilot_share(resources: Resources, slot: Resources, slots_per_node: int,
+                params: dict) -> float:
+    """The share of each of its nodes a pilot attempt of the trial with `params` held: the
+    slots it took there (slot_width: enough for its CPUs, GPUs and memory) of the node's
+    `slots_per_node`. A quarter-node trial is charged a quarter of a node-hour an hour."""
+    return min(1.0, slot_width(resources.for_params(params), slot) / max(1, slots_per_node))
 
 
 class Costs:
     def __init__(self, metrics: list[str], store: Store, on_event: Callable[[str], None],
-                 sacct: Sacct | None = None, pilots: bool = False) -> None:
+                 sacct: Sacct | None = None, pilots: PilotShare | None = None) -> None:
         """metrics: the objectives'; sacct: what the jobs of these ids used (Slurm jobs of
-        their own), or None; pilots: attempts run in pilots (their host is their node)."""
+        their own), or None; pilots: where attempts run in pilots (their host is their
+        node), the share of each node a trial's attempt holds (pilot_share)."""
         self.names = [m for m in metrics if m in COST_METRICS]
         self.store, self.on_event, self.sacct, self.pilots = store, on_event, sacct, pilots
         self.told: set[str] = set()  # warnings already printed (each is stored per trial)
@@ -58,7 +69,9 @@ class Costs:
     def _usage(self, trial_id: int) -> list:
         from hpsearch.slurm.hostlist import expand
         rows = self.store.attempts(trial_id)
-        gpus = gpu_count(self.store.trial(trial_id).gpus)
+        trial = self.store.trial(trial_id)
+        gpus = gpu_count(trial.gpus)
+        share = self.pilots(trial.params) if self.pilots else 1.0
         by_job = self._sacct(trial_id, [a["job_id"] for a in rows if a["job_id"]])
         end = self.store.end_time()  # this attempt's: the end finish_attempt records
         out = []
@@ -68,8 +81,12 @@ class Costs:
                 nodes = len(expand(hostlist)) if hostlist else 0
             except ValueError:
                 nodes = 0
+            # a pilot records one node's GPU ids (the same on each of its nodes); sacct
+            # counts a job's GPUs on all its nodes
+            held = gpus * max(1, nodes) if self.pilots else gpus
             use = attempt_usage(trial_id, a["attempt"], a["state"] or "", a["started"],
-                                a["finished"], end, nodes, gpus, by_job.get(a["job_id"]))
+                                a["finished"], end, nodes, held, by_job.get(a["job_id"]),
+                                share=share)
             if use is not None:
                 out.append(use)
         return out
