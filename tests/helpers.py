@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -120,3 +121,26 @@ def ensure_system_entry(make: list[str], lookup: Callable[[str], Any], name: str
             return lookup(name)
         time.sleep(0.1)
     return lookup(name)  # KeyError naming it
+
+
+def junk_commits(store: Path, seconds: float, query: str = "",
+                 pause: float = 0.0) -> subprocess.Popen:
+    """A process that commits 40 'junk' events of 2 KB at a time to `store` for `seconds`,
+    `pause` seconds apart, its pages spilling to the file mid-transaction (cache_size=1),
+    then prints how many commits it made. query: SQLite URI parameters of its connection
+    (vfs=unix-none: it takes no locks, as on a filesystem where they do not reach others)."""
+    code = ("import sqlite3, time\n"
+            f"c = sqlite3.connect('file:{store}?{query}', uri=True, isolation_level=None,"
+            " timeout=30)\n"
+            "c.execute('PRAGMA cache_size=1')\n"
+            f"end, n = time.monotonic() + {seconds}, 0\n"
+            "while time.monotonic() < end:\n"
+            "    c.execute('BEGIN IMMEDIATE')\n"
+            "    for i in range(40):\n"
+            "        c.execute('insert into events (time, kind, message) values (0, ?, ?)',"
+            " ('junk', 'x' * 2000))\n"
+            "    c.execute('COMMIT')\n"
+            "    n += 1\n"
+            f"    time.sleep({pause})\n"
+            "print(n)\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

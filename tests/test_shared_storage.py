@@ -24,7 +24,7 @@ from hpsearch.errors import BadInput
 from hpsearch.store import filesystem
 from hpsearch.store.lockfile import LOCK_FILE, STALE_AFTER, this_host
 from hpsearch.store.store import STORE_FILE, Reader, Store
-from tests.helpers import read_store
+from tests.helpers import junk_commits, read_store
 
 NETWORK = {"HPSEARCH_STORAGE": "network"}
 
@@ -234,20 +234,7 @@ def test_readers_during_commits_where_locks_do_not_reach_them_leave_the_store_in
     path = tmp_path / STORE_FILE
     Store.create(path, name="e", spec_yaml="x: 1\n", spec_file="s.yaml", base_dir="/",
                  strategy="random", directions=["minimize"], trials_requested=3).close()
-    code = ("import sqlite3, sys, time\n"
-            f"c = sqlite3.connect('file:{path}?vfs=unix-none', uri=True, isolation_level=None)\n"
-            "c.execute('PRAGMA cache_size=1')\n"
-            "end = time.monotonic() + 6\n"
-            "n = 0\n"
-            "while time.monotonic() < end:\n"
-            "    c.execute('BEGIN IMMEDIATE')\n"
-            "    for i in range(40):\n"
-            "        c.execute('insert into events (time, kind, message) values (0, ?, ?)',"
-            " ('junk', 'x' * 2000))\n"
-            "    c.execute('COMMIT')\n"
-            "    n += 1\n"
-            "print(n)\n")
-    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    writer = junk_commits(path, 6, "vfs=unix-none")
     reads = 0
     while writer.poll() is None:
         reader = Reader(path)

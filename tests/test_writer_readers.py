@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from hpsearch.store.store import STORE_FILE, Reader, Store
-from tests.helpers import read_store
+from tests.helpers import junk_commits, read_store
 
 NETWORK = {"HPSEARCH_STORAGE": "network"}
 SHORT_BUSY = {"HPSEARCH_STORE_BUSY_TIMEOUT": "0.2"}
@@ -111,3 +111,54 @@ def test_a_driver_waits_out_a_reader_that_holds_its_lock_and_finishes_the_search
     exp, trials = read_store(cli.runs, "held")
     assert exp.status == "completed" and [t.state for t in trials] == ["completed"] * 4
     assert _busy_events(store)
+
+
+def test_a_reader_mid_query_holds_no_lock_that_the_driver_waits_for(tmp_path, monkeypatch):
+    """A Reader whose query is slow (a large store over NFS, a stopped process) while the
+    driver commits: the commit goes through at once, and the reader's answer is the store
+    after that commit, not a mix of before and after."""
+    store = _store(tmp_path, monkeypatch)
+    reader = Reader(store.path)
+    before = len(reader.events())
+    started = threading.Event()
+
+    def slow() -> int:
+        started.set()
+        time.sleep(0.6)
+        return 1
+
+    reader.db.conn.create_function("slow", 0, slow)
+    answers: list = []
+    query = threading.Thread(target=lambda: answers.append(reader.db.execute(
+        "select (select count(*) from events), slow()").fetchone()))
+    query.start()
+    assert started.wait(5)
+    began = time.monotonic()
+    store.add_event("note", "committed while a reader was mid-query")
+    took = time.monotonic() - began
+    query.join(10)
+    assert took < 0.5, f"the commit waited {took:.2f} s for the reader"  # before: 0.6 s
+    assert not _busy_events(store.path)
+    assert answers == [(before + 1, 1)]  # read again after the commit overlapped it
+    reader.close()
+    store.close()
+
+
+def test_lock_free_reads_see_whole_commits_only(tmp_path, monkeypatch):
+    """A writer commits 40 rows at a time, spilling pages to the file mid-transaction, 100
+    times a second, while a Reader counts them: every count is a whole number of commits,
+    and every read works."""
+    store = _store(tmp_path, monkeypatch)
+    store.close()
+    writer = junk_commits(store.path, 2, pause=0.01)
+    counts = []
+    reader = Reader(store.path)  # one long-lived reader, as the TUI keeps
+    while writer.poll() is None:
+        counts.append(reader.db.execute(
+            "select count(*) from events where kind = 'junk'").fetchone()[0])
+        counts.append(sum(e["kind"] == "junk" for e in reader.events(limit=100_000)))
+    commits = int(writer.stdout.read())
+    reader.close()
+    assert writer.returncode == 0 and commits > 10 and len(counts) > 10
+    assert not [c for c in counts if c % 40], sorted(set(counts))
+    assert len(set(counts)) > 3  # it saw the store grow

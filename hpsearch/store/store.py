@@ -30,6 +30,7 @@ from hpsearch.errors import NotFound
 from hpsearch.store import filesystem
 from hpsearch.store import rows as r
 from hpsearch.store.lib import sqlite_utils
+from hpsearch.store.lock_free import open_lock_free, rollback_journal
 from hpsearch.store.read_only import HOT_JOURNAL_WAIT, hot_journal, open_read_only, open_snapshot
 from hpsearch.store.runs import STORE_FILE  # noqa: F401 - re-exported
 from hpsearch.store.schema import migrate
@@ -70,13 +71,17 @@ def _reads(method: Callable[..., T]) -> Callable[..., T]:
 
 class Reader:
     """Read-only access. Opens the file with mode=ro, so it can never write it; reads
-    around a hot journal (_reads) instead of rolling it back."""
+    around a hot journal (_reads) instead of rolling it back. A store in rollback-journal
+    mode is read without SQLite's locks (hpsearch.store.lock_free), so that no reader can
+    hold up the driver's commits."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise NotFound(f"no store at {self.path}")
-        self.db = sqlite_utils.Database(open_read_only(self.path))
+        self.db = sqlite_utils.Database(open_lock_free(self.path)
+                                        if rollback_journal(self.path)
+                                        else open_read_only(self.path))
 
     def close(self) -> None:
         self.db.conn.close()
