@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +103,8 @@ class Pilot:
         self.held_ends: list[tuple[float, str, str, Ended]] = []  # failed ends, told soon
         self.remote: set[int] = set()  # trials whose command runs on another node (srun)
         self.launch_dirs: dict[int, str] = {}  # their trial dirs
+        # remote trials whose ends were found with no exit code: trial dir, srun's end
+        self.unread: dict[int, tuple[Path, Ended]] = {}
         self.asked: str | None = None  # a signal asked it to leave
         self.warm: subprocess.Popen | None = None  # its warm servers' step (warm_servers)
 
@@ -245,7 +248,10 @@ class Pilot:
                "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id}
         # its shell, and all it starts, on its slot's cores (hpsearch.launch.base.CPU_NARROW)
         command = CPU_NARROW + "\n" + launch.command
-        (launch.trial_dir / "exit_code").unlink(missing_ok=True)  # an earlier attempt's
+        # An earlier attempt's exit_code is left alone: it names its attempt, so it is never
+        # read as this one's (read_exit_code). Unlinking it here made this host cache "no
+        # such file" for the name (NFS's negative lookups), and a remote trial's code,
+        # written there by another node, then read as missing: the trial counted lost.
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
             # exec: only the shell on that node writes the exit code; srun's own would hide
             # a node that failed under it (srun exited 0 when its node's slurmd died)
@@ -306,13 +312,24 @@ class Pilot:
         trial_dir = self.launch_dirs.pop(event.trial_id, None)
         if event.reason != "exited":
             return event
-        code = (read_exit_code(Path(trial_dir), event.attempt, self._refused)
-                if trial_dir else None)
+        code = remote_exit_code(Path(trial_dir), event.attempt, self._refused) \
+            if trial_dir else None
         if code is None:
+            if trial_dir:  # looked for again when this end is told (_look_again)
+                self.unread[event.trial_id] = (Path(trial_dir), event)
             return dataclasses.replace(event, exit_code=None, reason="lost", detail=(
                 f"its srun step on {grant.nodes[0]} ended (srun exit {event.exit_code}) and "
                 "the trial's shell there wrote no exit code"))
         return dataclasses.replace(event, exit_code=code)
+
+    def _look_again(self, event: Ended) -> Ended:
+        """A remote trial's end that is about to be told lost for want of its exit code:
+        one more look, HOLD_FAILED_END after the first (a file system slower to show the
+        other node's write than srun was to end)."""
+        trial_dir, exited = self.unread.pop(event.trial_id, (None, event))
+        code = remote_exit_code(trial_dir, event.attempt, self._refused) \
+            if trial_dir is not None else None
+        return event if code is None else dataclasses.replace(exited, exit_code=code)
 
     def _tell_held_ends(self, all_now: bool = False) -> None:
         now = time.monotonic()
@@ -322,6 +339,7 @@ class Pilot:
                 self._tell_end(*item[1:])
 
     def _tell_end(self, name: str, nodes: str, event: Ended) -> None:
+        event = self._look_again(event)
         reason, detail = event.reason, event.detail
         clean = reason == "exited" and event.exit_code in (0, 75)
         sent = (f"pilot {self.paths.root.name} (job {self.alloc.job_id}) was sent {self.asked} "
@@ -365,6 +383,20 @@ class Pilot:
                             int(self.cfg["trial_nodes"])),
                         remaining=max(0.0, self.end - time.monotonic()),
                         running=sorted(name for name, _ in self.grants.values()))
+
+
+def remote_exit_code(trial_dir: Path, attempt: int,
+                     on_refused: Callable[[str], None] | None = None) -> int | None:
+    """The exit code that attempt `attempt`'s shell wrote on another node (read_exit_code),
+    as the file server has it, not as this host remembers the folder: the folder is opened
+    first, which on NFS makes this host check it with the server (close-to-open), so a
+    "no such file" it cached for the name before the other node wrote it (a negative
+    lookup) is looked up again."""
+    try:
+        os.close(os.open(trial_dir, os.O_RDONLY | os.O_DIRECTORY))
+    except OSError:
+        pass  # gone, or not a folder: read_exit_code finds nothing either
+    return read_exit_code(trial_dir, attempt, on_refused)
 
 
 def main(pilot_dir: str) -> str:
