@@ -9,18 +9,24 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import sqlite3
+import stat
 import subprocess
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE
+from tests.conftest import Cli
 from tests.helpers import read_store, wait_for_trials
 from tests.interop_search import SPEC, run_search
+from tests.test_other_users import _run_as, other_uid  # noqa: F401  (a fixture)
 
 
 def _chromium() -> str:
@@ -187,3 +193,125 @@ def test_without_optuna_dashboard_it_says_what_to_install(cli):
     path = os.pathsep.join(filter(None, [str(shadow.parent), os.environ.get("PYTHONPATH")]))
     proc = cli("dashboard", "interop", env={"PYTHONPATH": path}, check=2)
     assert "pip install 'hpsearch[dashboard]'" in proc.stderr and proc.stdout == ""
+
+
+# -- other users of the machine (issue 37 item 3) ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory) -> Cli:
+    """One finished interop search, shared by the tests below."""
+    cli = Cli(tmp_path_factory.mktemp("dashboard"))
+    run_search(cli)
+    return cli
+
+
+def _shared_tmp(cli, name: str) -> dict:
+    """The environment of a login node without $XDG_RUNTIME_DIR whose temp folder is shared
+    by everyone, as /tmp (sticky, 1777)."""
+    tmp = cli.cwd / name
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)
+    return {"TMPDIR": str(tmp), "XDG_RUNTIME_DIR": ""}
+
+
+def _fake_dashboard(cli) -> dict:
+    """An optuna_dashboard whose run_server returns at once, saying what it was given."""
+    fake = cli.cwd / "fake" / "optuna_dashboard"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text(
+        "def run_server(storage, host, port):\n"
+        "    print('served', type(storage).__name__, host, port)\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(fake.parent),
+                                                        os.environ.get("PYTHONPATH")]))}
+
+
+def test_a_mirror_folder_another_user_made_first_is_refused(searched, request):
+    """Before: /tmp/hpsearch-dashboard-UID was used with exist_ok and no owner check: a
+    user who made it first (open to all) read the mirror, or swapped the journal for a link."""
+    other = request.getfixturevalue("other_uid")  # a real second user (needs root)
+    env = _shared_tmp(searched, "tmp-taken")
+    folder = Path(env["TMPDIR"]) / f"hpsearch-dashboard-{os.geteuid()}"
+    _run_as(other, Path(env["TMPDIR"]), f"mkdir -m 777 {folder.name}")
+    proc = searched("dashboard", "interop", env=env, timeout=30, check=2)
+    assert f"{folder} is owned by uid {other}, not by this user" in proc.stderr, proc.stderr
+    assert "give --storage" in proc.stderr
+    assert list(folder.iterdir()) == []
+
+
+def test_a_mirror_folder_open_to_others_is_refused(searched):
+    env = _shared_tmp(searched, "tmp-open")
+    folder = Path(env["TMPDIR"]) / f"hpsearch-dashboard-{os.geteuid()}"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    proc = searched("dashboard", "interop", env=env, timeout=30, check=2)
+    assert f"{folder} is open to other users (mode 777)" in proc.stderr, proc.stderr
+    assert list(folder.iterdir()) == []
+
+
+def test_it_says_who_can_connect_to_its_port(searched):
+    """The default mirror goes to $XDG_RUNTIME_DIR/hpsearch-dashboard-UID (0700), and the
+    dashboard says at start that a loopback port is open to every user of the machine."""
+    runtime = searched.cwd / "run-user"
+    runtime.mkdir(mode=0o700)
+    env = {**_fake_dashboard(searched), "XDG_RUNTIME_DIR": str(runtime)}
+    proc = searched("dashboard", "interop", "--port", "8123", env=env, check=0)
+    folder = runtime / f"hpsearch-dashboard-{os.geteuid()}"
+    assert stat.S_IMODE(os.lstat(folder).st_mode) == 0o700
+    assert [p.suffix for p in folder.iterdir()] == [".log"]
+    assert "http://127.0.0.1:8123/dashboard/\nserved " in proc.stdout, proc.stdout
+    assert "every user of this machine can connect to 127.0.0.1:8123" in proc.stderr
+    assert "use --socket" in proc.stderr
+    proc = searched("dashboard", "interop", "--host", "0.0.0.0", env=env, check=0)
+    assert "anyone who can reach 0.0.0.0:8080 over the network can connect" in proc.stderr
+
+
+def _get_unix(path: Path, url: str) -> dict:
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(30)
+        conn.connect(str(path))
+        conn.sendall(f"GET {url} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode())
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200"), head
+    return json.loads(body)
+
+
+def test_on_a_unix_socket_only_its_owner_can_connect(searched, request):
+    """--socket: optuna-dashboard on a Unix socket in the owner-only runtime folder; it
+    prints the socket and the ssh -L line, serves the owner, and another user cannot
+    connect (the folder is 0700)."""
+    pytest.importorskip("optuna_dashboard")
+    other = request.getfixturevalue("other_uid")
+    runtime = Path(tempfile.mkdtemp(prefix="run-user-"))  # reachable by others, as /run/user
+    os.chmod(runtime, 0o711)
+    server = searched.popen("dashboard", "interop", "--socket",
+                            env={"XDG_RUNTIME_DIR": str(runtime)})
+    try:
+        line = ""
+        while "Unix socket" not in line:
+            line = server.stdout.readline()
+            assert line, server.stderr.read()
+        path = Path(re.search(r"Unix socket (\S+)", line).group(1))
+        assert path.parent == runtime / f"hpsearch-dashboard-{os.geteuid()}"
+        assert f"ssh -N -L 8080:{path} " in line
+        assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
+        deadline = time.monotonic() + 30
+        while not path.exists():
+            assert time.monotonic() < deadline and server.poll() is None, server.stderr.read()
+            time.sleep(0.05)
+        studies = _get_unix(path, "/api/studies")["study_summaries"]
+        assert [s["study_name"] for s in studies] == ["interop"]
+        probe = subprocess.run(
+            ["/usr/bin/python3", "-c", "import socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "try:\n    s.connect(sys.argv[1])\n"
+             "except PermissionError:\n    print('refused')\n", str(path)],
+            user=other, capture_output=True, text=True, timeout=30)
+        assert probe.stdout == "refused\n", (probe.stdout, probe.stderr)
+    finally:
+        server.send_signal(signal.SIGINT)  # as Ctrl-C: the socket goes with it
+        server.wait(timeout=30)
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert not path.exists()

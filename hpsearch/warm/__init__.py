@@ -52,15 +52,17 @@ def socket_path(preload: list[str]) -> Path:
     return runtime_dir() / f"{key[:16]}.sock"
 
 
-def runtime_dir() -> Path:
-    """This user's folder for warm servers: under $XDG_RUNTIME_DIR, else the temp folder."""
+def runtime_dir(purpose: str = "warm") -> Path:
+    """This user's folder for `purpose` (warm servers; `hpsearch dashboard`'s mirror):
+    hpsearch-PURPOSE-UID under $XDG_RUNTIME_DIR, else the temp folder. Check it with
+    private_dir_problem before use."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
-    return base / f"hpsearch-warm-{os.geteuid()}"
+    return base / f"hpsearch-{purpose}-{os.geteuid()}"
 
 
 def private_dir_problem(folder: Path) -> str | None:
     """Make `folder` (owner-only) if it is missing; then why it cannot hold this user's
-    sockets, or None. Another user may have made it first, in a shared /tmp."""
+    sockets or files, or None. Another user may have made it first, in a shared /tmp."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(folder, 0o700)
