@@ -243,6 +243,34 @@ def _manifest_steps() -> dict[str, int]:
     return steps
 
 
+_REFUSED: set[str] = set()  # checkpoints latest_checkpoint() has named as not this user's
+
+
+def _not_yours(entry: Path, folder: Path) -> str | None:
+    """Why the checkpoint at `entry` is not this user's own to load, or None. A link is
+    followed only to a checkpoint in the same folder (Lightning's save_last="link")."""
+    me = os.geteuid()
+    try:
+        info = entry.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            target = Path(os.path.realpath(entry))
+            if target.parent != Path(os.path.realpath(folder)):
+                return "a link out of the checkpoint folder"
+            entry, info = target, target.lstat()
+    except OSError:
+        return None if not os.path.lexists(entry) else "it cannot be read"
+    if info.st_uid != me:
+        return f"it belongs to uid {info.st_uid}, not to you (uid {me})"
+    if stat.S_ISDIR(info.st_mode):  # a checkpoint saved as a folder: all of it
+        for root, dirs, files in os.walk(entry):
+            for name in dirs + files:
+                inner = os.lstat(os.path.join(root, name))
+                if stat.S_ISLNK(inner.st_mode) or inner.st_uid != me:
+                    return f"{os.path.join(root, name)} in it is a link or not yours"
+        return None
+    return None if stat.S_ISREG(info.st_mode) else "it is not a regular file"
+
+
 def latest_checkpoint() -> Path | None:
     """The checkpoint to resume from, or None: the highest step (registered with
     checkpoint()/register_checkpoint(), or else the last number in the name), newest first
@@ -250,11 +278,22 @@ def latest_checkpoint() -> Path | None:
 
     Entries starting with '.' or ending in '.tmp' are ignored: save under such a name and
     rename into place, so a checkpoint half-written when the job dies is never returned.
+    Loading a checkpoint runs code (torch.load, pickle): one that is not this user's own
+    (another user's file or folder, a link out of the checkpoint folder, a FIFO) is never
+    returned, and stderr names it once (docs/security.md).
     """
     registered = _manifest_steps()
     best, best_key = None, None
-    for entry in checkpoint_dir().iterdir():
+    folder = checkpoint_dir()
+    for entry in folder.iterdir():
         if entry.name.startswith(".") or entry.name.endswith(".tmp"):
+            continue
+        why = _not_yours(entry, folder)
+        if why:
+            if entry.name not in _REFUSED:
+                _REFUSED.add(entry.name)
+                print(f"hpsearch.trial: not resuming from {entry}: {why}", file=sys.stderr,
+                      flush=True)
             continue
         step = registered.get(entry.name, checkpoint_step(entry.name))
         try:

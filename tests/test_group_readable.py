@@ -130,10 +130,12 @@ def member() -> tuple[int, int, int]:
 @pytest.fixture
 def project(member):
     """A project space of the shared group, as sites make them: setgid, group-writable,
-    under /tmp (the second user can reach it; pytest's own folders are root's alone)."""
+    under /tmp (the second user can reach it; pytest's own folders are root's alone). With
+    the sticky bit: without it hpsearch refuses a runs dir there, since a group member could
+    rename it away (tests/test_site_acl.py)."""
     folder = Path(tempfile.mkdtemp(prefix="hps-project-", dir="/tmp"))
     os.chown(folder, -1, member[2])
-    os.chmod(folder, 0o2770)
+    os.chmod(folder, 0o3770)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 

@@ -32,7 +32,12 @@ from pathlib import Path
 
 from hpsearch import procs
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
-from hpsearch.launch.attempt import prepare_trial_dir, read_exit_code, shell_body
+from hpsearch.launch.attempt import (
+    open_unlinked,
+    prepare_trial_dir,
+    read_exit_code,
+    shell_body,
+)
 
 
 @dataclass
@@ -60,9 +65,9 @@ class _Ready:
         self.launch = launch
         prepare_trial_dir(launch)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        self.out = os.open(launch.trial_dir / "stdout.log", flags, 0o666)
+        self.out = open_unlinked(launch.trial_dir / "stdout.log", flags)
         try:
-            self.err = os.open(launch.trial_dir / "stderr.log", flags, 0o666)
+            self.err = open_unlinked(launch.trial_dir / "stderr.log", flags)
         except OSError:
             os.close(self.out)
             raise

@@ -7,6 +7,7 @@ exactly what runs.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -26,9 +27,11 @@ _WARM = "\0python\0"  # stands for {python} until the warm client's command line
 
 # Runs before the trial's command in the same shell; records its exit status, and the
 # attempt it ends, for a driver that may have been restarted meanwhile (and so cannot wait
-# for it): read_exit_code.
-EXIT_TRAP = ("trap 'printf \"%s %s\\n\" \"$?\" \"$HPSEARCH_ATTEMPT\" "
-             "> \"$HPSEARCH_TRIAL_DIR/exit_code\"' EXIT\n")
+# for it): read_exit_code. Whatever is at its path is removed first and the file made anew
+# (set -C: O_EXCL), so a link there is never written through.
+EXIT_TRAP = ("trap 'hpsearch_rc=$?; rm -f \"$HPSEARCH_TRIAL_DIR/exit_code\"; (set -C; "
+             "printf \"%s %s\\n\" \"$hpsearch_rc\" \"$HPSEARCH_ATTEMPT\" "
+             "> \"$HPSEARCH_TRIAL_DIR/exit_code\")' EXIT\n")
 
 
 def read_exit_code(trial_dir: Path, attempt: int,
@@ -144,6 +147,18 @@ def wrap_for_ranks(recipe: TrialRecipe, trial_id: int, command: str, trial_dir: 
     return text if sampler is None else gpu_sampler_line(sampler) + "\n" + text
 
 
+def open_unlinked(path: Path, flags: int, mode: int = 0o666) -> int:
+    """os.open a file hpsearch writes in a trial dir, never through a link: a link at its
+    path (planted by whoever could write the folder) is removed and the file made anew."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    os.unlink(path)
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CREAT, mode)
+
+
 def prepare_trial_dir(launch: Launch) -> None:
     """Create the trial dir with params.json and checkpoints/ (idempotent). Four file-system
     calls for a new trial (they cost tenths of a millisecond each on ext4, more on Lustre or
@@ -160,7 +175,7 @@ def prepare_trial_dir(launch: Launch) -> None:
     except FileExistsError:
         pass
     data = (json.dumps(launch.params, indent=1, sort_keys=True) + "\n").encode()
-    fd = os.open(launch.trial_dir / "params.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    fd = open_unlinked(launch.trial_dir / "params.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         while data:
             data = data[os.write(fd, data):]
