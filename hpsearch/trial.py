@@ -14,7 +14,7 @@ never opens the store: reports go to files in the trial dir, which the driver in
 
 Files in $HPSEARCH_TRIAL_DIR:
     params.json      the params (also in $HPSEARCH_PARAMS)
-    metrics.jsonl    one JSON object per report: {"step": 3, "time": ..., "loss": 0.25}
+    metrics.jsonl    one JSON object per report: {"step": 3, "attempt": 1, "loss": 0.25, ...}
     result.json      final metrics, written atomically (temp file + rename)
     checkpoints/     $HPSEARCH_CHECKPOINT_DIR
     checkpoints.jsonl  one JSON object per saved checkpoint: {"step": 3, "path": "step-00000003.pt"}
@@ -94,7 +94,7 @@ def budget() -> int | None:
 def _clean(metrics: dict[str, Any]) -> dict[str, float]:
     out = {}
     for name, value in metrics.items():
-        if name in ("step", "time"):
+        if name in ("step", "time", "attempt"):
             raise ValueError(f"'{name}' is reserved in metric reports")
         if hasattr(value, "item"):  # numpy / torch scalars
             value = value.item()
@@ -110,6 +110,8 @@ def report(step: int, **metrics: float) -> None:
     if not isinstance(step, int) or isinstance(step, bool):
         raise TypeError(f"step must be an int; got {step!r}")
     record = {"step": step, "time": time.time(), **_clean(metrics)}
+    if "HPSEARCH_ATTEMPT" in os.environ:  # the driver counts a report for its attempt only
+        record["attempt"] = attempt()
     line = (json.dumps(record, allow_nan=True) + "\n").encode()
     fd = os.open(trial_dir() / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -22,6 +22,7 @@ from hpsearch.pilot import program
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.slots import Grant
 from hpsearch.store import trusted
+from hpsearch.store.store import STORE_FILE, Reader
 
 
 class NfsClientCache:
@@ -126,3 +127,92 @@ def test_a_remote_trial_whose_shell_wrote_no_exit_code_is_still_lost(tmp_path, m
     told = _told(pilot, attempt=2)
     assert (told["reason"], told["exit_code"]) == ("lost", None), told
     assert "wrote no exit code" in told["detail"]
+
+
+# -- (b) metrics lines of a stale attempt ------------------------------------------------------
+STALE_TRIAL = '''
+import json, os, subprocess, sys, time
+from hpsearch import trial
+
+tdir = trial.trial_dir()
+if trial.attempt() == 1:
+    trial.report(0, loss=5.0)
+    # a process of attempt 1 that outlives it (a session of its own, no hpsearch variables):
+    # once attempt 2 runs, it appends a report of attempt 1 to metrics.jsonl
+    late = (
+        "import json, pathlib, sys, time\\n"
+        "d = pathlib.Path(sys.argv[1])\\n"
+        "end = time.monotonic() + 30\\n"
+        "while not (d / 'attempt2').exists() and time.monotonic() < end:\\n"
+        "    time.sleep(0.02)\\n"
+        "with open(d / 'metrics.jsonl', 'a') as f:\\n"
+        "    f.write(json.dumps({'step': 9, 'time': time.time(), 'attempt': 1,"
+        " 'loss': 100.0}) + '\\\\n')\\n"
+        "(d / 'stale-written').touch()\\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    subprocess.Popen([sys.executable, "-c", late, str(tdir)], env=env,
+                     start_new_session=True)
+    trial.resume_later()  # exit 75: the driver runs attempt 2
+(tdir / "attempt2").touch()
+trial.report(0, loss=1.0)
+end = time.monotonic() + 30
+while not (tdir / "stale-written").exists() and time.monotonic() < end:
+    time.sleep(0.02)
+time.sleep(0.5)  # the driver reads the stale line while attempt 2 runs
+trial.report(1, loss=0.5)
+'''
+
+
+def test_a_stale_attempts_report_is_not_credited_to_the_retry(cli):
+    (cli.cwd / "stale.py").write_text(STALE_TRIAL)
+    spec = cli.write_spec("""
+        name: stale
+        command: "{python} stale.py"
+        search:
+          strategy: grid
+          space:
+            x: {choices: [1]}
+        objective: {metric: loss}
+        """)
+    cli("submit", spec, check=0)
+    tdir = cli.runs / "stale" / "trials" / "00000"
+    assert (tdir / "stale-written").exists()  # the stale line was written during attempt 2
+    reader = Reader(cli.runs / "stale" / STORE_FILE)
+    try:
+        trial = reader.trial(0)
+        metrics = [(m["step"], m["name"], m["value"], m["attempt"]) for m in reader.metrics(0)]
+        events = [e["message"] for e in reader.events(0, limit=1000)]
+    finally:
+        reader.close()
+    assert trial.attempt == 2 and trial.state == "completed"
+    assert trial.objective_values == [0.5], metrics  # before: 100.0, the stale line's
+    assert metrics == [(0, "loss", 1.0, 2), (1, "loss", 0.5, 2)], metrics
+    assert any("reports written by attempt 1 while attempt 2 runs are not counted" in m
+               for m in events), events
+    assert '"attempt": 2' in (tdir / "metrics.jsonl").read_text()  # trial.report says
+
+
+@pytest.mark.parametrize("line, attempt", [
+    ('{"step": 1, "attempt": 2, "loss": 0.5}', 2),
+    ("step=1 attempt=2 loss=0.5", 2),
+    ('{"step": 1, "loss": 0.5}', None),
+])
+def test_a_report_lines_attempt_is_read_as_its_attempt_not_a_metric(line, attempt):
+    from hpsearch.ingest.metric_lines import json_record, pairs_record
+    rec = (json_record if line.startswith("{") else pairs_record)(line)
+    assert rec.get("attempt") == attempt and rec["loss"] == 0.5 and len(rec) == 3 + bool(attempt)
+    assert type(rec.get("attempt")) is (int if attempt else type(None))  # before: 2.0, a metric
+
+
+@pytest.mark.parametrize("value", ['0', '-1', '1.5', '"2"', 'true', 'null', '1e400'])
+def test_a_report_with_a_bad_attempt_is_malformed(value):
+    from hpsearch.ingest.metric_lines import Malformed, json_record
+    with pytest.raises(Malformed, match="attempt: expected a whole number from 1"):
+        json_record(f'{{"step": 1, "attempt": {value}, "loss": 0.5}}')
+
+
+def test_attempt_is_a_reserved_name_in_trial_report(tmp_path, monkeypatch):
+    from hpsearch import trial
+    monkeypatch.setenv("HPSEARCH_TRIAL_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="'attempt' is reserved"):
+        trial.report(1, attempt=3.0)

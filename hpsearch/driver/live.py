@@ -40,6 +40,7 @@ class LiveTrial:
     gpu: GpuSamples = field(init=False)  # its GPU samplers' files (docs/gpu.md)
     timing: TimingFiles = field(init=False)  # its ranks' step timings (docs/scaling.md)
     adopted: bool = False  # in flight when this driver began: it may have ended unseen
+    stale: set[int] = field(default_factory=set)  # other attempts whose reports were refused
 
     def __post_init__(self) -> None:
         self.ckpts = CheckpointScan(self.trial_dir)
@@ -143,7 +144,7 @@ class LiveTrials:
             self.output_watch.add(live.trial_id, live.trial_dir)
 
     def ingest(self, live: LiveTrial, final: bool = False) -> None:
-        records = live.files.read_new(final=final)
+        records = credited(live, live.files.read_new(final=final))
         found = live.ckpts.new()
         gpu = live.gpu.read_new(final=final)
         timing = live.timing.read_new(final=final)
@@ -178,3 +179,23 @@ class LiveTrials:
             self.checkpoints.remove(self.checkpoints.mark(live.trial_id))
         for warning in warnings:
             self.on_event(f"trial {live.trial_id}: {warning}")
+
+
+def credited(live: LiveTrial, records: list[dict]) -> list[dict]:
+    """The records of `live`'s attempt, without their `attempt`: a report that names
+    another attempt is not counted (metrics.jsonl outlives attempts, and a process of an
+    earlier one may still write to it after the retry began), and the trial's events say so
+    once per attempt. A report that names none (a trial in another language that does not
+    say) is the live attempt's."""
+    mine = []
+    for rec in records:
+        wrote = rec.pop("attempt", live.attempt)
+        if wrote == live.attempt:
+            mine.append(rec)
+        elif wrote not in live.stale:
+            live.stale.add(wrote)
+            live.files.warnings.append(
+                f"reports written by attempt {wrote} while attempt {live.attempt} runs are "
+                f"not counted (first: step {rec['step']}); is a process of attempt {wrote} "
+                "still running?")
+    return mine

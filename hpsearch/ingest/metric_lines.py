@@ -1,7 +1,8 @@
 """Parsing one report line a trial wrote, which may hold anything: a metric record, or the
 reason it is not one.
 
-A record is {'step': int, 'time': float | None, name: float, ...}. Everything in it can be
+A record is {'step': int, 'time': float | None, name: float, ...}, and 'attempt': int where
+the line says which attempt wrote it (`attempt` is not a metric name). Everything in it can be
 stored as is: the step fits SQLite's 64-bit integer, every value is a float, every name is
 short printable text. Number literals too long or too large for that (a 400-digit integer,
 1e400) make the line malformed. NaN and infinity written as such (`NaN`, `Infinity` in
@@ -112,12 +113,23 @@ def record(obj: object) -> dict:
     when = obj.get("time")
     rec = {"step": step, "time": float(when) if _finite_number(when) else None}
     for key, value in obj.items():
-        if key in ("step", "time"):
+        if key in ("step", "time", "attempt"):
             continue
         rec[_checked_name(key)] = number(key, value)
     if len(rec) == 2:
         raise Malformed("no metric values")
+    if "attempt" in obj:  # the attempt that wrote it (trial.report); the reader credits it
+        rec["attempt"] = _attempt(obj["attempt"])
     return rec
+
+
+def _attempt(value: object) -> int:
+    """The `attempt` of a report: a whole number from 1 (a JSON integer, or 2.0 from a
+    key=value line), or Malformed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 1 <= value <= STEP_MAX or value != int(value):
+        raise Malformed(f"attempt: expected a whole number from 1, got {str(value)[:40]!r}")
+    return int(value)
 
 
 def number(key: str, value: object) -> float:
