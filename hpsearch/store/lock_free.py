@@ -79,6 +79,11 @@ def _fingerprint(path: Path) -> tuple:
     return (st.st_ino, st.st_size, st.st_mtime_ns, head, journal)
 
 
+def _quiet(fingerprint: tuple) -> bool:
+    """The store was there, with no journal: no commit was writing it."""
+    return bool(fingerprint) and not fingerprint[-1]
+
+
 class LockFreeConnection(sqlite3.Connection):
     """A connection whose execute() reads whole rows between two identical fingerprints of
     the store (module docstring). Readers use nothing else (no cursors of their own)."""
@@ -94,15 +99,14 @@ class LockFreeConnection(sqlite3.Connection):
             try:
                 cursor = super().execute(sql, parameters)
                 rows = cursor.fetchall()
-            except sqlite3.DatabaseError as exc:
-                # a journal (the driver writing), or pages of two commits read in one go
-                if not (isinstance(exc, sqlite3.OperationalError) and hot_journal(exc)) \
-                        and _fingerprint(self.store) == before:
-                    raise
-                if time.monotonic() > deadline:
+            except sqlite3.DatabaseError:
+                # explained by a journal (the driver writing: SQLITE_READONLY_ROLLBACK), or
+                # by pages of two commits read in one go; else it is the answer
+                if _quiet(before) and _fingerprint(self.store) == before \
+                        or time.monotonic() > deadline:
                     raise
             else:
-                if before and not before[-1] and _fingerprint(self.store) == before:
+                if _quiet(before) and _fingerprint(self.store) == before:
                     return Rows(cursor.description, rows)
                 if time.monotonic() > deadline:
                     return self._locked(sql, parameters)

@@ -228,8 +228,10 @@ def busy_timeout() -> float:
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
-    """"database is locked": another process holds a lock this one needs."""
-    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY")
+    """"database is locked": another process holds a lock this one needs (the message
+    where Python has no sqlite_errorname, before 3.11)."""
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") \
+        or str(exc) == "database is locked"
 
 
 # Events of the Slurm executor (hpsearch.executors.slurm_health): trouble began, then ended.
