@@ -147,7 +147,7 @@ def test_a_step_of_a_trial_of_no_gpus_sees_none():
     GPU pilot saw them all."""
     proc = _sh(GPU_NARROW + "\n" + SHOW_GPUS, {**STEP, "HPSEARCH_GPU_FIELDS": ""})
     shown = _shown(proc.stdout)
-    assert all(shown[name] == "" for name in GPU_VISIBILITY), shown
+    assert all(shown[name] == "" for name in (*GPU_VISIBILITY, "SLURM_STEP_GPUS")), shown
     assert proc.stderr == ""
 
 

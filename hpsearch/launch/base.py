@@ -186,7 +186,8 @@ def _count(name: str) -> str:
 GPU_NARROW = (
     'if [ -n "${HPSEARCH_GPU_FIELDS+set}" ]; then '
     'if [ -z "$HPSEARCH_GPU_FIELDS" ]; then '
-    + " ".join(f"{name}=" for name in _GPU_LISTS) + "; export " + " ".join(_GPU_LISTS) + "; "
+    + " ".join(f"{name}=" for name in (*_GPU_LISTS, "SLURM_STEP_GPUS")) + "; export "
+    + " ".join(_GPU_LISTS) + "; "
     'elif [ -n "${SLURM_STEP_GPUS-}" ]; then '
     # `%s,`: cut prints a line without its delimiter whole, whatever -f asks
     + " ".join(f'[ -z "${{{name}+set}}" ] || {{ {name}=$(printf %s, "${name}" | cut -d, '

@@ -15,7 +15,9 @@ rank is told and the CPU mask the kernel holds it to. Real GPUs: benchmarks/gpu/
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -87,15 +89,17 @@ def _ranks(cli, name: str) -> list[dict]:
     return ranks
 
 
-def _check(ranks: list[dict], gpus_of, nodes_of, cpus_of=lambda r: 1) -> None:
-    """Each rank: its trial's GPUs (as Slurm named them), its CPUs (one for a 1-CPU task;
-    `cpus_of`); every trial has a rank on
-    each of its nodes; trials that ran at once on a node share no GPU and no core, and some
-    did run at once (else nothing was tested)."""
+def _check(ranks: list[dict], gpus_of, nodes_of, cpus_of=lambda r: 1,
+           gpu_map: dict[str, set[str]] | None = None, together: bool = True) -> None:
+    """Each rank: its trial's GPUs (as Slurm named them; among its node's `gpu_map` where
+    given), its CPUs (one for a 1-CPU task; `cpus_of`); every trial has a rank on each of
+    its nodes; trials that ran at once on a node share no GPU and no core, and (`together`)
+    some did run at once (else nothing was tested)."""
     by_trial: dict[int, set[str]] = {}
     for r in ranks:
-        cvd = r["cvd"].split(",")
+        cvd = [g for g in r["cvd"].split(",") if g]
         assert len(cvd) == gpus_of(r) and r["gpus"] == r["cvd"], r
+        assert gpu_map is None or set(cvd) <= gpu_map[r["node"]], (r, gpu_map[r["node"]])
         assert len(_cpus(r["cpus"])) == cpus_of(r), r  # a 1-CPU task is held to one core
         by_trial.setdefault(r["trial"], set()).add(r["node"])
     assert all(len(nodes) == nodes_of(t) for t, nodes in by_trial.items()), by_trial
@@ -106,9 +110,10 @@ def _check(ranks: list[dict], gpus_of, nodes_of, cpus_of=lambda r: 1) -> None:
                 continue
             if float(a["began"]) < float(b["ended"]) and float(b["began"]) < float(a["ended"]):
                 shared += 1
-                assert not set(a["cvd"].split(",")) & set(b["cvd"].split(",")), (a, b)
+                assert not {g for g in a["cvd"].split(",") if g} & set(b["cvd"].split(",")), \
+                    (a, b)
                 assert not _cpus(a["cpus"]) & _cpus(b["cpus"]), (a, b)
-    assert shared, ranks  # two trials at once on one node
+    assert shared or not together, ranks  # two trials at once on one node
 
 
 @pytest.mark.parametrize("array", [False, True], ids=["jobs", "arrays"])
@@ -164,6 +169,83 @@ def test_trials_of_one_and_two_gpus_share_a_pilot_each_on_its_own_gpus_and_cores
     ranks = _ranks(cli, name)
     _check(ranks, lambda r: r["params"]["g"], lambda t: 1, lambda r: r["params"]["g"])
     assert {r["params"]["g"] for r in ranks} == {1, 2} and len({r["node"] for r in ranks}) == 2
+
+
+CPU_AND_GPU = PILOT.replace("x: {{choices: [1, 2, 3, 4]}}",
+                            "x: {{choices: [1, 2, 3]}}\n    g: {{choices: [0, 1]}}")
+
+
+def test_a_cpu_only_trial_in_a_gpu_pilot_sees_no_gpu_and_is_charged_none(
+        cli, slurm_bound_cluster):
+    """Trials of no GPU and of one share a pilot of 2 GPUs a node (issue 37, item 6): the
+    CPU-only trials see no GPU in any rank, on the pilot's first node and through srun on
+    its second (before: their slot's GPU, and on the second node every GPU of the pilot's
+    step), the 1-GPU trials their own node's GPU, and the store charges the CPU-only ones no
+    GPU (what gpu_hours counts)."""
+    name = f"bind-cpu-gpu-{RUN}"
+    spec = cli.write_spec(CPU_AND_GPU.format(name=name, probe=PROBE, nodes=1, gpus='"{g}"',
+                                             launcher="none", parallel=4), f"{name}.yaml")
+    cli("submit", spec, "--no-tui", "-q", env=slurm_bound_cluster.env, check=0, timeout=300)
+    ranks = _ranks(cli, name)
+    _check(ranks, lambda r: r["params"]["g"], lambda t: 1)
+    assert {r["params"]["g"] for r in ranks} == {0, 1} and len({r["node"] for r in ranks}) == 2
+    _, trials = read_store(cli.runs, name)
+    assert all((t.gpus or "") == "" for t in trials if t.params["g"] == 0), \
+        [(t.id, t.params, t.gpus) for t in trials]
+
+
+def _hold(cluster, tmp_path: Path, node: str, *options: str) -> tuple[str, set[str]]:
+    """A job holding part of `node` (its options) until cancelled: (its id, the GPU ids it
+    holds there, as slurmctld lists them: `scontrol show job -d`, GRES=gpu:N(IDX:a-b))."""
+    job = cluster.sbatch(f"--nodelist={node}", "--ntasks=1", *options, "--time=00:10:00",
+                         f"--output={tmp_path}/hold-{node}.out", "--wrap=sleep 600")
+    for _ in range(60):
+        shown = cluster.run("scontrol", "show", "job", "-d", job).stdout
+        if "JobState=RUNNING" in shown:
+            found = re.search(r"GRES=gpu[^(\s]*\(IDX:([0-9,-]+)\)", shown)
+            return job, (_ids(found.group(1)) if found else set())
+        time.sleep(0.5)
+    pytest.fail(f"job {job} holding {node} never ran:\n{shown}")
+
+
+def _ids(text: str) -> set[str]:
+    return {str(i) for i in _cpus(text)}
+
+
+ONE_SLOT = PILOT.replace("slots_per_node: 2", "slots_per_node: 1")
+
+
+def test_a_trial_on_a_pilots_other_node_gets_that_nodes_gpus_not_the_first_nodes(
+        cli, slurm_bound_cluster, tmp_path):
+    """The emulated nodes all number their GPUs 0..3 (Slurm 22.05 names a GPU by its index on
+    its node, whatever its gres.conf File=), so where a pilot holds the same GPUs on every
+    node, a trial on its second node shown the first node's ids passed. Here other jobs
+    hold GPU 0 of node1 and GPUs 0-1 of node2, and every CPU of the other nodes, so the
+    pilot gets GPU 1 on node1 and GPU 2 on node2: a trial on node2 must see 2, its node's,
+    not 1, its pilot's first node's (issue 37, the binding tests' blind spot)."""
+    holders: list[str] = []
+    try:
+        held = {}
+        for node, gres in (("node1", "gpu:1"), ("node2", "gpu:2")):
+            job, ids = _hold(slurm_bound_cluster, tmp_path, node, "--cpus-per-task=1",
+                             f"--gres={gres}")
+            holders.append(job)
+            held[node] = ids
+        for k in range(3, 9):
+            holders.append(_hold(slurm_bound_cluster, tmp_path, f"node{k}", "--exclusive")[0])
+        assert held == {"node1": {"0"}, "node2": {"0", "1"}}, held
+        name = f"bind-ids-{RUN}"
+        spec = cli.write_spec(ONE_SLOT.format(name=name, probe=PROBE, nodes=1, gpus=1,
+                                              launcher="none", parallel=2), f"{name}.yaml")
+        cli("submit", spec, "--no-tui", "-q", env=slurm_bound_cluster.env, check=0,
+            timeout=300)
+    finally:
+        if holders:
+            slurm_bound_cluster.run("scancel", *holders, check=False)
+    ranks = _ranks(cli, name)
+    free = {node: {"0", "1", "2", "3"} - ids for node, ids in held.items()}
+    assert {r["node"] for r in ranks} == {"node1", "node2"}, ranks
+    _check(ranks, lambda r: 1, lambda t: 1, gpu_map=free, together=False)  # 1 slot a node
 
 
 WARM = """
