@@ -63,25 +63,25 @@ def create(path: str, name: str, configs: int) -> None:
         study.enqueue_trial({"config": index})
 
 
-def run_trial(trial, w: _curves.Workload, index: int, log: str) -> float:
+def run_trial(trial, w: _curves.Workload, index: int, log: _curves.StepLog) -> float:
     """Optuna's side of one trial: config `index`'s steps in this process, each reported,
     asking should_prune() after each; raises TrialPruned when told to stop."""
     import optuna
 
     pruned = []
 
-    def should_stop() -> bool:
+    def stop() -> str | None:
         pruned.append(trial.should_prune())
-        return pruned[-1]
+        return "pruned" if pruned[-1] else None
 
     value = _curves.run_steps(w, index, 0, w.steps, log, lambda step, v: trial.report(v, step),
-                              should_stop)
+                              stop)
     if pruned and pruned[-1]:
         raise optuna.TrialPruned()
     return value
 
 
-def worker(path: str, name: str, workload: list[str], log: str) -> int:
+def worker(path: str, name: str, workload: list[str], log: _curves.StepLog) -> int:
     """One Slurm job: run the study's enqueued trials until none is left; returns how many
     this worker ran."""
     import optuna
@@ -106,7 +106,7 @@ def worker(path: str, name: str, workload: list[str], log: str) -> int:
     return ran[0]
 
 
-def run(folder: Path, workload: list[str], log: str, workers: int) -> int:
+def run(folder: Path, workload: list[str], log: _curves.StepLog, workers: int) -> int:
     """The whole recipe from the submitting side; returns the Slurm jobs it started."""
     import submitit
 

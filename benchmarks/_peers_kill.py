@@ -15,10 +15,13 @@ Mid-run is the moment a third of the configurations have run a step (the steps l
   each tool offers: `hpsearch resume NAME`; for the Optuna + submitit recipe nothing (its
   worker jobs go on: wait for them); hydra has no resume, so the same command again.
 
-Columns: `lost`, the configurations left with no result (hpsearch: no completed, pruned or
-paused trial; Optuna: no COMPLETE or PRUNED trial, e.g. one left RUNNING by a dead worker;
-hydra, which never prunes: its last step never ran); `repeated`, the steps run again (a
-configuration's step logged more than once) and how many configurations they belong to.
+What it cost is read from the run's step log alone, the same way for every tool
+(benchmarks/_curves.py read_log): `lost`, the configurations that neither ran their last step
+nor were told to stop by the tool (a process killed with the node, and nothing ran the
+configuration on); `again`, the steps run more than once and the configurations they belong
+to. Beside it, for comparison, what the tool's own store holds (`own_record`: hpsearch's
+store, the recipe's Optuna journal), which is not a witness: a trial the store calls RUNNING
+for ever, or completed, may say otherwise than the log.
 """
 
 from __future__ import annotations
@@ -38,27 +41,15 @@ import _curves
 KINDS = ("node", "orchestrator")
 
 
-def started_configs(log: str) -> int:
-    try:
-        with open(log) as f:
-            return len({line.split()[2] for line in f if line.strip()})
-    except FileNotFoundError:
-        return 0
+def started_configs(log: _curves.StepLog) -> int:
+    """How many configurations the row has run a step of."""
+    return len({line.config for line in _curves.lines(log.path, log.row)})
 
 
-def repeated(log: str) -> tuple[int, int]:
-    """(steps run again, configurations with a step run again)."""
-    with open(log) as f:
-        seen = Counter((line.split()[2], line.split()[3]) for line in f if line.strip())
-    again = {key: n - 1 for key, n in seen.items() if n > 1}
-    return sum(again.values()), len({config for config, _ in again})
-
-
-def _busiest_node(log: str) -> str | None:
-    """The Slurm node where most of the processes in the steps log still run (of two as
+def _busiest_node(log: _curves.StepLog) -> str | None:
+    """The Slurm node where most of the row's processes in the step log still run (of two as
     busy, that of the latest step)."""
-    with open(log) as f:
-        pids = [int(line.split()[1]) for line in f if line.strip()]
+    pids = [line.pid for line in _curves.lines(log.path, log.row)]
     nodes: Counter = Counter()
     for pid in dict.fromkeys(reversed(pids)):  # the latest first, each once
         try:
@@ -159,13 +150,12 @@ def jobs(row: str, work: Path) -> int:
         reader.close()
 
 
-def lost(row: str, w: _curves.Workload, log: str, work: Path) -> tuple[int, str]:
-    """Configurations the row's tool holds no result for, and the states they were left in
-    (hpsearch, Optuna)."""
+def own_record(row: str, w: _curves.Workload, work: Path) -> str:
+    """What the tool's own store says: how many configurations it holds no result for and
+    the states they were left in (hpsearch, Optuna; hydra keeps none: ""). Not a column: the
+    step log is the witness."""
     if row == "hydra":
-        with open(log) as f:
-            done = {line.split()[2] for line in f if line.split()[3] == str(w.steps - 1)}
-        return w.configs - len(done), ""
+        return ""
     if row == "optuna-submitit":
         import _optuna_submitit
         import optuna
@@ -177,7 +167,7 @@ def lost(row: str, w: _curves.Workload, log: str, work: Path) -> tuple[int, str]
         done = {t.params.get("config") for t in trials if t.state in ok} - {None}
         left = Counter(t.state.name for t in trials if t.state not in ok
                        and t.params.get("config") not in done)
-        return w.configs - len(done), ", ".join(f"{n} {s}" for s, n in sorted(left.items()))
+        return _without_result(w.configs - len(done), left)
     from hpsearch.store import STORE_FILE, Reader
 
     reader = Reader(work / f"peers-{row}" / STORE_FILE)
@@ -187,13 +177,19 @@ def lost(row: str, w: _curves.Workload, log: str, work: Path) -> tuple[int, str]
         reader.close()
     done = {t.params["config"] for t in trials if t.state in ("completed", "pruned", "paused")}
     left = Counter(t.state for t in trials if t.params["config"] not in done)
-    return w.configs - len(done), ", ".join(f"{n} {s}" for s, n in sorted(left.items()))
+    return _without_result(w.configs - len(done), left)
 
 
-def run(row: str, child: list[str], w: _curves.Workload, log: str, work: Path, kind: str,
-        timeout: float) -> dict:
+def _without_result(count: int, states: Counter) -> str:
+    listed = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    return f"{count} without a result" + (f" ({listed})" if listed else "")
+
+
+def run(row: str, child: list[str], w: _curves.Workload, log: _curves.StepLog, work: Path,
+        kind: str, timeout: float) -> dict:
     """Run the row's child with `kind` killed mid-run, then what the user does next; the
-    columns peers_cluster.measure adds to (began, makespan, lost, repeated, what was hit)."""
+    columns peers_cluster.measure adds to (began, makespan, what was hit, and what the tool's
+    own store says); lost and repeated steps are read from the step log, as for every row."""
     out = work / "child.out"
     began = time.time()
     deadline = time.monotonic() + timeout
@@ -232,11 +228,8 @@ def run(row: str, child: list[str], w: _curves.Workload, log: str, work: Path, k
             _wait_up(down)
     lines = [ln for ln in out.read_text().splitlines() if ln.startswith("{")]
     first = json.loads(lines[0]) if lines else {}
-    steps_again, configs_again = repeated(log)
-    n_lost, left_as = lost(row, w, log, work)
     return {"began": first.get("began", began), "makespan": ended - began, "hit": hit,
-            "lost": n_lost, "lost_as": left_as, "repeated": steps_again,
-            "repeated_configs": configs_again}
+            "own_record": own_record(row, w, work)}
 
 
 def _resume(row: str, child: list[str], work: Path, deadline: float) -> None:

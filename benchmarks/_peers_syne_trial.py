@@ -4,7 +4,8 @@ benchmarks/_curves.py, reported with syne_tune.Reporter as `epoch` (1-based) and
 LocalBackend starts it with the config as `--name value` arguments and `--st_checkpoint_dir`;
 a promoted (resumed) trial is started again with the same directory and continues from the
 step it saved there. It runs until the scheduler pauses or stops it (the backend kills it) or
-to the last step.
+to the last step. LocalBackend pauses and stops a trial with SIGKILL, so the step log
+cannot say that Syne Tune stopped it (no `left` line).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--step_seconds", type=float, required=True)
     parser.add_argument("--log", type=str, required=True)
+    parser.add_argument("--row", type=str, required=True)
     parser.add_argument("--st_checkpoint_dir", type=str, default=None)
     args, _ = parser.parse_known_args()
     workload = _curves.Workload(args.configs, args.steps, args.step_seconds)
@@ -41,7 +43,8 @@ def main() -> None:
             saved.write_text(json.dumps({"next": step + 1}))
         reporter(epoch=step + 1, loss=value)
 
-    _curves.run_steps(workload, args.config, start, workload.steps, args.log, report)
+    _curves.run_steps(workload, args.config, start, workload.steps,
+                      _curves.StepLog(args.log, args.row), report)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,16 @@ curves, the same for every tool, asked in the same order 0..80), each a curve of
   (its default is 5 s). Syne Tune's tuner ends when its searcher has no new configuration
   and nothing runs: it has no end game that promotes paused trials after that.
 
-Columns, read the same way for every tool from the steps log every step appends to
-(benchmarks/_curves.py): makespan (the search's wall time: from just before the tool's
-search call to its return), steps run, trial processes started (distinct pids that ran
-steps; 0 for in-process Optuna, whose steps run in the benchmark's own process), best value
-(the best loss reported at the last step), time to target (seconds from the start until any
-trial reported a loss within 0.02 of the true best final loss over all configurations).
+Columns, read the same way for every tool from the run's step log, which every step of
+every row appends a line to (benchmarks/_curves.py; `--step-log PATH` keeps it): makespan
+(the search's wall time: from just before the tool's search call to its return), steps run,
+trial processes started (distinct pids that ran steps; 0 for in-process Optuna, whose steps
+run in the benchmark's own process), best value (the best loss reported at the last step),
+time to target (seconds from the start until any trial reported a loss within 0.02 of the
+true best final loss over all configurations), lost (configurations that neither ran their
+last step nor were told to stop: 0 when nothing went wrong) and again (steps run more than
+once / the configurations they belong to). Ray Tune and Syne Tune stop a trial without a
+word to it (Syne Tune's LocalBackend SIGKILLs it), so their lost column is `-`.
 
 Goals (issue 24 item 1, local part): hpsearch's time to target is no worse than any peer's
 (its best mode against each peer's), and hpsearch's makespan is within 10% of in-process
@@ -40,11 +44,13 @@ is a row "not run: <error>".
     python benchmarks/peers.py            # 81 configs x 27 steps of 0.2 s (several minutes)
     python benchmarks/peers.py --quick    # 27 configs x 9 steps of 0.1 s (about 1-2 minutes)
     python benchmarks/peers.py --tiny --tools hpsearch optuna   # 9 x 3 steps of 0.02 s
+    python benchmarks/peers.py --quick --step-log steps.log     # and keep the step log
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -54,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -77,10 +84,20 @@ ROWS = [
     ("syne-tune", "asha-promotion", "ASHA (promotion), LocalBackend"),
 ]
 MODULE = {"hpsearch": "hpsearch", "optuna": "optuna", "ray": "ray", "syne-tune": "syne_tune"}
+# tools that stop a trial without telling it, so the step log cannot tell their stops from
+# deaths: Syne Tune's LocalBackend SIGKILLs a paused or stopped trial; Ray Tune's stop of a
+# function trainable was not checked to reach it
+STOPS_UNSEEN = ("ray", "syne-tune")
+
+
+def row_key(tool: str, mode: str) -> str:
+    """The row's name in the step log."""
+    return f"{tool}:{mode}"
 
 
 # -- one row, in its own process (--one TOOL MODE) -------------------------------------------
-def run_hpsearch(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[float, float, str]:
+def run_hpsearch(mode: str, w: _curves.Workload, log: _curves.StepLog,
+                 work: Path) -> tuple[float, float, str]:
     import _bench_run
     import optuna
 
@@ -95,7 +112,7 @@ def run_hpsearch(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[
     trial = HERE / "_peers_trial.py"
     spec = {
         "name": f"peers-{mode}",
-        "command": f"{{python}} {trial} {' '.join(w.args())} {log} {{config}}",
+        "command": f"{{python}} {trial} {' '.join(w.args())} {log.path} {log.row} {{config}}",
         "search": {"strategy": "grid", "parallel": PARALLEL, "pruner": pruner,
                    "space": {"config": {"choices": list(range(w.configs))}}},
         "objective": {"metric": "loss", "direction": "minimize"},
@@ -131,7 +148,8 @@ def _end_warm_servers(runtime: str) -> None:
                 pass
 
 
-def run_optuna(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[float, float, str]:
+def run_optuna(mode: str, w: _curves.Workload, log: _curves.StepLog,
+               work: Path) -> tuple[float, float, str]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -151,7 +169,8 @@ def run_optuna(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[fl
     return began, time.perf_counter() - clock, f"optuna {optuna.__version__}"
 
 
-def run_ray(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[float, float, str]:
+def run_ray(mode: str, w: _curves.Workload, log: _curves.StepLog,
+            work: Path) -> tuple[float, float, str]:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -186,7 +205,8 @@ def run_ray(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[float
     return began, seconds, f"ray {ray.__version__}"
 
 
-def run_syne(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[float, float, str]:
+def run_syne(mode: str, w: _curves.Workload, log: _curves.StepLog,
+             work: Path) -> tuple[float, float, str]:
     import logging
 
     os.environ["SYNETUNE_FOLDER"] = str(work / "syne-tune")
@@ -199,7 +219,7 @@ def run_syne(mode: str, w: _curves.Workload, log: str, work: Path) -> tuple[floa
     logging.getLogger("syne_tune").setLevel(logging.WARNING)
     config_space = {"config": choice(list(range(w.configs))),
                     "configs": w.configs, "steps": w.steps, "step_seconds": w.step_seconds,
-                    "log": log}
+                    "log": log.path, "row": log.row}
     scheduler = HyperbandScheduler(
         config_space, type="promotion", searcher="random", max_t=w.steps, grace_period=1,
         reduction_factor=ETA, resource_attr="epoch", metric="loss", mode="min",
@@ -220,11 +240,13 @@ RUNNERS = {"hpsearch": run_hpsearch, "optuna": run_optuna, "ray": run_ray,
 
 
 def one(tool: str, mode: str, w: _curves.Workload, log: str) -> None:
-    """Run one row and print its JSON line last: makespan, the start time, versions."""
+    """Run one row, its steps logged to `log`, and print its JSON line last: makespan, the
+    start time, versions."""
     work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{tool}-"))
     os.chdir(work)  # what a tool writes where it runs (Syne Tune: std.out) stays out of ours
     # the clock of the log starts where the tool's own search call started
-    began, seconds, versions = RUNNERS[tool](mode, w, log, work)
+    began, seconds, versions = RUNNERS[tool](mode, w, _curves.StepLog(log, row_key(tool, mode)),
+                                             work)
     print(json.dumps({"makespan": seconds, "began": began, "versions": versions,
                       "pid": os.getpid()}))
     subprocess.run(["rm", "-rf", str(work)], check=False)
@@ -255,26 +277,24 @@ def run_child(argv: list[str], timeout: float) -> dict:
     return json.loads(last[0])
 
 
-def measure(tool: str, mode: str, w: _curves.Workload, timeout: float) -> dict:
+def measure(tool: str, mode: str, w: _curves.Workload, timeout: float, log: str) -> dict:
+    """Run one row, its steps appended to the run's step log `log`; its columns."""
     python, why = interpreter_for(tool)
     if python is None:
         return {"error": why}
-    fd, log = tempfile.mkstemp(prefix=f"peers-{tool}-", suffix=".log")
-    os.close(fd)
-    try:
-        row = run_child([python, str(Path(__file__).resolve()), "--one", tool, mode,
-                         *w.args(), log], timeout)
-        if "error" in row:
-            return row
-        target = w.best_final() + TOLERANCE
-        # steps run by the in-process Optuna study are the benchmark child's own: 0 started
-        stats = _curves.read_log(log, w, row["began"], target,
-                                 exclude=row["pid"] if tool == "optuna" else None)
-        row.update(steps=stats.steps_run, processes=stats.processes, best=stats.best,
-                   to_target=stats.to_target)
+    row = run_child([python, str(Path(__file__).resolve()), "--one", tool, mode, *w.args(),
+                     log], timeout)
+    if "error" in row:
         return row
-    finally:
-        os.unlink(log)
+    target = w.best_final() + TOLERANCE
+    # steps run by the in-process Optuna study are the benchmark child's own: 0 started
+    stats = _curves.read_log(_curves.StepLog(log, row_key(tool, mode)), w, row["began"],
+                             target, exclude=row["pid"] if tool == "optuna" else None)
+    row.update(steps=stats.steps_run, processes=stats.processes, best=stats.best,
+               to_target=stats.to_target, repeated=stats.repeated,
+               repeated_configs=stats.repeated_configs,
+               lost=None if tool in STOPS_UNSEEN else stats.lost)
+    return row
 
 
 def _fmt(v: float, digits: int = 1) -> str:
@@ -283,15 +303,18 @@ def _fmt(v: float, digits: int = 1) -> str:
 
 def table(results: list[tuple[str, str, str, dict]]) -> list[str]:
     head = (f"{'tool':<10} {'mode':<40} {'makespan s':>10} {'steps run':>9} "
-            f"{'processes':>9} {'best value':>10} {'to target s':>11}  versions")
+            f"{'processes':>9} {'best value':>10} {'to target s':>11} {'lost':>4} {'again':>7}"
+            "  versions")
     lines = [head, "-" * len(head)]
     for tool, _mode, text, r in results:
         if "error" in r:
             lines.append(f"{tool:<10} {text:<40} not run: {r['error']}")
             continue
+        lost = "-" if r["lost"] is None else r["lost"]
+        again = f"{r['repeated']}/{r['repeated_configs']}"
         lines.append(f"{tool:<10} {text:<40} {r['makespan']:>10.1f} {r['steps']:>9} "
-                     f"{r['processes']:>9} {r['best']:>10.4f} {_fmt(r['to_target']):>11}  "
-                     f"{r['versions']}")
+                     f"{r['processes']:>9} {r['best']:>10.4f} {_fmt(r['to_target']):>11} "
+                     f"{lost:>4} {again:>7}  {r['versions']}")
     return lines
 
 
@@ -340,6 +363,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="steps of a full trial (27)")
     parser.add_argument("--step-seconds", type=float, default=None, help="a step's sleep (0.2)")
     parser.add_argument("--tools", nargs="+", choices=list(RUNNERS), default=list(RUNNERS))
+    parser.add_argument("--step-log", help="keep the run's step log here (a new file; "
+                                           "default: a temporary one, removed at the end)")
     parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     configs, steps, seconds = ((27, 9, 0.1) if args.quick else (9, 3, 0.02) if args.tiny
@@ -349,6 +374,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 1 <= args.workload.configs <= _curves.CONFIGS or args.workload.steps < 2:
         parser.error(f"--configs must be 1..{_curves.CONFIGS}, --steps >= 2")
     return args
+
+
+@contextlib.contextmanager
+def step_log(keep: str | None) -> Iterator[str]:
+    """The run's step log: a new file at `keep` (kept), or a temporary one (removed)."""
+    if keep:
+        os.close(os.open(keep, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        print(f"step log: {os.path.abspath(keep)}", flush=True)
+        yield os.path.abspath(keep)
+        return
+    fd, log = tempfile.mkstemp(prefix="peers-steps-", suffix=".log")
+    os.close(fd)
+    try:
+        yield log
+    finally:
+        os.unlink(log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,13 +409,14 @@ def main(argv: list[str] | None = None) -> int:
     # a generous cap: every configuration run in full, one at a time, plus starts
     timeout = w.configs * w.steps * w.step_seconds + 300
     results = []
-    for tool, mode, text in ROWS:
-        if tool not in args.tools:
-            continue
-        r = measure(tool, mode, w, timeout)
-        results.append((tool, mode, text, r))
-        print(f"  {tool} {text}: " + (f"not run: {r['error']}" if "error" in r else
-                                      f"{r['makespan']:.1f} s"), flush=True)
+    with step_log(args.step_log) as log:
+        for tool, mode, text in ROWS:
+            if tool not in args.tools:
+                continue
+            r = measure(tool, mode, w, timeout, log)
+            results.append((tool, mode, text, r))
+            print(f"  {tool} {text}: " + (f"not run: {r['error']}" if "error" in r else
+                                          f"{r['makespan']:.1f} s"), flush=True)
     print()
     for line in table(results):
         print(line)

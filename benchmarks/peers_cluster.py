@@ -20,14 +20,16 @@ a time on the cluster (default 8), each trial on 1 CPU. Rows:
 
 With `--kill node` or `--kill orchestrator`, that is killed once a third of the
 configurations have started (benchmarks/_peers_kill.py says how, and what each tool's user
-then does), and two columns more say what it cost: configurations lost (no result) and steps
-run again.
+then does).
 
-Columns, read as benchmarks/peers.py reads them (the steps log every step appends to):
-makespan (from just before the search call to its return), steps run, trial processes
-(distinct pids that ran steps), Slurm jobs started, best value at the last step, time to
-target (within 0.02 of the true best final loss). Goal line: hpsearch reaches the target
-first (its best row against each peer's).
+Columns, read as benchmarks/peers.py reads them, from the run's step log alone (every step of
+every row appends a line; `--step-log PATH` keeps it): makespan (from just before the search
+call to its return), steps run, trial processes (distinct pids that ran steps), Slurm jobs
+started (hpsearch's store, submitit's folders), best value at the last step, time to target
+(within 0.02 of the true best final loss), lost (configurations that neither ran their last
+step nor were told to stop by the tool) and again (steps run more than once / the
+configurations they belong to). Goal line: hpsearch reaches the target first (its best row
+against each peer's).
 
     scripts/slurm-cluster.sh start && export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf
     python benchmarks/peers_cluster.py --quick          # 27 configs x 9 steps of 0.1 s
@@ -54,7 +56,7 @@ sys.path.insert(0, str(HERE))
 
 import _curves  # noqa: E402
 import _peers_kill  # noqa: E402
-from peers import run_child  # noqa: E402
+from peers import run_child, step_log  # noqa: E402
 
 TOLERANCE = 0.02
 ETA = 3
@@ -70,7 +72,7 @@ ROWS = {
 HYDRA_PYTHON = HERE / ".venv-hydra" / "bin" / "python"
 
 
-def run_hpsearch(row: str, w: _curves.Workload, log: str, work: Path,
+def run_hpsearch(row: str, w: _curves.Workload, log: _curves.StepLog, work: Path,
                  parallel: int) -> tuple[float, float, int, str]:
     import _bench_run
 
@@ -86,8 +88,8 @@ def run_hpsearch(row: str, w: _curves.Workload, log: str, work: Path,
                               "heartbeat": 1}
     spec = {
         "name": f"peers-{row}",
-        "command": f"{{python}} {HERE / '_peers_trial.py'} {' '.join(w.args())} {log} "
-                   "{config}",
+        "command": f"{{python}} {HERE / '_peers_trial.py'} {' '.join(w.args())} {log.path} "
+                   f"{log.row} {{config}}",
         "search": {"strategy": "grid", "parallel": parallel, "pruner": pruner,
                    "space": {"config": {"choices": list(range(w.configs))}}},
         "objective": {"metric": "loss", "direction": "minimize"},
@@ -107,7 +109,7 @@ def _began() -> float:
     return began
 
 
-def run_optuna_submitit(row: str, w: _curves.Workload, log: str, work: Path,
+def run_optuna_submitit(row: str, w: _curves.Workload, log: _curves.StepLog, work: Path,
                         parallel: int) -> tuple[float, float, int, str]:
     import _optuna_submitit
     import optuna  # noqa: F401  (imported before the clock starts)
@@ -118,12 +120,12 @@ def run_optuna_submitit(row: str, w: _curves.Workload, log: str, work: Path,
     return began, time.perf_counter() - clock, jobs, versions(row)
 
 
-def run_hydra(row: str, w: _curves.Workload, log: str, work: Path,
+def run_hydra(row: str, w: _curves.Workload, log: _curves.StepLog, work: Path,
               parallel: int) -> tuple[float, float, int, str]:
     env = {**os.environ, "PYTHONPATH": str(HERE)}  # its Slurm jobs import _curves
     command = [str(HYDRA_PYTHON), str(HERE / "_hydra" / "app.py"), "--multirun",
                f"configs={w.configs}", f"steps={w.steps}", f"step_seconds={w.step_seconds!r}",
-               f"log={log}", f"hydra.sweeper.n_trials={w.configs}",
+               f"log={log.path}", f"row={log.row}", f"hydra.sweeper.n_trials={w.configs}",
                f"hydra.sweeper.n_jobs={parallel}", f"hydra.sweep.dir={work / 'multirun'}"]
     began, clock = _began(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -134,10 +136,11 @@ def run_hydra(row: str, w: _curves.Workload, log: str, work: Path,
 
 
 def one(row: str, w: _curves.Workload, log: str, parallel: int, work: Path) -> None:
-    """Run one row in this process, in `work`, and print its JSON line last."""
+    """Run one row in this process, in `work`, its steps logged to `log`, and print its JSON
+    line last."""
     os.chdir(work)  # what a tool writes where it runs stays out of the checkout
     runner = {"optuna-submitit": run_optuna_submitit, "hydra": run_hydra}.get(row, run_hpsearch)
-    began, seconds, jobs, versions = runner(row, w, log, work, parallel)
+    began, seconds, jobs, versions = runner(row, w, _curves.StepLog(log, row), work, parallel)
     print(json.dumps({"makespan": seconds, "began": began, "jobs": jobs,
                       "versions": versions}))
 
@@ -155,32 +158,32 @@ def versions(row: str) -> str:
     return f"hpsearch {version('hpsearch')}"
 
 
-def measure(row: str, w: _curves.Workload, parallel: int, timeout: float,
+def measure(row: str, w: _curves.Workload, parallel: int, timeout: float, log: str,
             kill: str | None = None) -> dict:
-    """One row's columns; with `kill` ("node" or "orchestrator"), that is killed mid-run
-    (benchmarks/_peers_kill.py) and the row also says what was lost and run again."""
+    """One row's columns, its steps appended to the run's step log `log`; with `kill`
+    ("node" or "orchestrator"), that is killed mid-run (benchmarks/_peers_kill.py)."""
     if row == "hydra" and not HYDRA_PYTHON.exists():
         return {"error": f"no {HYDRA_PYTHON} (benchmarks/peers-setup.sh makes it)"}
-    fd, log = tempfile.mkstemp(prefix=f"peers-{row}-", suffix=".log", dir="/tmp")
-    os.close(fd)
     work = Path(tempfile.mkdtemp(prefix=f"hpsearch-peers-{row}-", dir="/tmp"))  # 0700
     child = [sys.executable, str(Path(__file__).resolve()), "--one", row, str(parallel),
              *w.args(), log, str(work)]
     try:
         if kill:
-            result = _peers_kill.run(row, child, w, log, work, kill, timeout)
+            result = _peers_kill.run(row, child, w, _curves.StepLog(log, row), work, kill,
+                                     timeout)
             if "error" not in result:
                 result.update(jobs=_peers_kill.jobs(row, work), versions=versions(row))
         else:
             result = run_child(child, timeout)
         if "error" in result:
             return result
-        stats = _curves.read_log(log, w, result["began"], w.best_final() + TOLERANCE)
+        stats = _curves.read_log(_curves.StepLog(log, row), w, result["began"],
+                                 w.best_final() + TOLERANCE)
         result.update(steps=stats.steps_run, processes=stats.processes, best=stats.best,
-                      to_target=stats.to_target)
+                      to_target=stats.to_target, lost=stats.lost, repeated=stats.repeated,
+                      repeated_configs=stats.repeated_configs)
         return result
     finally:
-        os.unlink(log)
         subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
@@ -189,24 +192,20 @@ def _fmt(v: float) -> str:
 
 
 def table(results: list[tuple[str, dict]]) -> list[str]:
-    """The rows; with a kill, `lost` (configurations with no result) and `again` (steps
-    run again / configurations they belong to) before the versions."""
-    kill = any("lost" in r for _, r in results)
-    extra = f" {'lost':>4} {'again':>7}" if kill else ""
+    """The rows, `lost` (configurations that did not end) and `again` (steps run again /
+    configurations they belong to) before the versions."""
     head = (f"{'tool':<16} {'mode':<46} {'makespan s':>10} {'steps':>6} {'procs':>6} "
-            f"{'jobs':>5} {'best':>7} {'to target s':>11}{extra}  versions")
+            f"{'jobs':>5} {'best':>7} {'to target s':>11} {'lost':>4} {'again':>7}  versions")
     lines = [head, "-" * len(head)]
     for row, r in results:
         tool, text = ROWS[row]
         if "error" in r:
             lines.append(f"{tool:<16} {text:<46} not run: {r['error']}")
             continue
-        if kill:
-            again = f"{r['repeated']}/{r['repeated_configs']}"
-            extra = f" {r['lost']:>4} {again:>7}"
+        again = f"{r['repeated']}/{r['repeated_configs']}"
         lines.append(f"{tool:<16} {text:<46} {r['makespan']:>10.1f} {r['steps']:>6} "
                      f"{r['processes']:>6} {r['jobs']:>5} {r['best']:>7.4f} "
-                     f"{_fmt(r['to_target']):>11}{extra}  {r['versions']}")
+                     f"{_fmt(r['to_target']):>11} {r['lost']:>4} {again:>7}  {r['versions']}")
     return lines
 
 
@@ -245,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--kill", choices=_peers_kill.KINDS,
                         help="kill a node (set DOWN) or the orchestrator (SIGKILL) once a "
-                             "third of the configurations started; adds the lost and "
-                             "repeated columns")
+                             "third of the configurations started")
+    parser.add_argument("--step-log", help="keep the run's step log here (a new file; "
+                                           "default: a temporary one, removed at the end)")
     args = parser.parse_args(argv)
     if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
         parser.error("no Slurm here: start the emulated cluster and export SLURM_CONF "
@@ -261,13 +261,15 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     timeout = w.configs * w.steps * w.step_seconds + 600
     results = []
-    for row in args.rows:
-        r = measure(row, w, args.parallel, timeout, args.kill)
-        results.append((row, r))
-        print(f"  {' '.join(ROWS[row])}: " + (
-            f"not run: {r['error']}" if "error" in r else f"{r['makespan']:.1f} s"
-            + (f", killed: {r['hit']}" if r.get("hit") else "")
-            + (f", lost: {r['lost_as']}" if r.get("lost_as") else "")), flush=True)
+    with step_log(args.step_log) as log:
+        for row in args.rows:
+            r = measure(row, w, args.parallel, timeout, log, args.kill)
+            results.append((row, r))
+            print(f"  {' '.join(ROWS[row])}: " + (
+                f"not run: {r['error']}" if "error" in r else f"{r['makespan']:.1f} s"
+                + (f", killed: {r['hit']}" if r.get("hit") else "")
+                + (f"; its own store: {r['own_record']}" if r.get("own_record") else "")),
+                flush=True)
     print()
     print("\n".join(table(results)))
     print()

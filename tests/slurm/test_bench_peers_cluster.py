@@ -1,7 +1,10 @@
-"""benchmarks/peers_cluster.py on the emulated cluster: a tiny run of hpsearch's pilots row
-and of the Optuna + submitit recipe (benchmarks/_optuna_submitit.py) prints both rows with
-every column and a goal line; each ran all 9 configurations' first steps, the recipe in its
-8 worker jobs (a worker that started late may run none)."""
+"""benchmarks/peers_cluster.py on the emulated cluster: a tiny run of hpsearch's pilots row,
+of the Optuna + submitit recipe (benchmarks/_optuna_submitit.py) and, where
+benchmarks/peers-setup.sh made its venv, of hydra. Its kept step log says what ran: every
+configuration's steps once each, each configuration ended (its last step, or the tool said
+stop), the recipe's steps in at most its 8 worker jobs, hydra's all 9 x 3 steps (it does not
+prune). The table must say the same (steps, processes, best, lost 0, again 0/0), and each
+goal line's verdict must be what the rows' times to target give."""
 
 from __future__ import annotations
 
@@ -10,24 +13,55 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.peers_steps import assert_nothing_lost_or_repeated, check_goal, read_steps, seconds
+from tests.peers_steps import table_rows as _rows
+
 BENCH = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+# makespan, steps, processes, jobs, best, to target, lost, again, versions
+COLUMNS = re.compile(r" (?P<makespan>\d+\.\d) +(?P<steps>\d+) +(?P<processes>\d+) "
+                     r"+(?P<jobs>\d+) +(?P<best>\d\.\d{4}) +(?P<to_target>\d+\.\d|never) "
+                     r"+(?P<lost>\d+) +(?P<again>\d+/\d+)  (?P<versions>\S.*)$")
+TOOLS = ("hpsearch ", "optuna+submitit ", "hydra ")
+HYDRA = BENCH / ".venv-hydra" / "bin" / "python"
 
 
-def test_a_tiny_run_of_pilots_and_optuna_with_submitit_prints_rows_and_a_goal(slurm_cluster):
+def table_rows(stdout: str) -> dict[str, dict]:
+    """The table's rows by tool (one row each here)."""
+    return {row["tool"]: row for row in _rows(stdout, COLUMNS, TOOLS).values()}
+
+
+def test_a_tiny_run_of_pilots_and_its_peers_prints_what_ran(slurm_cluster, tmp_path):
+    steps_log = tmp_path / "steps.log"
+    keys = {"pilots-stop": "hpsearch", "optuna-submitit": "optuna+submitit"}
+    if HYDRA.exists():
+        keys["hydra"] = "hydra"
     proc = subprocess.run([sys.executable, str(BENCH / "peers_cluster.py"), "--tiny", "--rows",
-                           "pilots-stop", "optuna-submitit"], capture_output=True, text=True,
-                          env=slurm_cluster.env, timeout=600, cwd=BENCH.parent)
+                           *keys, "--step-log", str(steps_log)],
+                          capture_output=True, text=True, env=slurm_cluster.env, timeout=600,
+                          cwd=BENCH.parent)
     assert proc.returncode == 0, proc.stderr
-    # makespan, steps, processes, jobs, best, to target, versions
-    columns = re.compile(r" (\d+\.\d) +(\d+) +(\d+) +(\d+) +(\d\.\d{4}) +(\d+\.\d|never) +(\S.*)$")
-    rows = {line.split()[0]: columns.search(line) for line in proc.stdout.splitlines()
-            if line.startswith(("hpsearch ", "optuna+submitit "))}
-    assert set(rows) == {"hpsearch", "optuna+submitit"} and all(rows.values()), proc.stdout
-    _, steps, _, jobs, _, _, _ = rows["hpsearch"].groups()
-    assert int(steps) >= 9 and jobs == "1", proc.stdout  # one pilot ran every trial
-    _, steps, procs, jobs, _, _, versions = rows["optuna+submitit"].groups()
+    assert "not run" not in proc.stdout, proc.stdout
+    rows, ran = table_rows(proc.stdout), read_steps(str(steps_log))
+    assert set(rows) == set(keys.values()), proc.stdout
+    assert set(ran) == set(keys), ran.keys()
+    for key, tool in keys.items():
+        row, log = rows[tool], ran[key]
+        assert_nothing_lost_or_repeated(log, 9, 3)  # nothing was killed
+        assert (row["lost"], row["again"]) == ("0", "0/0"), (tool, row)
+        assert (int(row["steps"]), int(row["processes"]), row["best"]) == (
+            sum(log.steps.values()), len(log.pids), log.best(3)), (tool, row)
+    assert rows["hpsearch"]["jobs"] == "1", proc.stdout  # one pilot ran every trial
     # 8 worker jobs; a worker that started after the others took every trial runs none
-    assert int(steps) >= 9 and jobs == "8" and 1 <= int(procs) <= 8, proc.stdout
-    assert "submitit" in versions, proc.stdout
-    assert any(line.startswith(("ok: on the cluster", "MISS: on the cluster"))
-               for line in proc.stdout.splitlines()), proc.stdout
+    assert rows["optuna+submitit"]["jobs"] == "8", proc.stdout
+    assert 1 <= len(ran["optuna-submitit"].pids) <= 8, proc.stdout
+    assert "submitit" in rows["optuna+submitit"]["versions"], proc.stdout
+    if "hydra" in ran:  # no pruning: every configuration's every step, each once
+        assert sorted(ran["hydra"].steps) == [(c, s) for c in range(9) for s in range(3)]
+    goals = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "MISS: "))]
+    assert len(goals) == len(keys) - 1, proc.stdout
+    ours = rows["hpsearch"]["to_target"]
+    for goal, peer in zip(goals, [tool for tool in keys.values() if tool != "hpsearch"]):
+        theirs = rows[peer]["to_target"]
+        assert goal.endswith(f"before {peer} (hpsearch ASHA (stop), pilots {ours} s, "
+                             f"{peer} {theirs} s)"), (goal, ours, theirs)
+        check_goal(goal, seconds(ours), seconds(theirs), strict=True)

@@ -1,48 +1,62 @@
 """benchmarks/peers_cluster.py --kill on the emulated cluster: a node crash (set DOWN, its
-jobs' processes SIGKILLed) and the orchestrator SIGKILLed, mid-run, in tiny runs. The rows
-print what each tool lost and ran again; hpsearch loses nothing either way (the pilot's
-trials run again from their checkpoints; `hpsearch resume` adopts the running pilot), and
-the crashed node is back in service afterwards. A slurm_clock test: it takes a node down."""
+jobs' processes SIGKILLed) and the orchestrator SIGKILLed, mid-run, in tiny runs. What each
+tool lost and ran again is counted from the run's step log alone, for every tool the same
+way: the table's lost and again columns must be what the kept log says (recounted here), and
+hpsearch loses nothing either way (the pilot's trials run again from their checkpoints;
+`hpsearch resume` adopts the running pilot); the crashed node is back in service afterwards.
+A slurm_clock test: it takes a node down."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.peers_steps import Ran, assert_nothing_lost_or_repeated, read_steps
+from tests.slurm.test_bench_peers_cluster import table_rows
+
 BENCH = Path(__file__).resolve().parent.parent.parent / "benchmarks"
 pytestmark = pytest.mark.slurm_clock
-# makespan, steps, processes, jobs, best, to target, lost, steps again/configurations
-COLUMNS = re.compile(r" (\d+\.\d) +(\d+) +(\d+) +(\d+) +(\d\.\d{4}) +(\d+\.\d|never) +(\d+) "
-                     r"+(\d+)/(\d+)  \S")
+KEYS = {"pilots-stop": "hpsearch", "optuna-submitit": "optuna+submitit"}
 
 
-def _run(slurm_cluster, kill: str, *rows: str) -> dict[str, tuple[str, ...]]:
+def _run(slurm_cluster, tmp_path: Path, kill: str,
+         *keys: str) -> tuple[dict[str, dict], dict[str, Ran]]:
+    """The table's rows and the step log's, by row key; each row's steps, processes, lost
+    and again as the log says."""
+    steps_log = tmp_path / "steps.log"
     proc = subprocess.run([sys.executable, str(BENCH / "peers_cluster.py"), "--tiny", "--kill",
-                           kill, "--rows", *rows], capture_output=True, text=True,
-                          env=slurm_cluster.env, timeout=600, cwd=BENCH.parent)
+                           kill, "--rows", *keys, "--step-log", str(steps_log)],
+                          capture_output=True, text=True, env=slurm_cluster.env, timeout=600,
+                          cwd=BENCH.parent)
     assert proc.returncode == 0, proc.stderr
-    found = {line.split()[0]: COLUMNS.search(line) for line in proc.stdout.splitlines()
-             if line.startswith(("hpsearch ", "optuna+submitit "))}
-    assert all(found.values()) and len(found) == len(rows), proc.stdout
     assert f"the {kill} killed once" in proc.stdout, proc.stdout
-    return {tool: match.groups() for tool, match in found.items() if match}
+    assert "not run" not in proc.stdout, proc.stdout
+    by_tool, ran = table_rows(proc.stdout), read_steps(str(steps_log))
+    rows = {key: by_tool[KEYS[key]] for key in keys if KEYS[key] in by_tool}
+    assert set(rows) == set(keys) and set(ran) <= set(keys), (proc.stdout, ran.keys())
+    for key, row in rows.items():
+        log = ran.get(key, Ran())
+        assert (int(row["steps"]), int(row["processes"]), int(row["lost"]), row["again"]) == (
+            sum(log.steps.values()), len(log.pids), log.lost(9, 3), log.again()), (key, row)
+    return rows, ran
 
 
-def test_a_node_crash_mid_run_loses_no_hpsearch_trial_and_the_node_comes_back(slurm_cluster):
-    rows = _run(slurm_cluster, "node", "pilots-stop", "optuna-submitit")
-    _, steps, _, jobs, _, _, lost, _, _ = rows["hpsearch"]
-    assert lost == "0" and int(steps) >= 9, rows
-    assert int(jobs) >= 2, rows  # the crashed pilot, and one that ran its trials again
-    assert "optuna+submitit" in rows
+def test_a_node_crash_mid_run_loses_no_hpsearch_trial_and_the_node_comes_back(slurm_cluster,
+                                                                               tmp_path):
+    rows, ran = _run(slurm_cluster, tmp_path, "node", "pilots-stop", "optuna-submitit")
+    assert rows["pilots-stop"]["lost"] == "0", rows
+    assert ran["pilots-stop"].lost(9, 3) == 0 and len(ran["pilots-stop"].steps) >= 9, rows
+    assert int(rows["pilots-stop"]["jobs"]) >= 2, rows  # the crashed pilot, and a new one
     states = slurm_cluster.run("sinfo", "-h", "-o", "%T").stdout.split()
     assert states and not any("down" in s or "drain" in s for s in states), states
 
 
-def test_the_orchestrator_killed_mid_run_and_resumed_loses_and_repeats_nothing(slurm_cluster):
-    rows = _run(slurm_cluster, "orchestrator", "pilots-stop")
-    _, steps, _, jobs, _, _, lost, again, _ = rows["hpsearch"]
-    assert (lost, again, jobs) == ("0", "0", "1") and int(steps) >= 9, rows
+def test_the_orchestrator_killed_mid_run_and_resumed_loses_and_repeats_nothing(slurm_cluster,
+                                                                               tmp_path):
+    rows, ran = _run(slurm_cluster, tmp_path, "orchestrator", "pilots-stop")
+    assert (rows["pilots-stop"]["lost"], rows["pilots-stop"]["again"],
+            rows["pilots-stop"]["jobs"]) == ("0", "0/0", "1"), rows
+    assert_nothing_lost_or_repeated(ran["pilots-stop"], 9, 3)
