@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,11 @@ class User:
         kw.setdefault("timeout", 120)
         return subprocess.run(argv, user=self.uid, group=self.gid,
                               extra_groups=list(self.groups), **kw)
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        return subprocess.Popen(argv, user=self.uid, group=self.gid,
+                                extra_groups=list(self.groups), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, **kw)
 
     def sh(self, script: str, *args: str) -> subprocess.CompletedProcess:
         return self.run(["/bin/sh", "-c", script, "sh", *args])
@@ -124,6 +130,22 @@ def _need_root() -> None:
                     f"venv's interpreter), which must be Python {sys.version_info[:2]}")
 
 
+def _join(name: str, primary: bool) -> None:
+    """Put user `name` in the project group for real: as its primary group (the owner: a
+    Slurm job runs with its submitter's gid, while slurmctld caches supplementary groups for
+    minutes, so a membership added now would reach no job), or in /etc/group. Retried as
+    ensure_system_entry: another test process may hold the files' lock."""
+    gid = grp.getgrnam(GROUP).gr_gid
+    for _ in range(100):
+        if (pwd.getpwnam(name).pw_gid == gid if primary
+                else name in grp.getgrnam(GROUP).gr_mem):
+            return
+        subprocess.run(["usermod", *(["-g"] if primary else ["-a", "-G"]), GROUP, name],
+                       capture_output=True)
+        time.sleep(0.1)
+    raise AssertionError(f"could not add {name} to {GROUP}")
+
+
 @pytest.fixture(scope="module")
 def site():
     _need_root()
@@ -132,7 +154,10 @@ def site():
     for name in (OWNER, OTHER):
         entry = ensure_system_entry(["useradd", "--system", "--no-create-home", "--shell",
                                      "/usr/sbin/nologin"], pwd.getpwnam, name)
-        users.append(User(name, entry.pw_uid, entry.pw_gid, (gid,)))
+        _join(name, primary=name == OWNER)
+        entry = pwd.getpwnam(name)
+        users.append(User(name, entry.pw_uid, entry.pw_gid,
+                          () if entry.pw_gid == gid else (gid,)))
     base = Path(tempfile.mkdtemp(prefix="hps-site-", dir="/tmp"))
     os.chmod(base, 0o755)
     yield Site(users[0], users[1], gid, base)

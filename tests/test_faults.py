@@ -175,7 +175,7 @@ def test_a_trials_dir_that_becomes_unwritable_stops_the_driver_and_resume_finish
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run the driver as nobody")
     home = Path(tempfile.mkdtemp(prefix="hpsearch-perm-"))
-    os.chmod(home, 0o777)
+    os.chmod(home, 0o1777)  # sticky, as /tmp: else a runs dir below it is refused
     try:
         runs = home / "runs"
         runs.mkdir()
