@@ -183,3 +183,21 @@ def test_exited_pilot_without_a_recorded_end_is_held_until_its_last_heartbeat(tm
     pilot = {p.pilot: p for p in got.pilots}[1]
     assert (pilot.state, pilot.reason) == ("exited", "the driver asked it to stop")
     assert pilot.seconds == pytest.approx(60.0, abs=1)  # from now-120 to now-60
+
+
+def test_report_charges_a_pilot_attempt_the_share_of_its_node_it_held(tmp_path: Path):
+    """Issue 37 item 7, the report: a trial in one of a pilot node's 4 slots is a quarter
+    of a node-hour an hour, as the cost objectives charge it (before: a whole node)."""
+    import sqlite3
+
+    from tests.tui.conftest import SPEC
+    exp = build_pilot_store(tmp_path / "pil")
+    spec = SPEC.format(name="pil", trials=6, executor="slurm").replace(
+        "executor: {type: slurm, timeout: 2m}",
+        'executor: {type: slurm, pilots: {nodes: 2, time: "01:00:00", slots_per_node: 4}}')
+    with sqlite3.connect(exp / STORE_FILE) as db:
+        assert db.execute("update experiment set spec_yaml = ?", (spec,)).rowcount == 1
+    got = report_data.collect(exp, slurm=_FakeSlurm(None))
+    assert got.usage and {u.share for u in got.usage} == {0.25}
+    for u in got.usage:
+        assert u.node_hours == pytest.approx(u.nodes * u.seconds / 3600 / 4)

@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from hpsearch.errors import HpsearchError
-from hpsearch.spec.model import COST_METRICS, Resources, slot_width
+from hpsearch.spec.model import COST_METRICS, Resources, Spec, slot_width
 from hpsearch.store.usage import attempt_usage, gpu_count, trial_cost
 
 if TYPE_CHECKING:
@@ -38,6 +38,15 @@ def pilot_share(resources: Resources, slot: Resources, slots_per_node: int,
     slots it took there (slot_width: enough for its CPUs, GPUs and memory) of the node's
     `slots_per_node`. A quarter-node trial is charged a quarter of a node-hour an hour."""
     return min(1.0, slot_width(resources.for_params(params), slot) / max(1, slots_per_node))
+
+
+def pilot_share_of(spec: Spec) -> PilotShare | None:
+    """Where trials run in pilots, the share of each node a trial's attempt holds (the
+    cost objectives' node_hours and the report's); else None."""
+    pilots = spec.executor.pilots if spec.executor.type == "slurm" else None
+    if pilots is None:
+        return None
+    return partial(pilot_share, spec.resources, spec.slot(), pilots.slots_per_node)
 
 
 class Costs:

@@ -15,7 +15,7 @@ from functools import partial
 from hpsearch.driver import requests
 from hpsearch.driver.attempts import Attempts, Launches
 from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
-from hpsearch.driver.cost import Costs, PilotShare, pilot_share
+from hpsearch.driver.cost import Costs, pilot_share_of
 from hpsearch.driver.extent import Extent
 from hpsearch.driver.failfast import FailFast
 from hpsearch.driver.warm_start import load as load_warm_start
@@ -78,7 +78,7 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
         watch=watch,
         reading=reading,
         costs=Costs([o.metric for o in spec.objectives], store, on_event,
-                    _sacct(spec, executor), pilots=_pilot_share(spec)),
+                    _sacct(spec, executor), pilots=pilot_share_of(spec)),
     )
 
 
@@ -89,15 +89,6 @@ def _sacct(spec: Spec, executor: Executor):
         return None
     slurm = getattr(executor, "slurm", None)
     return slurm.sacct_usage if slurm is not None else None
-
-
-def _pilot_share(spec: Spec) -> PilotShare | None:
-    """Where trials run in pilots, the share of each node a trial's attempt holds (the
-    cost objectives' node_hours); else None."""
-    pilots = spec.executor.pilots if spec.executor.type == "slurm" else None
-    if pilots is None:
-        return None
-    return partial(pilot_share, spec.resources, spec.slot(), pilots.slots_per_node)
 
 
 def _finish(promoter: Promoter, request: requests.Request) -> None:

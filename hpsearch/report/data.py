@@ -35,6 +35,7 @@ from hpsearch.tui.model import spec_facts
 from hpsearch.tui.pilots import heartbeat_of
 
 if TYPE_CHECKING:
+    from hpsearch.driver.cost import PilotShare
     from hpsearch.slurm.parse import JobUsage
 
 CLASSES = ("completed", "pruned", "paused", "failed", "preempted", "cancelled")
@@ -60,6 +61,18 @@ class ReportData:
     gpu: dict[int, GpuUse] = field(default_factory=dict)  # trial -> its measured GPU use
     pilot_gpu: dict[int, GpuUse] = field(default_factory=dict)  # pilot -> its GPUs' use
     timing: dict[int, TrialEfficiency] = field(default_factory=dict)  # docs/scaling.md
+
+
+def _pilot_share(exp: r.ExperimentRow, runs_dir: Path) -> PilotShare | None:
+    """A pilot attempt's share of each node it held, from the stored spec (as the cost
+    objectives charge it: hpsearch.driver.cost); None (whole nodes) if it cannot be read."""
+    from hpsearch.driver.cost import pilot_share_of
+    from hpsearch.errors import BadInput
+    from hpsearch.interop.store_view import stored_spec
+    try:
+        return pilot_share_of(stored_spec(exp, runs_dir))
+    except BadInput:
+        return None
 
 
 def attempt_class(state: str | None, reason: str | None) -> str:
@@ -103,6 +116,8 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     finally:
         reader.close()
     gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
+    params_of = {t.id: t.params for t in trials}
+    share_of = _pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
     in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
     notes: list[str] = []
     by_job: dict[str, JobUsage] = {}
@@ -119,8 +134,9 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         pilot = in_pilot.get(job_id) if job_id else None
         record = by_job.get(job_id) if job_id and pilot is None else None
         hosts = _hosts(nodes or (host if pilot is not None else None))
+        share = share_of(params_of[trial]) if share_of and pilot is not None else 1.0
         used = attempt_usage(trial, attempt, kind, started, finished, now, len(hosts),
-                             gpus_of.get(trial, 0), record, pilot)
+                             gpus_of.get(trial, 0), record, pilot, share)
         if used is not None:
             usage.append(used)
         if used is not None and pilot is not None and started is not None:
