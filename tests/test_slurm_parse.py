@@ -29,6 +29,7 @@ from hpsearch.slurm.parse import (
     parse_scontrol_records,
     parse_sinfo_nodes,
     parse_squeue,
+    parse_squeue_steps,
     parse_topology,
 )
 
@@ -326,6 +327,17 @@ def test_squeue_malformed_line_raises_naming_the_line():
 def test_squeue_job_listed_once_per_partition_is_one_record():
     records = parse_squeue("70|PENDING|Resources|\n70|PENDING|Priority|\n")
     assert records == [QueueRecord("70", None, None, "PENDING", "Priority", ())]
+
+
+def test_squeue_steps_by_name_batch_left_out():
+    assert parse_squeue_steps(captured("squeue_steps.txt")) == {
+        "hpsearch-trial-3.1": "2835.0", "hpsearch-trial-4.1": "2835.1", "sleep": "2835.2"}
+
+
+def test_squeue_steps_sharing_a_name_give_the_first_and_bad_lines_raise():
+    assert parse_squeue_steps("9.3|a|b\n9.1|a|b\n9.extern|extern\n") == {"a|b": "9.1"}
+    with pytest.raises(ValueError, match=r"squeue line 1: expected JOB.STEP"):
+        parse_squeue_steps("9|RUNNING|None|node1\n")
 
 
 # -- sinfo ---------------------------------------------------------------------------------

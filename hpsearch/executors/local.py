@@ -259,7 +259,7 @@ class LocalExecutor(Executor):
             if run.signal_at is not None and now >= run.signal_at and run.kill_at is None:
                 run.signal_at = None
                 if self.signal is not None:  # always: signal_at is set only with a signal
-                    procs.signal_group(run.pid, self.signal)
+                    self.signal_run(run.trial_id, run.pid, self.signal)
             due = (run.kill_at or run.deadline or float("inf")) <= now
             if run.fd is not None and run.fd not in ready and not due:
                 continue  # its pidfd says it still runs
@@ -272,7 +272,7 @@ class LocalExecutor(Executor):
                     self._start_waiting()  # finalizes after. After a failure it looks first
                     # (a retry, search.max_failures), and the next poll() starts the rest
             elif run.kill_at is not None and now >= run.kill_at:
-                procs.signal_group(run.pid, signal.SIGKILL)
+                self.signal_run(run.trial_id, run.pid, signal.SIGKILL)
             elif run.kill_at is None and run.deadline is not None and now >= run.deadline:
                 self._stop(run, "timeout")
         events += self.events
@@ -315,7 +315,13 @@ class LocalExecutor(Executor):
     def _stop(self, run: _Running, reason: str) -> None:
         run.reason = reason
         run.kill_at = time.monotonic() + self.grace
-        procs.signal_group(run.pid, signal.SIGTERM)
+        self.signal_run(run.trial_id, run.pid, signal.SIGTERM)
+
+    def signal_run(self, trial_id: int, pgid: int, sig: int) -> None:
+        """Send a running attempt (its shell leads process group `pgid`) a stop, checkpoint
+        or kill signal: to that group. A subclass whose attempts run elsewhere delivers it
+        there (a pilot's trials on its other nodes: hpsearch.pilot.program)."""
+        procs.signal_group(pgid, sig)
 
     def _lingers(self, run: _Running, now: float) -> bool:
         """Whether a stopped attempt whose shell has ended waits on: other processes of its
@@ -373,8 +379,10 @@ def _launch_failed(launch: Launch, exc: OSError) -> Ended:
     """A launch that failed: the machine's storage (stop the search), or the trial's."""
     storage = exc.errno in _STORAGE_ERRNOS and str(exc.filename or "").startswith(
         str(launch.trial_dir.parent.parent))  # the experiment's dir
+    where = f": {exc.filename}" if exc.filename else ""  # a path, never its repr
     return Ended(launch.trial_id, launch.attempt, None,
-                 "storage_error" if storage else "launch_error", f"could not start: {exc}")
+                 "storage_error" if storage else "launch_error",
+                 f"could not start: {exc.strerror or exc}{where}")
 
 
 _STILL_RUNNING = object()

@@ -16,7 +16,9 @@ A trial runs as the per-job path runs it (the same command, built by the driver 
 launch package, and the same shell body as the local executor's); the pilot adds where:
 its first node runs the command (through `srun --overlap` when that is not the pilot's own
 node), and SLURM_JOB_NODELIST and friends name only the trial's nodes, so the launchers
-(srun --nodelist, torchrun, mpirun) start its ranks there.
+(srun --nodelist, torchrun, mpirun) start its ranks there. A trial on another node is
+stopped, and sent its checkpoint signal, as one on the pilot's node is (the signal, then its
+grace, then SIGKILL): through Slurm, to its srun step's tasks (StepSignals).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch import procs
 from hpsearch.executors.base import Ended, Launch, Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import read_exit_code, shell_body
@@ -40,6 +41,7 @@ from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot import warm_servers
 from hpsearch.pilot.slots import Grant, Reservation, Slots
+from hpsearch.slurm.commands import Slurm, SlurmError
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
 from hpsearch.slurm.hostlist import compress, expand
 from hpsearch.store.trusted import present
@@ -72,6 +74,52 @@ class Allocation:
                    tuple(g for g in gpus.split(",") if g.strip()), job_end(env))
 
 
+class StepSignals(LocalExecutor):
+    """The pilot's runner: a LocalExecutor whose trials on other nodes run as srun steps
+    (`steps`: trial id -> its step's name). srun answers SIGTERM by SIGKILLing its step
+    ("forcing job termination"): the trial would get no grace to finish its step or save a
+    checkpoint. So their signals go to the step's tasks through Slurm instead (scancel
+    --signal to the step, Slurm.signal_step), which leaves srun to end when the trial does;
+    SIGKILL, at the grace's end, goes to both. Where the step cannot be found (not started
+    yet, already gone, or Slurm does not answer), srun is signalled as before."""
+
+    def __init__(self, job_id: str, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.job_id = job_id
+        self.steps: dict[int, str] = {}
+        self.step_ids: dict[str, str] = {}  # step name -> "JOB.STEP", once found
+        self.slurm: Slurm | None = None
+
+    def signal_run(self, trial_id: int, pgid: int, sig: int) -> None:
+        name = self.steps.get(trial_id)
+        if name is not None and sig != 0:
+            try:
+                step = self.step_ids.get(name) or self._find_step(name)
+                sent = step is not None and self._slurm().signal_step(
+                    step, signal.Signals(sig).name.removeprefix("SIG"))
+            except SlurmError as exc:
+                print(f"hpsearch pilot: could not signal trial {trial_id}'s step: {exc}",
+                      file=sys.stderr, flush=True)
+                sent = False
+            if sent and sig != signal.SIGKILL:
+                return
+        super().signal_run(trial_id, pgid, sig)
+
+    def forget(self, trial_id: int) -> None:
+        self.step_ids.pop(self.steps.pop(trial_id, ""), None)
+
+    def _find_step(self, name: str) -> str | None:
+        step = self._slurm().step_ids(self.job_id).get(name)
+        if step is not None:
+            self.step_ids[name] = step
+        return step
+
+    def _slurm(self) -> Slurm:
+        if self.slurm is None:
+            self.slurm = Slurm()
+        return self.slurm
+
+
 class Pilot:
     def __init__(self, paths: p.PilotPaths, config: dict, alloc: Allocation) -> None:
         self.paths, self.cfg, self.alloc = paths, config, alloc
@@ -86,9 +134,9 @@ class Pilot:
         self.slots = Slots(list(alloc.nodes), int(config["slots_per_node"]),
                            int(config["trial_gpus"]), list(alloc.gpu_ids),
                            {node: leaf for leaf, nodes in leaves.items() for node in nodes})
-        self.runner = LocalExecutor(self.slots.total, None, 1, config.get("trial_time"),
-                                    float(config["kill_grace"]), self.signal_name,
-                                    float(config["signal_before"]))
+        self.runner = StepSignals(alloc.job_id, self.slots.total, None, 1,
+                                  config.get("trial_time"), float(config["kill_grace"]),
+                                  self.signal_name, float(config["signal_before"]))
         self.runner.base_env = without_shape(self.runner.base_env)  # each trial gets its own
         self.grants: dict[int, tuple[str, Grant]] = {}  # trial id -> (assignment name, grant)
         self.beat = p.Beat(paths.heartbeat, float(config["heartbeat"]))
@@ -255,13 +303,16 @@ class Pilot:
         if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
             # exec: only the shell on that node writes the exit code; srun's own would hide
             # a node that failed under it (srun exited 0 when its node's slurmd died)
+            step = f"hpsearch-trial-{launch.trial_id}.{launch.attempt}"  # StepSignals finds it
             command = "exec " + shell_join([
                 "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
+                f"--job-name={step}",
                 # an overlapping step is bound to the job's lowest cores on the node, whatever
                 # other steps hold: it takes all of the pilot's there, and narrows itself
                 f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1",
                 "/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)])
             self.remote.add(launch.trial_id)
+            self.runner.steps[launch.trial_id] = step
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
@@ -309,6 +360,7 @@ class Pilot:
         """The end of a trial run through srun on another node, as that node's shell wrote
         it in the trial dir; without it, the trial did not end by itself there."""
         self.remote.discard(event.trial_id)
+        self.runner.forget(event.trial_id)
         trial_dir = self.launch_dirs.pop(event.trial_id, None)
         if event.reason != "exited":
             return event
@@ -371,7 +423,7 @@ class Pilot:
         for tid, run in list(self.runner.running_.items()):
             self.stopped_for_end.add(tid)
             if self.signal_name:
-                procs.signal_group(run.pid, getattr(signal, f"SIG{self.signal_name}"))
+                self.runner.signal_run(tid, run.pid, getattr(signal, f"SIG{self.signal_name}"))
             else:
                 self.runner.cancel(tid)
 

@@ -191,6 +191,29 @@ class Slurm:
             if proc.returncode != 0 and not _only_gone_jobs(proc.stderr):
                 raise _failed(argv, proc)
 
+    def step_ids(self, job_id: str) -> dict[str, str]:
+        """The running steps of this job, {step name: step id ("123.4")}; {} once the job
+        has ended (parse.parse_squeue_steps)."""
+        argv = ["squeue", "-h", "-s", "-j", str(job_id), "-o", parse.SQUEUE_STEPS_FORMAT]
+        proc = self._run(argv)
+        if proc.returncode != 0 and not parse.is_invalid_job_id(proc.stderr):
+            raise _failed(argv, proc)
+        return self._parsed(argv, parse.parse_squeue_steps, proc.stdout)
+
+    def signal_step(self, step_id: str, signal: str | int) -> bool:
+        """Send `signal` to every task of one step ("123.4") and nothing else: srun keeps
+        running and ends when they do. (Signalling srun itself is no substitute: srun
+        answers SIGTERM by SIGKILLing its tasks, "forcing job termination".) Through
+        slurmctld (--ctld): sent straight to the slurmds, Slurm 22.05's scancel delivers it
+        and still exits 1, "Invalid job id specified". False if the step is gone."""
+        argv = ["scancel", "--ctld", f"--signal={signal}", str(step_id)]
+        proc = self._run(argv)
+        if proc.returncode != 0:
+            if _only_gone_jobs(proc.stderr):
+                return False
+            raise _failed(argv, proc)
+        return True
+
     def requeue(self, job_id: str) -> None:
         """Requeue a running batch job under the same id (`scontrol requeue`): Slurm ends
         this run and queues the job again."""

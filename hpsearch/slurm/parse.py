@@ -25,6 +25,9 @@ from hpsearch.slurm.hostlist import expand
 SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Submit,Start,End,Reason"
 # `squeue -h -o SQUEUE_FORMAT`: job or task id, long state, reason, allocated nodes.
 SQUEUE_FORMAT = "%i|%T|%r|%N"
+# `squeue -h -s -j JOB -o SQUEUE_STEPS_FORMAT`: a job's steps, step id and step name (last:
+# a step is named after its command unless srun was given --job-name).
+SQUEUE_STEPS_FORMAT = "%i|%j"
 # `sinfo -h -N -o SINFO_NODES_FORMAT`: one line per node and partition; %E is the free-text
 # drain/down reason, last so that a '|' in it cannot shift the other fields.
 SINFO_NODES_FORMAT = "%N|%T|%P|%E"
@@ -384,6 +387,24 @@ def parse_squeue(text: str) -> list[QueueRecord]:
                                  array_task_id=task_id, **common)
             items.append((one_id, record, from_range, None))
     return _keep_newest(items)
+
+
+def parse_squeue_steps(text: str) -> dict[str, str]:
+    """`squeue -h -s -j JOB -o SQUEUE_STEPS_FORMAT` -> {step name: step id ("123.4")}; of
+    steps that share a name, the first one started (the lowest step number). The batch
+    and extern steps are left out."""
+    steps: dict[str, tuple[int, str]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        step_id, sep, name = line.partition("|")
+        job, dot, step = step_id.partition(".")
+        if not sep or not dot or not job.isdigit():
+            raise ValueError(f"squeue line {number}: expected JOB.STEP|NAME "
+                             f"({SQUEUE_STEPS_FORMAT}), got {line!r}")
+        if step.isdigit() and (name not in steps or int(step) < steps[name][0]):
+            steps[name] = (int(step), step_id)
+    return {name: step_id for name, (_, step_id) in steps.items()}
 
 
 # -- sinfo ---------------------------------------------------------------------------------

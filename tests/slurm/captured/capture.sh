@@ -142,6 +142,15 @@ scontrol requeue "$requeued_job"
 wait_state "$requeued_job" PENDING  # held back by a BeginTime ~2 min ahead
 scancel "$requeued_job"
 
+# --- a job's steps (squeue -s): two named srun steps, one step started inside another ------
+# shellcheck disable=SC2016  # expanded by the job's shell
+steps_job=$(sbatch --parsable -J steps -N2 -o /dev/null --wrap '
+srun --overlap -N1 -n1 -w "$SLURMD_NODENAME" -J hpsearch-trial-3.1 sh -c "srun --overlap -N1 -n1 sleep 60" &
+srun --overlap -N1 -n1 -J hpsearch-trial-4.1 --exclude="$SLURMD_NODENAME" sleep 60 & wait')
+until [ "$(squeue -h -s -j "$steps_job" -o %i | wc -l)" -ge 4 ]; do sleep 0.2; done
+out squeue_steps squeue -h -s -j "$steps_job" -o '%i|%j'
+scancel "$steps_job"
+
 # --- jobs that are gone ------------------------------------------------------------------
 { squeue -h -j 999999 -o '%i|%T|%r|%N' 2>&1 || echo "exit=$?"; } >"$HERE/squeue_unknown_job.txt"
 { scontrol show job 999999 2>&1 || echo "exit=$?"; } >"$HERE/scontrol_show_job_unknown.txt"
