@@ -235,7 +235,8 @@ def _summary(spec, elapsed: float) -> None:
     reader = Reader(spec.experiment_dir / STORE_FILE)
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
-        gave_up = [e["message"] for e in reader.events(limit=20) if e["kind"] == "max_failures"]
+        gave_up = [e["message"] for e in reader.events(limit=20)
+                   if e["kind"] in ("max_failures", "gave_up")]
     finally:
         reader.close()
     print(f"\nexperiment {spec.name}: {exp.status} in {elapsed:.1f}s; " +

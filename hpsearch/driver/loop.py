@@ -23,6 +23,7 @@ from hpsearch.executors.base import (
     Adoptable,
     Ended,
     Executor,
+    GaveUp,
     Launch,
     Note,
     Requeued,
@@ -64,7 +65,7 @@ class Driver:
         self.extent, self.failfast, self.costs = policies.extent, policies.failfast, policies.costs
         self.trials = LiveTrials(store, self.metrics[0], self.checkpoints, self.stopper,
                                  on_event, policies.watch, (policies.reading, INGEST_INTERVAL))
-        self.gave_up: str | None = None  # why search.max_failures stopped the search
+        self.gave_up: str | None = None  # why search.max_failures (or the executor) stopped it
         self.began = time.time()
 
     # -- entry -----------------------------------------------------------------------------
@@ -160,7 +161,8 @@ class Driver:
                 next_ingest = time.monotonic() + INGEST_INTERVAL
                 self.extent.take()
 
-    def _handle(self, events: Sequence[Started | Update | Requeued | Ended | Note]) -> None:
+    def _handle(self, events: Sequence[Started | Update | Requeued | Ended | Note | GaveUp]
+                ) -> None:
         # Starts seen with an end are stored in the first end's commit (finalize), wherever
         # they are in the list (the local executor reports a trial's exit, then the start of
         # the trial asked ahead): one commit fewer per trial.
@@ -182,6 +184,9 @@ class Driver:
                 self.store.add_event(event.kind, event.message, event.trial_id)
                 self.on_event(event.message if event.trial_id is None
                               else f"trial {event.trial_id}: {event.message}")
+            elif isinstance(event, GaveUp):
+                self.store.add_event("gave_up", event.message)
+                self._give_up("the executor gave up", event.message)
             elif event.reason == "storage_error":  # not the trial's fault: stop, count nothing
                 raise StorageError(f"trial {event.trial_id}: {event.detail}. The store is "
                                    "intact; free space or fix permissions, then `hpsearch "
@@ -354,9 +359,15 @@ class Driver:
         if self.promoter:
             self.promoter.finished(ended.trial_id)
         if self.gave_up is None and (why := self.failfast.after_failure(self.store)):
-            self.gave_up = why
-            self.on_event(why)
-            self.request_stop("search.max_failures")
+            self._give_up("search.max_failures", why)
+
+    def _give_up(self, rule: str, why: str) -> None:
+        """Stop the search as failed, for `why` (the `rule` that decided it)."""
+        if self.gave_up is not None:
+            return
+        self.gave_up = why
+        self.on_event(why)
+        self.request_stop(rule)
 
     # -- stopping and the end --------------------------------------------------------------
     def on_signal(self, signum: int) -> None:

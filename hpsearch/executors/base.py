@@ -86,6 +86,15 @@ class Note:
     message: str
 
 
+@dataclass(frozen=True)
+class GaveUp:
+    """The executor cannot run trials at all (every pilot it submits fails at start): the
+    search stops, `failed`, with this message; trials that never started wait, as after
+    Ctrl-C, for `hpsearch resume`."""
+
+    message: str
+
+
 @dataclass
 class Adoptable:
     """What the store knows of an attempt in flight when a driver resumes."""
@@ -116,11 +125,13 @@ class Executor(ABC):
         will report it."""
 
     @abstractmethod
-    def poll(self, timeout: float) -> Sequence[Started | Update | Requeued | Ended | Note]:
+    def poll(self, timeout: float
+             ) -> Sequence[Started | Update | Requeued | Ended | Note | GaveUp]:
         """Wait up to `timeout` seconds for news; return attempts that started (if submit
-        returned None for them), were requeued by the scheduler, or ended, and Notes for the
-        store. A trial's Started always comes before its Ended. (A Sequence: an executor
-        may return a list of fewer kinds, e.g. the local executor's Started and Ended.)"""
+        returned None for them), were requeued by the scheduler, or ended, Notes for the
+        store, and GaveUp when the search cannot go on. A trial's Started always comes
+        before its Ended. (A Sequence: an executor may return a list of fewer kinds, e.g.
+        the local executor's Started and Ended.)"""
 
     def wake_on(self, fd: int | None) -> None:
         """poll() returns early, with what news it has (maybe none), once `fd` is readable:

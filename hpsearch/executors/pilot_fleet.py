@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hpsearch.executors.base import Note
 from hpsearch.pilot import protocol as p
@@ -72,6 +73,10 @@ class PilotJob:
     stop_sent: bool = False
     ended_as: str | None = None  # Slurm's final state, once known
     lost: str | None = None  # why the driver gave it up; it ends once Slurm confirms it gone
+    ran: bool = False  # it started a trial (a pilot that ends without is a start failure)
+    left: bool = False  # it wrote its exit: it ran, and went of its own accord
+    why: str | None = None  # why it ended
+    record: JobRecord | None = None  # sacct's record of its job, once it ended
 
     def __post_init__(self) -> None:
         self.watch = p.Watch(self.paths.heartbeat)
@@ -104,6 +109,7 @@ class Fleet:
             executor=dataclasses.replace(job.executor, array=False)), slurm)
         self.pilots: dict[int, PilotJob] = {}
         self.notes: list[Note] = []
+        self.refused: list[PilotJob] = []  # ended by sbatch's refusal, for the next watch()
         self.next_id = 1 + max((row.id for row in store.pilots()), default=0)
         self.next_query = 0.0
         self.lost_after = max(job.executor.lost_after, 10 * self.cfg.heartbeat)
@@ -161,7 +167,7 @@ class Fleet:
         except Held:
             return  # still `submitting`: poll() tries again after the back-off
         except SlurmError as exc:
-            self._ended(pilot, None, f"sbatch refused the pilot: {exc}")
+            self.refused.append(self._ended(pilot, None, f"sbatch refused the pilot: {exc}"))
             self.notes.append(Note(None, "pilot", f"pilot {pilot.id}: sbatch refused it: {exc}"))
             return
         pilot.job_id, pilot.state = job_id, r.PILOT_PENDING
@@ -198,6 +204,7 @@ class Fleet:
     def _reattach(self, row: r.PilotRow) -> None:
         pilot = PilotJob(row.id, row.job_name, p.PilotPaths(self.root / str(row.id)),
                          row.job_id, row.state, row.nodes)
+        pilot.ran = row.state == r.PILOT_RUNNING  # it may have run trials before the restart
         self.pilots[row.id] = pilot
         if pilot.job_id is None:  # the driver died around its sbatch: did Slurm take it?
             found = retrying(lambda: self.slurm.job_id_by_name(pilot.name, self.job.created),
@@ -214,7 +221,7 @@ class Fleet:
     def watch(self) -> list[PilotJob]:
         """Read heartbeats; ask Slurm about the pilots' jobs every poll_interval. Returns
         the pilots that ended since the last call (their trials are the caller's)."""
-        ended = []
+        ended, self.refused = self.refused, []
         for pilot in list(self.pilots.values()):
             beat = pilot.watch.read()
             if beat and pilot.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING):
@@ -226,6 +233,7 @@ class Fleet:
                                                       f"runs on {pilot.nodes}"))
             gone = p.read_json(pilot.paths.exit)
             if gone is not None:
+                pilot.left = True
                 ended.append(self._ended(pilot, None, f"it left: {gone.get('reason')}"))
             elif (pilot.state == r.PILOT_RUNNING and pilot.lost is None
                   and pilot.watch.silent_for() > self.lost_after):
@@ -265,6 +273,7 @@ class Fleet:
             if job_id in queued or pilot.id not in self.pilots:
                 continue  # COMPLETING: its processes may still write
             why = f"Slurm job {job_id} {rec.raw_state}" if rec else f"Slurm job {job_id} gone"
+            pilot.record = rec
             ended.append(self._ended(pilot, rec.state if rec else None,
                                      f"{pilot.lost}; {why}" if pilot.lost else why))
         for pilot in jobs.values():
@@ -273,7 +282,7 @@ class Fleet:
         return ended
 
     def _ended(self, pilot: PilotJob, slurm_state: str | None, why: str) -> PilotJob:
-        pilot.state, pilot.ended_as = r.PILOT_ENDED, slurm_state
+        pilot.state, pilot.ended_as, pilot.why = r.PILOT_ENDED, slurm_state, why
         self.pilots.pop(pilot.id, None)
         self.planner.started(-pilot.id, 0)
         self.store.update_pilot(pilot.id, state=r.PILOT_ENDED, ended=time.time(), reason=why)
@@ -298,6 +307,11 @@ class Fleet:
                 self.slurm.scancel_by_name(pilot.name)
         except SlurmError as exc:
             self.health.query_failed(exc)
+
+    def output(self, pilot: PilotJob) -> Path | None:
+        """Its job's Slurm output file (stdout and stderr), where it has a job."""
+        from hpsearch.slurm.pilot_jobs import pilot_output
+        return pilot_output(self.root / "submitit", pilot.job_id) if pilot.job_id else None
 
     def take_notes(self) -> list[Note]:
         notes, self.notes = self.notes + self.health.take_notes(), []

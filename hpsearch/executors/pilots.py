@@ -23,6 +23,7 @@ from hpsearch.executors.base import (
     Adoptable,
     Ended,
     Executor,
+    GaveUp,
     Launch,
     Note,
     Started,
@@ -34,6 +35,7 @@ from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.pilot import protocol as p
+from hpsearch.pilot.start_failures import StartFailure, StartFailures
 from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit
 from hpsearch.spec.model import PILOT_RESERVE, SlurmJob, slot_width
@@ -73,6 +75,7 @@ class PilotExecutor(Executor):
         self.pilot_room = self.cfg.nodes // unit * unit * self.cfg.slots_per_node
         self.smallest = min(sizes)
         self.supply = Supply(self.cfg.max, self.pilot_room)
+        self.starts = StartFailures()  # pilots that end before they run a trial
         self.ready: list[Launch] = []
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
@@ -124,6 +127,18 @@ class PilotExecutor(Executor):
             return
         p.write_json(bound.pilot.paths.file("cancel", bound.name), {"time": time.time()})
 
+    def withdraw(self) -> list[int]:
+        """Attempts no pilot has started: those waiting for one, and those in a pilot's
+        inbox that it has not claimed (taken back, as cancel() does)."""
+        withdrawn = [launch.trial_id for launch in self.ready]
+        self.ready.clear()
+        for tid, bound in list(self.bound.items()):
+            if not bound.started and p.move(bound.pilot.paths, bound.name, "inbox",
+                                            "withdrawn"):
+                del self.bound[tid]
+                withdrawn.append(tid)
+        return withdrawn
+
     def adopt(self, known: Adoptable) -> Started | Ended | None:
         name = p.name_of(known.trial_id, known.attempt)
         for pilot_dir in self._pilot_dirs(known.job_id):
@@ -165,6 +180,7 @@ class PilotExecutor(Executor):
                 self.beat.write(state="running")
             for pilot in self.fleet.watch():
                 events += self._pilot_ended(pilot)
+                events += self._start_failed(pilot)
             self.fleet.retry_held()
             self._supply()
             self._bind()
@@ -199,7 +215,9 @@ class PilotExecutor(Executor):
         live = [pilot for pilot in self.fleet.pilots.values() if pilot.accepting()]
         free = sum(self._free_in(pilot) for pilot in live)
         ready = sum(self._room(launch) for launch in self.ready)
-        for _ in range(self.supply.to_submit(ready, free, len(self.fleet.pilots))):
+        unstarted = sum(1 for pilot in self.fleet.pilots.values() if not pilot.ran)
+        for _ in range(self.starts.to_submit(
+                self.supply.to_submit(ready, free, len(self.fleet.pilots)), unstarted)):
             if not self.fleet.health.may_submit() or self.fleet.submit() is None:
                 return
 
@@ -305,6 +323,8 @@ class PilotExecutor(Executor):
 
     def _started(self, trial_id: int, attempt: int, pilot: PilotJob, name: str) -> list:
         """Started (its pilot's job id, its own nodes and GPUs), and where it runs."""
+        pilot.ran = True
+        self.starts.ran()
         info = p.read_json(pilot.paths.file("started", name)) or {}
         nodes = info.get("nodes") or None
         return [Started(trial_id, attempt, nodes or "", gpus=info.get("gpus") or None,
@@ -329,6 +349,25 @@ class PilotExecutor(Executor):
         return Ended(trial_id, attempt, data.get("exit_code"), data.get("reason", "lost"),
                      detail, nodes, self.fleet.planner.leaves(nodes), job_id,
                      stopped_as=stopped)
+
+    def _start_failed(self, pilot: PilotJob) -> list:
+        """A pilot that ended before it ran a trial, neither stopped by the driver nor gone
+        of its own accord, failed at start: the next waits (hpsearch.pilot.start_failures),
+        and after too many in a row the search gives up."""
+        if pilot.ran or pilot.left or pilot.stop_sent or self.starts.gave_up:
+            return []
+        rec = pilot.record
+        exit_code = None if rec is None or rec.exit_code is None else \
+            f"{rec.exit_code}:{rec.signal or 0}"
+        reason = rec.reason if rec is not None and rec.reason not in (None, "None") else None
+        wait = self.starts.failed(StartFailure(pilot.id, pilot.job_id, pilot.why or "ended",
+                                               exit_code, reason, self.fleet.output(pilot)))
+        if self.starts.gave_up:
+            return [GaveUp(self.starts.message(self.job.name, self.job.experiment_dir))]
+        return [Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}) ended before it "
+                                    f"ran a trial ({self.starts.in_a_row} in a row; the search "
+                                    f"stops at {self.starts.limit}): the next pilot in "
+                                    f"{wait:g} s at the earliest")]
 
     def _pilot_ended(self, pilot: PilotJob) -> list:
         """Its unclaimed assignments go back to `ready`; its attempts that ran and told no

@@ -107,6 +107,12 @@ def submit_pilot(folder: Path, parameters: dict, sbatch: Callable[[str], str | N
     return executor.submit(entry, str(pilot_dir)).job_id
 
 
+def pilot_output(folder: Path, job_id: str) -> Path:
+    """Where Slurm writes the output of pilot job `job_id` submitted from `folder` (stderr
+    goes there too)."""
+    return utils.JobPaths(folder, job_id, 0).stdout
+
+
 def batch_script(folder: Path, parameters: dict) -> str:
     """The script submit_pilot would sbatch (for `hpsearch plan` and golden files)."""
     executor = _Submitit(folder, lambda text: None)
