@@ -19,12 +19,10 @@ class BadInput(HpsearchError):
     def __init__(self, message: str, file: str | None = None, line: int | None = None,
                  key: str | None = None) -> None:
         self.file, self.line, self.key, self.detail = file, line, key, message
-        where = file or "<input>"
-        if line is not None:
-            where += f":{line}"
-        if key:
-            where += f": {key}"
-        super().__init__(f"{where}: {message}")
+        # no file: a command-line value or a folder, which the message names itself (a
+        # "<input>:" prefix only puzzled users: issue 38)
+        where = [f"{file or '<input>'}:{line}" if line is not None else file, key]
+        super().__init__(": ".join([*filter(None, where), message]))
 
 
 class Conflict(HpsearchError):

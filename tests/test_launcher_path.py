@@ -108,6 +108,7 @@ def test_validate_and_plan_warn_about_a_launcher_not_on_path(cli, tmp_path):
 
 def test_the_warning_names_each_host_program_with_its_line(cli, tmp_path):
     """mpirun and ch-run run on the host; the local executor runs trials here."""
+    (cli.cwd / "train.py").write_text("")  # the local executor's script must be there
     cli.write_spec(SLURM.format(executor="local", launcher="{type: mpirun}",
                                 container="{runtime: charliecloud, image: /img}"))
     proc = cli("validate", "spec.yaml", env={"PATH": _path_without(tmp_path)}, check=0)
@@ -151,6 +152,7 @@ def test_a_program_name_with_control_characters_is_not_repeated_into_the_message
 def test_validate_warns_that_warm_starts_need_pilots_on_slurm(cli, tmp_path):
     """executor.warm with plain Slurm jobs: each segment is a job of its own, and no warm
     server outlives a job, so validate says its trials start cold (pilots are warm)."""
+    (cli.cwd / "train.py").write_text("")  # the local executor's script must be there
     env = {"PATH": _path_without(tmp_path, "torchrun")}
     cli.write_spec(SLURM.format(executor="{type: slurm, warm: [json]}", launcher="torchrun",
                                 container="{}"))

@@ -294,15 +294,14 @@ def test_a_strategy_whose_package_is_missing_is_refused_by_validate(cli, tmp_pat
 
 
 def test_a_spec_that_failed_at_launch_can_be_corrected_and_submitted_again(cli):
-    """A workdir typo: every trial fails to start (launch_error) and no trial ever ran.
-    Submitting the corrected spec under the same name starts the experiment over; once a
+    """A workdir typo is refused at submit, before any trial (issue 38: before, every trial
+    failed to start, launch_error); the corrected spec runs under the same name; once a
     trial has run, the name is taken as before."""
     (cli.cwd / "code").mkdir()
     path = cli.write_spec(QUICK + "workdir: cdoe\n")
     first = cli("submit", path.name, "--no-tui", "-q")
-    assert first.returncode == 1, first.stderr
-    _, trials = read_store(cli.runs, "demo")
-    assert trials and all(t.state == "failed" for t in trials)
+    assert first.returncode == 2 and "workdir:" in first.stderr, first.stderr
+    assert not (cli.runs / "demo").exists()
     path.write_text(QUICK + "workdir: code\n")  # corrected: no "already exists"
     second = cli("submit", path.name, "--no-tui", "-q")
     assert second.returncode == 0, second.stderr

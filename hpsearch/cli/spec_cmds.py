@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from hpsearch.cli.common import add_command, format_params, yaml_text
-from hpsearch.spec.validate import load_spec
+from hpsearch.spec.validate import check_here, load_spec
 from hpsearch.template import placeholders
 
 
@@ -36,6 +36,7 @@ def register(sub) -> None:
 
 def validate(args) -> int:
     spec = load_spec(args.spec)
+    check_here(spec, args.spec)
     _warn_missing_programs(args.spec, spec)
     s = spec.search
     print(f"{args.spec}: ok")
@@ -140,6 +141,7 @@ def plan(args) -> int:
     from hpsearch.search import make_search
 
     spec = load_spec(args.spec)
+    check_here(spec, args.spec)
     _warn_missing_programs(args.spec, spec)
     s = spec.search
     if s.strategy == "grid":

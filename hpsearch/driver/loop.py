@@ -12,15 +12,14 @@ import dataclasses
 import signal
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from hpsearch.driver import recovery
 from hpsearch.driver.ending import finish, handle_signals, leave, restore_signals
 from hpsearch.driver.extent import ENQUEUED
 from hpsearch.driver.live import LiveTrial, LiveTrials
 from hpsearch.driver.policies import Policies
 from hpsearch.errors import StorageError
 from hpsearch.executors.base import (
-    Adoptable,
     Ended,
     Executor,
     GaveUp,
@@ -90,52 +89,7 @@ class Driver:
     # -- resume ----------------------------------------------------------------------------
     def recover(self) -> None:
         """Rebuild the search from the store and take charge of every trial in flight."""
-        trials = self.store.trials()
-        self.search.rebuild(trials, self.store.experiment().study_attrs,
-                            self.extent.warm_trials())
-        self.extent.recover(trials)
-        if self.stopper:
-            self.stopper.recover(trials)
-        if self.promoter:
-            self.promoter.recover(trials)
-        self.checkpoints.recover()
-        for row in trials:
-            if row.state == r.QUEUED or row.state == r.CANCELLED:
-                self.queue.append(row.id)
-                if row.state == r.QUEUED and self.attempts.withdrawn(row):
-                    self.unlaunched.add(row.id)
-            elif row.state in (r.SUBMITTING, r.RUNNING):
-                self._adopt(row)
-        if self.store.experiment().status != "running":
-            self.store.set_experiment_status("running", "resumed")
-        if self.stopper:  # stops decided before the driver died, or while adopting
-            self.stopper.tell({tid: live.trial_dir for tid, live in self.live.items()})
-
-    def _adopt(self, row: r.TrialRow) -> None:
-        live = self.trials.open(row.id, row.attempt, Path(row.trial_dir), watch=True)
-        live.adopted = True
-        self.live[row.id] = live
-        runs = sum(1 for a in self.store.attempts(row.id)
-                   if row.job_id and a["job_id"] == row.job_id)  # Slurm requeues: same id
-        outcome = self.executor.adopt(Adoptable(row.id, row.attempt, Path(row.trial_dir),
-                                                row.pid, row.pid_start, row.gpus, row.job_id,
-                                                job_runs=max(1, runs)))
-        if isinstance(outcome, Started):
-            if row.state == r.SUBMITTING:
-                self.store.mark_running(row.id, row.attempt, outcome.host, outcome.pid,
-                                        outcome.pid_start, outcome.gpus, outcome.job_id)
-            self.store.add_event("adopted", f"attempt {row.attempt} still running "
-                                            f"(pid {outcome.pid})", row.id)
-            self.trials.ingest(live)
-        elif isinstance(outcome, Ended):
-            if row.state == r.SUBMITTING and outcome.job_id:  # found by name: keep its id
-                self.store.mark_running(row.id, row.attempt, outcome.nodes or "", None, None,
-                                        None, outcome.job_id)
-            self.finalize(outcome)
-        else:  # it never reached the executor: launch that same attempt now
-            del self.live[row.id]
-            self.unlaunched.add(row.id)
-            self.queue.append(row.id)
+        recovery.recover(self)
 
     # -- main loop -------------------------------------------------------------------------
     def loop(self) -> None:

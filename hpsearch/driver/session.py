@@ -22,7 +22,7 @@ from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
-from hpsearch.spec.validate import load_spec, parse_spec
+from hpsearch.spec.validate import check_here, load_spec, parse_spec
 from hpsearch.store import rows as r
 from hpsearch.store import runs
 from hpsearch.store.private import make_private
@@ -102,6 +102,7 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
     An experiment that never started a trial (never_started) does not count as existing:
     submitting again starts it over, with the spec given now."""
     spec = load_spec(spec_path, runs_dir, executor_type)  # read once: spec.text is stored
+    check_here(spec, spec_path)
     spec = dataclasses.replace(spec, source=spec_path.resolve())
     exp_dir = runs.experiment_dir(spec.runs_dir, spec.name)
     exists = (exp_dir / STORE_FILE).exists() and not never_started(exp_dir)

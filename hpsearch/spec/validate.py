@@ -62,6 +62,27 @@ def load_spec(path: str | Path, runs_dir: str | Path | None = None,
                       executor)
 
 
+def check_here(spec: m.Spec, file: str | Path) -> None:
+    """What `submit`, `validate` and `plan` check on this machine before the first trial,
+    so that a typo does not fail every launch (issue 38): the workdir is a folder here, and
+    on the local executor a script the command runs through `{python}` is in it. BadInput
+    at the key's line. Not for specs read back from a store (another host may lack them)."""
+    lines = load_yaml_with_lines(spec.text, str(file))[1] if spec.text else {}
+    if not spec.workdir.is_dir():
+        given = ("workdir",) in lines
+        raise BadInput(f"{spec.workdir} is not a folder here: every trial runs its command "
+                       "there; make it, or fix " + ("workdir" if given else
+                                                     "the spec's location (the default)"),
+                       str(file), lines.get(("workdir",)), "workdir" if given else None)
+    if spec.executor.type != "local":
+        return
+    match = re.search(r"\{python\}\s+([^\s{};|&<>'\"$`]+\.py)(?=\s|$)", spec.command)
+    if match and not (spec.workdir / match.group(1)).is_file():
+        raise BadInput(f"{match.group(1)} is not a file in {spec.workdir}, where the trials "
+                       "run `{python} " + match.group(1) + "`; check its name and workdir",
+                       str(file), lines.get(("command",)), "command")
+
+
 def parse_spec(text: str, file: str, base_dir: Path, runs_dir: str | Path | None = None,
                executor: str | None = None) -> m.Spec:
     """The validated Spec of `text`, or one BadInput. Checks also that this machine can run

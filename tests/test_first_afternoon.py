@@ -1,0 +1,43 @@
+"""Issue 38, what a new user hit first: a workdir or script typo that passed `validate` and
+then failed every trial's launch, and messages that showed Python reprs or `<input>:`.
+Through the CLI."""
+
+from __future__ import annotations
+
+from hpsearch.errors import BadInput
+
+SPEC = """\
+name: typo
+command: "{{python}} {script} --x {{x}}"
+{workdir}search: {{strategy: grid, space: {{x: {{choices: [1, 2]}}}}}}
+objective: {{metric: loss}}
+"""
+
+
+def _spec(cli, script="train.py", workdir=""):
+    (cli.cwd / "train.py").write_text("import sys\nprint('@hpsearch step=0 loss=' + sys.argv[2])\n")
+    return cli.write_spec(SPEC.format(script=script, workdir=workdir))
+
+
+def test_a_workdir_that_does_not_exist_is_refused_before_any_trial(cli):
+    spec = _spec(cli, workdir="workdir: projj\n")
+    for command in ("validate", "plan", "submit"):
+        proc = cli(command, spec, check=2)
+        assert f"spec.yaml:3: workdir: {cli.cwd / 'projj'} is not a folder here" in \
+            proc.stderr, (command, proc.stderr)
+        assert "PosixPath" not in proc.stderr and "<input>" not in proc.stderr
+    assert not (cli.runs / "typo").exists()  # nothing made, no trial launched
+
+
+def test_a_script_name_typo_is_refused_with_its_line(cli):
+    spec = _spec(cli, script="trian.py")
+    proc = cli("submit", spec, check=2)
+    assert "spec.yaml:2: command: trian.py is not a file in" in proc.stderr, proc.stderr
+    assert not (cli.runs / "typo").exists()
+    cli("submit", _spec(cli), check=0)  # the right name runs
+
+
+def test_messages_without_a_file_have_no_input_placeholder():
+    assert str(BadInput("runs dir /x is not a folder")) == "runs dir /x is not a folder"
+    assert str(BadInput("bad", "s.yaml", 3, "search.trials")) == "s.yaml:3: search.trials: bad"
+    assert str(BadInput("bad", key="--logdir")) == "--logdir: bad"
