@@ -194,9 +194,9 @@ def test_without_tensorboard_it_says_what_to_install(cli):
 
 def test_bad_logdirs_and_names(cli):
     run_search(cli)
-    proc = cli("tensorboard", "interop", "--logdir", "no/such/dir", check=2)
-    assert "does not exist" in proc.stderr
     (cli.cwd / "file").write_text("")
+    proc = cli("tensorboard", "interop", "--logdir", "file/tb", check=2)
+    assert "a file is in the way" in proc.stderr
     proc = cli("tensorboard", "interop", "--logdir", "file", check=2)
     assert "is not a folder" in proc.stderr
     proc = cli("tensorboard", "nope", "--logdir", "tb", check=2)
@@ -227,3 +227,11 @@ def test_a_state_file_it_did_not_write_is_refused_not_followed_or_waited_on(cli,
         state.write_bytes(b"\xff\xfe not json" + b"[" * 100000)
     proc = cli("tensorboard", "interop", "--logdir", "tb", check=2, timeout=60)
     assert ".hpsearch-tensorboard.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_documented_logdir_pattern_makes_its_parent_folders(cli):
+    """Issue 38 item 10: `--logdir tb/NAME` in a folder without tb/ (before: exit 2,
+    'folder tb does not exist')."""
+    run_search(cli)
+    proc = cli("tensorboard", "interop", "--logdir", "tb/interop", check=0)
+    assert (cli.cwd / "tb" / "interop").is_dir(), proc.stderr

@@ -275,13 +275,17 @@ def _run_folder(run: Path) -> Iterator[int]:
 
 
 def _mkdir_private(folder: Path) -> None:
+    """The log dir (0700), and the folders above it where missing (as `mkdir -p`: the
+    documented `--logdir tb/NAME` in a fresh folder)."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise BadInput(f"--logdir {folder}: a file is in the way of its folders") from None
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
         if not folder.is_dir():
             raise BadInput(f"--logdir: {folder} exists and is not a folder") from None
-    except FileNotFoundError:
-        raise BadInput(f"--logdir {folder}: folder {folder.parent} does not exist") from None
 
 
 @contextlib.contextmanager
