@@ -70,7 +70,9 @@ def _metrics(trial_dir: Path) -> list[dict]:
 
 
 def _without_time(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in m.items() if k != "time"} for m in metrics]
+    """The reported values: without the time, and without the attempt that wrote the line
+    (trial.report records it; a segment of a promoted trial is a later attempt)."""
+    return [{k: v for k, v in m.items() if k not in ("time", "attempt")} for m in metrics]
 
 
 @pytest.fixture(scope="module")

@@ -128,9 +128,10 @@ def test_a_trial_runs_two_torchelastic_ranks_reports_from_rank_0_and_checkpoints
                       for r in (0, 1)], out
     metrics = _metrics(trial_dir)  # rank 0 alone reports, once per epoch, from step 0
     assert [m["step"] for m in metrics] == list(range(PRUNE_EPOCHS))
-    assert set(metrics[0]) == {"step", "time", "train_loss", "val_acc", "val_loss"}
+    assert set(metrics[0]) == {"step", "time", "attempt", "train_loss", "val_acc", "val_loss"}
     result = json.loads((trial_dir / "result.json").read_text())
-    assert result == {k: v for k, v in metrics[-1].items() if k not in ("step", "time")}
+    assert result == {k: v for k, v in metrics[-1].items()
+                      if k not in ("step", "time", "attempt")}
     # One Lightning checkpoint an epoch, registered: the driver's store lists each.
     names = [f"step-{e:08d}.ckpt" for e in range(PRUNE_EPOCHS)]
     assert sorted(p.name for p in (trial_dir / "checkpoints").iterdir()) == names

@@ -85,11 +85,13 @@ def baseline(tmp_path_factory) -> dict:
 
 def _by_step(trial_dir: Path) -> dict[int, dict]:
     """metrics.jsonl, one record per step (an epoch reported again after a kill that came
-    before its checkpoint is the same record), without the time."""
+    before its checkpoint is the same record), without the time and the attempt that wrote
+    it (trial.report records it; each resumed job is a later attempt)."""
     out = {}
     for line in (trial_dir / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
         rec.pop("time", None)
+        rec.pop("attempt", None)
         out[rec["step"]] = rec
     return out
 
