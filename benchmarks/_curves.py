@@ -30,6 +30,12 @@ interleave, and the file's order is the order they were written in):
                                             5 ms while a step sleeps); the step still runs
                                             to its end, as a training loop that asks
                                             should_stop() once a step does
+    TIME ROW PID CONFIG judged STEP WHY     written after the run, by the kill runs of
+                                            benchmarks/_peers_kill.py only: the tool's
+                                            verdict (hpsearch's STOP file, TIME its mtime)
+                                            came after PID's last line, STEP, when PID was
+                                            already dead with the node; the verdict judged
+                                            the step PID reported, so nothing was lost
 
 A process that is killed writes nothing more: a `told` line is what says that a trial the
 tool stopped by killing it (hpsearch's pilots stop a trial on another node through srun,
@@ -51,7 +57,7 @@ from typing import NamedTuple
 
 CONFIGS = 81
 CURVE_SEED = 2024
-# what a `left` or `told` line may say for the configuration to count as ended: the tool's
+# what a `left`, `told` or `judged` line may say for the configuration to count as ended: the tool's
 # verdict
 VERDICTS = ("pruned", "paused")
 TOLD_POLL = 0.005  # seconds between looks for the tool's verdict while a step sleeps
@@ -177,9 +183,11 @@ class LogStats:
 def read_log(log: StepLog, workload: Workload, began: float, target: float,
              exclude: int | None = None) -> LogStats:
     """Every column of the row `log.row`, from the step log alone. A configuration is lost
-    when it never ran a step, or when its last line is not its last step and the process
+    when it never ran its last step (a signal that came after it, a `left ... TERM` line,
+    takes nothing away), and the process
     that wrote that line logged no verdict for it (a `left` or `told` line naming one of
-    VERDICTS): its process died, or was stopped by a signal, and nothing ran it on."""
+    VERDICTS, or a `judged` line for it): its process died, or was stopped by a signal, and
+    nothing ran it on."""
     steps, pids, last, verdicts = Counter(), set(), {}, set()
     best, first = math.inf, math.inf
     for line in lines(log.path, log.row):
@@ -197,8 +205,7 @@ def read_log(log: StepLog, workload: Workload, began: float, target: float,
         if value <= target:
             first = min(first, line.time - began)
     ended = [c for c, line in last.items()
-             if (line.kind == "step" and line.step == workload.steps - 1)
-             or (line.pid, c) in verdicts]
+             if (c, workload.steps - 1) in steps or (line.pid, c) in verdicts]
     again = {key: n - 1 for key, n in steps.items() if n > 1}
     return LogStats(sum(steps.values()), len(pids), best if best < math.inf else math.nan,
                     first, workload.configs - len(ended), sum(again.values()),

@@ -15,6 +15,12 @@ Mid-run is the moment a third of the configurations have run a step (the steps l
   each tool offers: `hpsearch resume NAME`; for the Optuna + submitit recipe nothing (its
   worker jobs go on: wait for them); hydra has no resume, so the same command again.
 
+A node's crash races the tool's verdicts: a trial that reported a step, and died with the node
+before hpsearch's STOP file for that step came, was judged on what it reported, and nothing
+was lost; it could write no `told` line. After a node kill, `judged_after_death` writes its
+`judged` line (benchmarks/_curves.py), from the STOP file's time, where that came after the
+process's last line; the table's note says how many.
+
 What it cost is read from the run's step log alone, the same way for every tool
 (benchmarks/_curves.py read_log): `lost`, the configurations that neither ran their last step
 nor were told to stop by the tool (a process killed with the node, and nothing ran the
@@ -30,6 +36,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -180,6 +187,41 @@ def own_record(row: str, w: _curves.Workload, work: Path) -> str:
     return _without_result(w.configs - len(done), left)
 
 
+def judged_after_death(row: str, w: _curves.Workload, log: _curves.StepLog,
+                       work: Path) -> int:
+    """After a node kill, a `judged` line for each hpsearch configuration that has not ended
+    in the log and whose trial has a STOP file (a regular file, not followed) written after
+    its last line: the verdict on what its process last reported, which came when the
+    process was already dead. Returns how many."""
+    if row in ("optuna-submitit", "hydra"):
+        return 0  # their verdicts are given inside the trial's process
+    last: dict[int, _curves.Line] = {}
+    ended, finished = set(), set()
+    for line in _curves.lines(log.path, row):
+        last[line.config] = line
+        if line.kind != "step" and line.detail in _curves.VERDICTS:
+            ended.add((line.pid, line.config))
+        elif line.kind == "step" and line.step == w.steps - 1:
+            finished.add(line.config)
+    judged = []
+    for trial in sorted((work / f"peers-{row}" / "trials").glob("[0-9]*")):
+        try:
+            config = json.loads((trial / "params.json").read_text())["config"]
+            stop = (trial / "STOP").lstat()
+        except (OSError, ValueError, KeyError):
+            continue
+        end = last.get(config)
+        if (end is None or not stat.S_ISREG(stop.st_mode) or stop.st_mtime <= end.time
+                or (end.pid, config) in ended or config in finished):
+            continue
+        judged.append(f"{stop.st_mtime:.6f} {row} {end.pid} {config} judged {end.step} "
+                      f"pruned\n")
+    if judged:
+        with open(log.path, "a") as f:
+            f.write("".join(judged))
+    return len(judged)
+
+
 def _without_result(count: int, states: Counter) -> str:
     listed = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
     return f"{count} without a result" + (f" ({listed})" if listed else "")
@@ -226,6 +268,8 @@ def run(row: str, child: list[str], w: _curves.Workload, log: _curves.StepLog, w
                            capture_output=True)
         if down:
             _wait_up(down)
+    if down and hit and (judged := judged_after_death(row, w, log, work)):
+        hit += f"; {judged} judged after their process died with it"
     lines = [ln for ln in out.read_text().splitlines() if ln.startswith("{")]
     first = json.loads(lines[0]) if lines else {}
     return {"began": first.get("began", began), "makespan": ended - began, "hit": hit,

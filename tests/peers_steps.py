@@ -4,7 +4,8 @@ tests/slurm/test_bench_peers_cluster.py, tests/slurm/test_bench_peers_kill.py).
 A kept step log (`--step-log PATH`) is what every tool's trials really ran: a line
 `TIME ROW PID CONFIG step STEP VALUE` per step, `TIME ROW PID CONFIG left STEP WHY` when a
 process left a configuration of its own accord, `... told STEP WHY` when the tool's verdict
-reached it mid-step (benchmarks/_curves.py). `Ran` recounts it
+reached it mid-step, and, in the kill runs, `... judged STEP pruned` when the verdict came
+after the process had died with its node (benchmarks/_curves.py). `Ran` recounts it
 here, apart from the benchmark's own reading, so that a table that does not say what ran
 fails; `check_goal` recomputes a goal line's verdict from the table's numbers, so that an
 `ok` or a `MISS` that the numbers do not give fails.
@@ -28,9 +29,9 @@ class Ran:
     verdicts: set = field(default_factory=set)        # (pid, config): the tool said stop
 
     def ended(self, config: int, steps: int) -> bool:
-        """Its last line is its last step, or the process that wrote it was told to stop."""
+        """It ran its last step, or the process that wrote its last line was told to stop."""
         line = self.last.get(config)
-        return line is not None and (line[4:6] == ["step", str(steps - 1)]
+        return line is not None and ((config, steps - 1) in self.steps
                                      or (line[2], config) in self.verdicts)
 
     def lost(self, configs: int, steps: int) -> int:
@@ -51,7 +52,7 @@ def read_steps(path: str) -> dict[str, Ran]:
     with open(path) as f:
         for line in f:
             fields = line.split()
-            assert len(fields) == 7 and fields[4] in ("step", "left", "told"), line
+            assert len(fields) == 7 and fields[4] in ("step", "left", "told", "judged"), line
             ran = rows[fields[1]]
             ran.last[int(fields[3])] = fields
             if fields[4] != "step" and fields[6] in ("pruned", "paused"):

@@ -108,6 +108,47 @@ def test_lost_and_repeated_steps_come_from_the_step_log_alone(tmp_path):
     assert stats.steps_run == sum(ran.steps.values()) == 1 + 3 + 1 + 1 + 1 + 2 + 2 + 6 + 3
 
 
+
+def test_a_signal_after_the_last_step_takes_nothing_and_a_verdict_after_death_is_judged(
+        tmp_path):
+    """The two races of a node kill (the CI run of e8a7464 counted both lost): a process
+    TERMed after it ran its last step has ended; a process that died with its node after
+    reporting a step, and whose STOP file came after its last line, was judged on that step
+    (a `judged` line, counted ended by both readers). A STOP file that came before the
+    process's last line, or one that is a link, judges nothing."""
+    import _peers_kill
+
+    w = _curves.Workload(4, 3, 0.0)
+    log = _curves.StepLog(str(tmp_path / "steps.log"), "pilots-stop")
+    none = _no_report
+    after = iter([None, None, "TERM"])
+    _curves.run_steps(w, 0, 0, 3, log, none, lambda: next(after))  # its last step, then TERM
+    for config in (1, 2, 3):                                   # died after step 1
+        with pytest.raises(KeyboardInterrupt):
+            _curves.run_steps(w, config, 0, 3, log, _die_at_step_1)
+    trials = tmp_path / "peers-pilots-stop" / "trials"
+    last = _curves.lines(log.path, log.row)[-1].time
+    for config, when in ((1, last + 1), (2, last - 100), (3, last + 1)):
+        folder = trials / f"{config:05d}"
+        folder.mkdir(parents=True)
+        (folder / "params.json").write_text(f'{{"config": {config}}}')
+        stop = folder / "STOP"
+        if config == 3:
+            (folder / "elsewhere").write_text("pruned\n")
+            stop.symlink_to("elsewhere")
+        else:
+            stop.write_text("pruned\n")
+        os.utime(stop, (when, when), follow_symlinks=False)
+    assert _curves.read_log(log, w, 0.0, 0.0).lost == 3
+    assert _peers_kill.judged_after_death(log.row, w, log, tmp_path) == 1
+    judged = [(ln.config, ln.kind, ln.step, ln.detail) for ln in _curves.lines(log.path, log.row)
+              if ln.kind == "judged"]
+    assert judged == [(1, "judged", 1, "pruned")], judged
+    assert _curves.read_log(log, w, 0.0, 0.0).lost == 2                   # 2 and 3
+    assert read_steps(log.path)["pilots-stop"].lost(4, 3) == 2
+    assert _peers_kill.judged_after_death(log.row, w, log, tmp_path) == 0  # once only
+
+
 # makespan, steps run, processes, best value, to target, lost, again, versions
 COLUMNS = re.compile(r" (?P<makespan>\d+\.\d) +(?P<steps>\d+) +(?P<processes>\d+) "
                      r"+(?P<best>\d\.\d{4}) +(?P<to_target>\d+\.\d|never) +(?P<lost>\d+|-) "
