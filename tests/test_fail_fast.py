@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from hpsearch.store import STORE_FILE, Reader
 from tests.helpers import event_kinds, read_store
 
 BROKEN = """
@@ -44,6 +45,14 @@ executor: {{type: local}}
 """
 
 
+def _attempts(cli, name: str) -> list[dict]:
+    reader = Reader(cli.runs / name / STORE_FILE)
+    try:
+        return reader.all_attempts()
+    finally:
+        reader.close()
+
+
 def _counts(cli, name: str) -> dict[str, int]:
     trials = read_store(cli.runs, name)[1]
     return {s: sum(t.state == s for t in trials) for s in {t.state for t in trials}}
@@ -75,6 +84,52 @@ def test_a_search_whose_trials_all_fail_stops_after_five_and_names_the_cause(cli
     assert exp.status == "completed"
     assert _counts(cli, "broken") == {"completed": 12 - counts["failed"],
                                       "failed": counts["failed"]}
+
+
+UNSTARTABLE = """
+name: {name}
+command: hpsearch-no-such-program --x {{x}}
+search:
+  strategy: random
+  trials: 24
+  parallel: 4
+  seed: 1
+  space:
+    x: {{low: 0.0, high: 1.0}}
+objective: {{metric: loss}}
+executor: {{type: local}}
+retries: {{max: 2}}
+"""
+
+
+def test_a_command_that_cannot_start_stops_the_search_before_retrying_it(cli):
+    """Issue 38 item 1: a command that is not found fails each launch with exit 127. Each
+    trial used to be retried first (retries: {max: 2}: 3 launches a trial), so the limit of
+    5 trials failed for good tripped after 17 launches or more; a launch error now counts at
+    its first attempt, its retry left queued, and no attempt is launched after the stop."""
+    spec = cli.write_spec(UNSTARTABLE.format(name="typo"))
+    proc = cli("submit", spec, "--no-tui", check=1)
+    out = proc.stdout + proc.stderr
+    assert "search stopped: 5 trials failed (5 could not start; their retries are left " \
+           "queued) and none completed" in out, out
+    assert "most common cause (5 of 5): exit code 127:" in out, out
+    attempts = _attempts(cli, "typo")
+    assert len(attempts) <= 5 + 4, attempts  # the fifth, and those in flight then
+    stopped = out.index("search stopped")
+    assert " started (attempt" not in out[stopped:], out[stopped:]
+    cli("resume", "typo", "--no-tui", check=1)  # not fixed: stops again, as many launches
+    assert len(_attempts(cli, "typo")) <= 2 * (5 + 4)
+
+
+def test_the_same_failure_on_slurm_jobs_is_one_cause():
+    """The cause a stopped search names counts the same error once, whichever Slurm job,
+    node and batch-script line it came from (the cluster run of issue 38 said '1 of 3')."""
+    from hpsearch.ingest.outcome import cause, same_cause
+
+    errors = [f"exit code 127 (Slurm job {job} FAILED on node{n}): /p/nope: not found\n"
+              f"/tmp/spool/slurmd-node{n}/job0{job}/slurm_script: line {line}: /p/nope: "
+              "not found" for job, n, line in ((3784, 2, 26), (3780, 1, 77))]
+    assert {cause(same_cause(e)) for e in errors} == {"exit code 127: /p/nope: not found"}
 
 
 def test_more_than_a_fraction_failed_stops_the_search(cli):

@@ -304,15 +304,22 @@ class Driver:
         """Retry the trial if its rule for this failure class allows, else give up and tell
         the search, the pruner and the promoter it failed (so none waits for it)."""
         verdict = self.attempts.failed(ended, error, failure)
-        self.on_event(verdict.message)
+        stopping = " (left queued: the search is stopping)" if self.stop_reason else ""
+        self.on_event(verdict.message + (stopping if verdict.retry else ""))
         if verdict.retry:
             self.queue.append(ended.trial_id)
+            if failure == "launch_error":  # counted now (FailFast), its retry queued
+                self._judge_failures(ended.trial_id, error)
             return
         if self.stopper:
             self.stopper.ended(ended.trial_id, r.FAILED, None)
         if self.promoter:
             self.promoter.finished(ended.trial_id)
-        if self.gave_up is None and (why := self.failfast.after_failure(self.store)):
+        self._judge_failures(ended.trial_id)
+
+    def _judge_failures(self, trial_id: int, launch_error: str | None = None) -> None:
+        if self.gave_up is None and (why := self.failfast.after_failure(
+                self.store, trial_id, launch_error)):
             self._give_up("search.max_failures", why)
 
     def _give_up(self, rule: str, why: str) -> None:

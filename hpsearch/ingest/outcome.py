@@ -37,6 +37,18 @@ def cause(error: str | None, width: int = 160) -> str:
     return told if len(told) <= width else told[:width - 3] + "..."
 
 
+_JOB = re.compile(r" \(Slurm job \S+ [A-Z_]+ on [^)]*\)")
+_SCRIPT = re.compile(r"\S*/(?:slurm_script|job\d+/\S+): line \d+: ")
+
+
+def same_cause(text: str) -> str:
+    """A cause (of `cause`) with what differs from one attempt of the same failure to the
+    next left out: the Slurm job, its state and node, and the batch script's path and line
+    that bash names (`.../job03784/slurm_script: line 26: `), so that the same error on many
+    trials counts as one cause."""
+    return _SCRIPT.sub("", _JOB.sub("", text))
+
+
 def progress(counts: dict[str, int], requested: int) -> str:
     """'6/16 finished (6 paused), 2 cancelled': the trials finished for good or for now
     (hpsearch.store.rows.DONE) over those requested, what they are, then every other state
