@@ -267,3 +267,24 @@ def test_a_left_out_figure_gets_a_note_saying_why(searches, tmp_path: Path):
     assert sorted(p.name for p in (tmp_path / "rep").glob("*.png")) == ["history.png"]
     one = figures.importance_chart(searches["fails"])
     assert isinstance(one, figures.Drawn)  # two parameters vary there
+
+
+def test_the_scaling_figure_says_dashed_ideal_only_where_it_draws_one():
+    """Issue 38 item 14: trials timed at one size each (no configuration at two sizes) get
+    no ideal line, and the title did say '(dashed: ideal)' all the same."""
+    from hpsearch.report.figures.scaling import scaling
+    from hpsearch.store.efficiency import TrialEfficiency, add_scaling
+    data = report_data.ReportData("s", "grid", "local", "completed", ("loss",), ("minimize",),
+                                  [], {}, [])
+    data.timing = {0: TrialEfficiency(0, 1, 5, 0.1, 0.1, 0.1),
+                   1: TrialEfficiency(1, 2, 5, 0.08, 0.05, 0.06)}
+    alone = _drawn(scaling(data))
+    assert alone.figure.axes[0].get_title() == "throughput"
+    assert not [line for line in alone.figure.axes[0].get_lines()
+                if line.get_linestyle() == "--"]
+    assert "No configuration ran at two sizes" in alone.caption
+    add_scaling(data.timing, {0: {"lr": 0.1, "ranks": 1}, 1: {"lr": 0.1, "ranks": 2}},
+                ["ranks"])  # now one configuration ran at two sizes
+    both = _drawn(scaling(data))
+    assert both.figure.axes[0].get_title() == "throughput (dashed: ideal)"
+    assert [line for line in both.figure.axes[0].get_lines() if line.get_linestyle() == "--"]

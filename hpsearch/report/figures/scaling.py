@@ -2,8 +2,9 @@
 
 Left, throughput (items/s where the trials said what a step processed, else steps/s): one
 line per configuration that ran at several sizes, with the ideal (linear from its smallest
-size) dashed. Right, parallel efficiency (LB x CE, within a trial) of every timed trial as
-points, and the scaling efficiency of each such configuration as a line."""
+size) dashed, which the title mentions only where one is drawn. Right, parallel efficiency
+(LB x CE, within a trial) of every timed trial as points, and the scaling efficiency of each
+such configuration as a line."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def scaling(data: ReportData) -> Drawn | None:
                   marker="s", color="black", s=18, zorder=3, label="parallel eff. (LB x CE)")
     left.set_xlabel("ranks")
     left.set_ylabel(f"throughput ({unit})")
-    left.set_title("throughput (dashed: ideal)")
+    left.set_title("throughput (dashed: ideal)" if groups else "throughput")  # drawn or not
     right.set_xlabel("ranks")
     right.set_ylabel("efficiency")
     right.set_ylim(0, 1.05)
