@@ -37,9 +37,18 @@ def register(sub) -> None:
                     "cancel: finished trials are kept, running ones adopted, the rest re-run.",
                     "  hpsearch resume quadratic\n"
                     "  hpsearch resume quadratic --detach --runs-dir /scratch/me/runs\n"
-                    "  hpsearch resume quadratic --trials 50   # grow (or finish) it: 50 in all",
+                    "  hpsearch resume quadratic --trials 50   # grow (or finish) it: 50 in all\n"
+                    "  # stopped by search.max_failures for a typo in its command, fixed in\n"
+                    "  # fixed.yaml (before any trial completed):\n"
+                    "  hpsearch resume quadratic --spec fixed.yaml",
                     resume)
     p.add_argument("name")
+    p.add_argument("--spec", type=Path, default=None, metavar="FILE",
+                   help="continue with this fixed spec: its resources, executor, retries, "
+                        "placement, search.parallel/timeout/max_failures may change at any "
+                        "time; its command, workdir, env, container, launcher, checkpoints "
+                        "while no trial has a result; anything else is another experiment "
+                        "(docs/cli.md#resume)")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="run N trials in all (more than the spec's, or fewer, not below "
                         "those already asked); a running driver takes it within seconds")
@@ -115,6 +124,8 @@ def resume(args) -> int:
     from hpsearch.driver import session
 
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
+    if args.spec is not None:
+        spec = session.fixed_spec(spec, args.spec, runs_dir_of(args), args.executor)
     if args.trials is not None and _extend(spec, args.trials):
         return 0  # the running driver takes it
     return _tolerated(spec, _run(spec, create=False, args=args), args.allow_failures)

@@ -75,4 +75,4 @@ class FailFast:
             text, n = causes.most_common(1)[0]
             common = f"; most common cause ({n} of {sum(causes.values())}): {text}"
         return (f"search stopped: {why}{common}. Fix the cause and continue with: "
-                f"hpsearch resume {self.name}")
+                f"hpsearch resume {self.name} (add --spec FILE if the fix is in the spec)")

@@ -118,8 +118,10 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
             stored.close()
         if old != spec.text:
             raise Conflict(f"experiment '{spec.name}' exists with a different spec; give the "
-                           "changed spec another name, or resume the old one with "
-                           f"`hpsearch resume {spec.name}`")
+                           "changed spec another name, resume the old one with "
+                           f"`hpsearch resume {spec.name}`, or, for a fixed command, workdir, "
+                           f"env or resources, `hpsearch resume {spec.name} --spec "
+                           f"{spec_path}`")
     for other in spec.search.warm_start:  # exit 2 (with did-you-mean) for a missing one
         runs.existing_experiment_dir(spec.runs_dir, other)
     make_executor(spec).close()  # fail now on an executor that cannot run
@@ -199,6 +201,15 @@ def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> 
         reader.close()
     spec = parse_spec(exp.spec_yaml, exp.spec_file, Path(exp.base_dir), runs_dir)
     return with_executor(dataclasses.replace(spec, source=Path(exp.spec_file)), executor_type)
+
+
+def fixed_spec(stored: Spec, path: Path, runs_dir: Path, executor_type: str | None) -> Spec:
+    """resume --spec: the fixed spec at `path`, checked as submit checks one and against
+    what may change (hpsearch.driver.respec), stored in the experiment."""
+    from hpsearch.driver.respec import replace_spec
+    new = load_spec(path, runs_dir, executor_type)
+    check_here(new, path)
+    return replace_spec(stored, new, path.resolve())
 
 
 def placement_topology(runs_dir: Path, name: str) -> str | None:

@@ -391,6 +391,16 @@ class Store(Reader):
             ("insert into events (time, trial, kind, message) values (?,?,?,?)",
              (time.time(), None, "extended", message))])
 
+    def replace_spec(self, spec_yaml: str, spec_file: str, base_dir: str, message: str) -> None:
+        """The experiment goes on with a fixed spec (resume --spec), and the events say what
+        changed."""
+        now = time.time()
+        self._write_many([
+            ("update experiment set spec_yaml = ?, spec_file = ?, base_dir = ?, updated = ?",
+             (spec_yaml, spec_file, base_dir, now)),
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (now, None, "spec_replaced", message))])
+
     # -- trials ----------------------------------------------------------------------------
     def insert_trial(self, trial_id: int, params: dict, trial_dir: str,
                      sampler_attrs: dict, study_attrs: dict | None = None) -> None:
