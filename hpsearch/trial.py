@@ -12,6 +12,10 @@ never opens the store: reports go to files in the trial dir, which the driver in
             break
     trial.result(loss=final_loss)           # optional; else the last report counts
 
+Run by hand, outside hpsearch (no HPSEARCH_* variables), the same script works: params()
+gives its defaults (`trial.params({"lr": 0.01})`), and its files go to a private temporary
+trial dir, named once on stderr (trial_dir(); docs/trial.md#running-a-script-by-hand).
+
 Files in $HPSEARCH_TRIAL_DIR:
     params.json      the params (also in $HPSEARCH_PARAMS)
     metrics.jsonl    one JSON object per report: {"step": 3, "attempt": 1, "loss": 0.25, ...}
@@ -57,28 +61,43 @@ _handlers_installed = False
 _STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
 
 
-def _env(name: str) -> str:
-    value = os.environ.get(name)
-    if value is None:
-        raise RuntimeError(f"{name} is not set: this code expects to run as an hpsearch trial")
-    return value
+_made_dir = threading.Lock()  # one temporary trial dir per process, however many threads ask
 
 
 def trial_dir() -> Path:
-    return Path(_env("HPSEARCH_TRIAL_DIR"))
+    """This trial's folder. Outside hpsearch (the script run by hand: HPSEARCH_TRIAL_DIR is
+    not set) a new private temporary folder (tempfile.mkdtemp: 0700, made new, no link
+    followed) stands in for it: made at the first call, exported as HPSEARCH_TRIAL_DIR so
+    this process's children use it too, and named once on stderr."""
+    with _made_dir:
+        path = os.environ.get("HPSEARCH_TRIAL_DIR")
+        if not path:
+            import tempfile
+            path = os.environ["HPSEARCH_TRIAL_DIR"] = tempfile.mkdtemp(prefix="hpsearch-trial-")
+            print(f"hpsearch.trial: running outside hpsearch (HPSEARCH_TRIAL_DIR is not set): "
+                  f"params are the script's defaults; metrics, checkpoints and result go to "
+                  f"{path}, a private temporary folder (set HPSEARCH_TRIAL_DIR to choose one)",
+                  file=sys.stderr, flush=True)
+    return Path(path)
 
 
 def trial_id() -> int:
-    return int(_env("HPSEARCH_TRIAL_ID"))
+    """The trial's number; 0 outside hpsearch (HPSEARCH_TRIAL_ID not set)."""
+    return int(os.environ.get("HPSEARCH_TRIAL_ID") or 0)
 
 
 def attempt() -> int:
     return int(os.environ.get("HPSEARCH_ATTEMPT", "1"))
 
 
-def params() -> dict[str, Any]:
-    """This trial's parameters (search and fixed)."""
-    return json.loads(_env("HPSEARCH_PARAMS"))
+def params(defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """This trial's parameters (search and fixed), over `defaults` for any it lacks.
+    Outside hpsearch (HPSEARCH_PARAMS not set: the script run by hand) `defaults`, or {};
+    the temporary trial dir is made then, so its note on stderr says so (trial_dir)."""
+    given = os.environ.get("HPSEARCH_PARAMS")
+    if given is None and not os.environ.get("HPSEARCH_TRIAL_DIR"):
+        trial_dir()
+    return {**(defaults or {}), **(json.loads(given) if given else {})}
 
 
 def budget() -> int | None:
