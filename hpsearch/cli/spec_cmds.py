@@ -27,11 +27,18 @@ def register(sub) -> None:
                     "  hpsearch plan examples/quadratic/spec.yaml --limit 3\n"
                     "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch "
                     "script\n"
-                    "  hpsearch plan pilots.yaml   # executor.pilots: the pilot's batch script",
+                    "  hpsearch plan pilots.yaml   # executor.pilots: the pilot's batch script\n"
+                    "  hpsearch plan pilots.yaml --brief   # each trial's own command only:\n"
+                    "  #   trial 0: lr=0.1\n"
+                    "  #     $ python train.py --lr 0.1",
                     plan)
     p.add_argument("spec", type=Path)
     p.add_argument("--limit", type=int, default=20,
                    help="show at most this many trials (default 20; 0 for all)")
+    p.add_argument("--brief", action="store_true",
+                   help="each trial's parameters and its command as the spec writes it (the "
+                   "values filled in), without the launch shell, container and batch script "
+                   "around it; the pilot job in one line")
 
 
 def validate(args) -> int:
@@ -137,7 +144,7 @@ def _describe(p) -> str:
 
 
 def plan(args) -> int:
-    from hpsearch.launch.attempt import build_launch
+    from hpsearch.launch.attempt import build_launch, trial_command
     from hpsearch.search import make_search
 
     spec = load_spec(args.spec)
@@ -165,17 +172,22 @@ def plan(args) -> int:
           f"{spec.executor.type}")
     pilots = spec.executor.type == "slurm" and spec.executor.pilots is not None
     if pilots:
-        print(_pilot_script(spec), end="")
+        print(_pilot_line(spec) if args.brief else _pilot_script(spec), end="")
+    if args.brief:
+        print()
     for _ in range(limit):
         asked = search.ask()
         if asked is None:
             break
         launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
-        print(f"\ntrial {asked.trial_id}: {format_params(asked.params)}")
+        print(f"{'' if args.brief else chr(10)}trial {asked.trial_id}: "
+              f"{format_params(asked.params)}")
         resources = launch.resources or spec.resources
         if spec.resources.per_trial:  # trials of several sizes: each one's own
             print(f"  size: {resources.size()}")
-        if pilots:
+        if args.brief:  # the user's command alone: launcher, runtime, script left out
+            print(f"  $ {trial_command(spec.trial_recipe(), asked.trial_id, asked.params)}")
+        elif pilots:
             n = resources.nodes
             print(f"  runs inside a pilot (no job of its own), on {n} node{'s' * (n > 1)} of "
                   f"the pilot's allocation:\n  $ {launch.command}")
@@ -186,7 +198,20 @@ def plan(args) -> int:
             print(f"  $ {launch.command}")
     if limit < shown:
         print(f"\n... {shown - limit} more (use --limit 0 to show all)")
+    if pilots and not args.brief:
+        print("\n(--brief: each trial's own command, without the launch shell)")
     return 0
+
+
+def _pilots(cfg) -> str:
+    return (f"\npilots: trials run in pilot jobs, up to {cfg.max} at a time, each of "
+            f"{cfg.nodes} nodes x {cfg.slots_per_node} slots for {cfg.time}")
+
+
+def _pilot_line(spec) -> str:
+    """What `plan --brief` shows of a pilot search's jobs: one line."""
+    return (_pilots(spec.executor.pilots) + " (without --brief: the batch script, and the "
+            "launch shell around each command)\n")
 
 
 def _pilot_script(spec) -> str:
@@ -200,7 +225,6 @@ def _pilot_script(spec) -> str:
     name = pilot_name(spec.name, 1, spec.instance)
     script = batch_script(pilots_dir(spec.experiment_dir) / "submitit",
                           pilot_job_parameters(spec.slurm_job(), name))
-    return (f"\npilots: trials run in pilot jobs, up to {cfg.max} at a time, each of "
-            f"{cfg.nodes} nodes x {cfg.slots_per_node} slots for {cfg.time}; pilot 1's batch "
+    return (_pilots(cfg) + "; pilot 1's batch "
             "script:\n# placement options (--switches, --nodelist) are chosen from live node "
             "state at submit time and are not shown\n" + script.rstrip("\n") + "\n")

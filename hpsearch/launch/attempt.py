@@ -97,9 +97,6 @@ def build_launch(recipe: TrialRecipe, trial_id: int, attempt: int,
                  params: dict[str, Any]) -> Launch:
     tdir = runs.trial_dir(recipe.experiment_dir, trial_id)
     ckpt = tdir / "checkpoints"
-    builtins = {"trial_id": str(trial_id), "trial_dir": str(tdir), "checkpoint_dir": str(ckpt),
-                "experiment": recipe.name,
-                "python": _WARM if recipe.warm is not None else sys.executable}
     env = {
         **dict(recipe.env),
         "HPSEARCH_EXPERIMENT": recipe.name,
@@ -115,14 +112,25 @@ def build_launch(recipe: TrialRecipe, trial_id: int, attempt: int,
         # torchrun itself, and the workers never save their checkpoint.
         sig = "SIG" + recipe.checkpoint_signal.upper().removeprefix("SIG")
         env.setdefault("PET_SIGNALS_TO_HANDLE", f"SIGTERM,SIGINT,SIGHUP,SIGQUIT,{sig}")
+    command = trial_command(recipe, trial_id, params)
+    resources = recipe.resources.for_params(params)
+    return Launch(trial_id, attempt, wrap_for_ranks(recipe, trial_id, command, tdir, resources),
+                  env, tdir, Path(recipe.workdir), dict(params), resources=resources)
+
+
+def trial_command(recipe: TrialRecipe, trial_id: int, params: dict[str, Any]) -> str:
+    """The spec's command with the trial's parameters (quoted) and built-ins substituted,
+    before its launcher and container wrap it (`plan --brief` shows it)."""
+    tdir = runs.trial_dir(recipe.experiment_dir, trial_id)
+    builtins = {"trial_id": str(trial_id), "trial_dir": str(tdir),
+                "checkpoint_dir": str(tdir / "checkpoints"), "experiment": recipe.name,
+                "python": _WARM if recipe.warm is not None else sys.executable}
     command = render(recipe.command, params, builtins)
     if recipe.warm is not None:  # {python} runs the script through a warm server
         command = command.replace(shlex.quote(_WARM), shlex.join([
             *module_argv(sys.executable, "hpsearch.warm", "run"), "--preload",
             ",".join(recipe.warm), "--"]))
-    resources = recipe.resources.for_params(params)
-    return Launch(trial_id, attempt, wrap_for_ranks(recipe, trial_id, command, tdir, resources),
-                  env, tdir, Path(recipe.workdir), dict(params), resources=resources)
+    return command
 
 
 def _launcher_name(spec_launcher) -> str:
