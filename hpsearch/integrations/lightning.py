@@ -22,7 +22,9 @@ strategy (any rank's yes) sets `trainer.should_stop` alike on all of them. With 
 (`trial.budget()`, promotion mode) `max_epochs` becomes at most the budget. A fit that ends
 without a stop request writes result.json from rank 0 with the last reported metrics.
 
-`fit` resumes from `resume_path()` (the trial's latest checkpoint) and returns the exit code:
+`fit` pins a TensorBoardLogger in the trial dir to version 0 (pin_logger_version: one run
+per trial, not a version_N per segment), resumes from `resume_path()` (the trial's latest
+checkpoint) and returns the exit code:
 0, or 75 (`trial.EXIT_RESUME`) when the trial was asked to stop (STOP file, SIGUSR1/SIGUSR2)
 or stopped by SIGTERM (a prune, a cancel or a time limit).
 
@@ -74,6 +76,7 @@ from lightning.fabric.plugins.environments import (
     TorchElasticEnvironment,
 )
 from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -308,14 +311,33 @@ def _gather(obj: Any) -> list[Any]:
     return out
 
 
+def pin_logger_version(trainer: pl.Trainer) -> None:
+    """One TensorBoard run per trial: a TensorBoardLogger (Lightning's default logger when
+    tensorboard is installed) numbers a new version_N in each process that writes, so each
+    segment or retry of a trial, a new process, would be a run of its own. One given no
+    version and writing inside the trial dir gets version 0 in every attempt; each attempt
+    adds an events file to version_0, its steps going on from the checkpoint's. A logger
+    with a version of its own, or writing elsewhere (a log dir shared by trials, where the
+    numbers tell the trials apart), is left alone; so is CSVLogger, which would delete the
+    metrics.csv of a version it reopens. fit() calls it."""
+    root = os.path.realpath(trial.trial_dir())
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger) and logger._version is None:
+            where = os.path.realpath(logger.root_dir)
+            if os.path.commonpath([root, where]) == root:
+                logger._version = 0
+
+
 def fit(trainer: pl.Trainer, model: pl.LightningModule, **fit_args: Any) -> int:
-    """trainer.fit(model, **fit_args) resumed from resume_path(); the trial's exit code:
-    0 when it ran to the end (or to its budget), trial.EXIT_RESUME (75) when it was asked to
-    stop, its checkpoint saved. The trainer needs an HpsearchCallback."""
+    """trainer.fit(model, **fit_args) resumed from resume_path(), its TensorBoard logger's
+    version pinned (pin_logger_version); the trial's exit code: 0 when it ran to the end (or
+    to its budget), trial.EXIT_RESUME (75) when it was asked to stop, its checkpoint saved.
+    The trainer needs an HpsearchCallback."""
     callbacks: list[pl.Callback] = trainer.callbacks  # type: ignore[attr-defined]
     callback = next((c for c in callbacks if isinstance(c, HpsearchCallback)), None)
     if callback is None:
         raise ValueError("fit() needs an HpsearchCallback in the Trainer's callbacks")
+    pin_logger_version(trainer)
     try:
         trainer.fit(model, ckpt_path=resume_path(), **fit_args)
     except SIGTERMException:
