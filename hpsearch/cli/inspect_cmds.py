@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
-from hpsearch.ingest import outcome
+from hpsearch.ingest import outcome, resume_check
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
 from hpsearch.store import STORE_FILE, efficiency, runs
@@ -77,6 +77,7 @@ def status(args) -> int:
         gpu, pilot_gpu = read_gpu_use(reader, exp.spec_yaml, pilots, time.time())
         timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                                        exp.spec_yaml)  # docs/scaling.md
+        restarts = reader.events(limit=None, kind=resume_check.KIND)
     finally:
         reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
@@ -110,6 +111,9 @@ def status(args) -> int:
     _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []), "where",
             *(["gpu"] if gpu else []), *(["parallel"] if timing else []), "objective",
             "params", "error"], rows)
+    not_resumed = resume_check.summary(restarts, exp.name)
+    if not_resumed:
+        print(not_resumed)
     if pilots:
         _pilot_table(pilots, pilot_gpu)
     return 0

@@ -17,6 +17,7 @@ from hpsearch.executors import retry
 from hpsearch.executors.base import Ended
 from hpsearch.ingest.checkpoints import CheckpointScan
 from hpsearch.ingest.gpu_samples import GpuSamples
+from hpsearch.ingest.resume_check import KIND, SOURCE, ResumeCheck
 from hpsearch.ingest.timing_lines import TimingFiles
 from hpsearch.ingest.trial_files import TrialFiles, objective_values
 from hpsearch.store.store import Store
@@ -41,6 +42,7 @@ class LiveTrial:
     timing: TimingFiles = field(init=False)  # its ranks' step timings (docs/scaling.md)
     adopted: bool = False  # in flight when this driver began: it may have ended unseen
     stale: set[int] = field(default_factory=set)  # other attempts whose reports were refused
+    resume: ResumeCheck = field(default_factory=ResumeCheck)  # did a later attempt resume?
 
     def __post_init__(self) -> None:
         self.ckpts = CheckpointScan(self.trial_dir)
@@ -103,6 +105,7 @@ class LiveTrials:
         live.ckpts = CheckpointScan(trial_dir, manifest if isinstance(manifest, dict) else None)
         live.gpu = GpuSamples(trial_dir, saved.get("gpu"))
         live.timing = TimingFiles(trial_dir, saved.get("timing"))
+        live.resume = ResumeCheck(saved.get(SOURCE))
         if watch:
             self.watch(live)
         return live
@@ -145,6 +148,7 @@ class LiveTrials:
 
     def ingest(self, live: LiveTrial, final: bool = False) -> None:
         records = credited(live, live.files.read_new(final=final))
+        restarted = self._restarted(live, records)
         found = live.ckpts.new()
         gpu = live.gpu.read_new(final=final)
         timing = live.timing.read_new(final=final)
@@ -161,7 +165,10 @@ class LiveTrials:
                                   {"files": live.files.unsaved(),
                                    "manifest": live.ckpts.unsaved(),
                                    "gpu": live.gpu.unsaved(),
-                                   "timing": live.timing.unsaved()})
+                                   "timing": live.timing.unsaved(),
+                                   SOURCE: live.resume.unsaved()})
+            if restarted:
+                self.store.add_event(KIND, restarted, live.trial_id)
             self.store.add_gpu_use(live.trial_id, gpu)
             self.store.add_rank_timing(live.trial_id, timing)
             if self.stopper:
@@ -177,8 +184,17 @@ class LiveTrials:
             self.store.fill_checkpoint_metrics(live.trial_id, self.metric, exact=True)
         if found and not final:
             self.checkpoints.remove(self.checkpoints.mark(live.trial_id))
-        for warning in warnings:
+        for warning in warnings + ([restarted] if restarted else []):
             self.on_event(f"trial {live.trial_id}: {warning}")
+
+    def _restarted(self, live: LiveTrial, records: list[dict]) -> str | None:
+        """The warning, once per attempt, that `live`'s attempt began below the step of the
+        latest checkpoint its earlier attempts saved (hpsearch.ingest.resume_check)."""
+        if not records or not live.resume.due(live.attempt):
+            return None
+        held = [step for attempt, step in self.store.checkpoint_steps(live.trial_id).items()
+                if attempt < live.attempt and step is not None]
+        return live.resume.check(live.attempt, records[0]["step"], max(held, default=None))
 
 
 def credited(live: LiveTrial, records: list[dict]) -> list[dict]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpsearch.ingest import outcome
+from hpsearch.ingest import outcome, resume_check
 from hpsearch.report.gpu_use import GpuUse, pilot_gpu_use, pilot_gpus_per_node, trial_gpu_use
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
@@ -113,13 +113,14 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         pilot_rows = reader.pilots() if reader.db["pilots"].exists() else []
         gpu_rows = reader.gpu_use()
         timing_rows = reader.rank_timing()
+        restarts = reader.events(limit=None, kind=resume_check.KIND)
     finally:
         reader.close()
     gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
     params_of = {t.id: t.params for t in trials}
     share_of = _pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
     in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
-    notes: list[str] = []
+    notes = [n for n in [resume_check.summary(restarts, exp.name)] if n]
     by_job: dict[str, JobUsage] = {}
     jobs = [a[5] for a in attempts if a[5] and a[5] not in in_pilot] + list(in_pilot)
     if jobs and use_sacct:

@@ -183,9 +183,13 @@ class Reader:
             return []
         return list(self.db["rank_timing"].rows_where(order_by="trial, attempt, rank"))
 
-    def events(self, trial_id: int | None = None, limit: int = 50) -> list[dict]:
-        where, args = ("trial = ?", [trial_id]) if trial_id is not None else (None, [])
-        found = self.db["events"].rows_where(where, args, order_by="id desc", limit=limit)
+    def events(self, trial_id: int | None = None, limit: int | None = 50,
+               kind: str | None = None) -> list[dict]:
+        """The last `limit` events (None: all), oldest first; of one trial, of one kind."""
+        where = [w for w, a in (("trial = ?", trial_id), ("kind = ?", kind)) if a is not None]
+        args = [a for a in (trial_id, kind) if a is not None]
+        found = self.db["events"].rows_where(" and ".join(where) or None, args,
+                                             order_by="id desc", limit=limit)
         return list(reversed(list(found)))
 
     def pilots(self, live_only: bool = False) -> list[r.PilotRow]:
