@@ -118,7 +118,9 @@ def test_scale_gpus_reruns_a_local_trial_on_one_and_two_gpu_slots(cli):
     get 1 and 2 of executor.gpus (placeholder ids here: no GPU in CI), each its own."""
     spec = cli.write_spec("""
         name: gpar
-        command: 'echo "gpus=$CUDA_VISIBLE_DEVICES"; echo "@hpsearch step=0 loss={x}"'
+        command: >-
+          echo "gpus=$CUDA_VISIBLE_DEVICES"; echo "@hpsearch step=0 loss={x}";
+          echo '{"step": 0, "step_s": 0.1, "compute_s": 0.1}' > "$HPSEARCH_TRIAL_DIR/timing.0.jsonl"
         search: {strategy: grid, parallel: 2, space: {x: {choices: [1, 2]}}}
         objective: {metric: loss}
         resources: {gpus_per_node: 1}
@@ -135,3 +137,21 @@ def test_scale_gpus_reruns_a_local_trial_on_one_and_two_gpu_slots(cli):
     assert {n: (x, state, len(ids)) for n, (x, state, ids) in seen.items()} == {
         1: (2, "completed", 1), 2: (2, "completed", 2)}, seen
     assert set(seen[2][2]) == {"a", "b"}
+
+
+def test_a_parent_whose_trials_report_no_timing_is_refused_before_any_size_runs(cli):
+    """Issue 38 item 12: scale ran every size, then found no timing and printed dashes."""
+    spec = cli.write_spec("""
+        name: untimed
+        command: 'echo "@hpsearch step=0 loss={x}"'
+        search: {strategy: grid, parallel: 2, space: {x: {choices: [1, 2]}}}
+        objective: {metric: loss}
+        resources: {gpus_per_node: 1}
+        executor: {type: local, gpus: [a, b]}
+        """)
+    cli("submit", spec, "--no-tui", "-q", check=0)
+    listing = _files(cli)
+    proc = cli("scale", "untimed", "--trial", "1", "--gpus", "1,2", "-q", "--no-tui", check=2)
+    assert ("--gpus 1,2: no trial of untimed reported step timing" in proc.stderr
+            and "docs/scaling.md#reporting-timing-from-a-trial" in proc.stderr), proc.stderr
+    assert _files(cli) == listing and not (cli.runs / "untimed-scale-1").exists()

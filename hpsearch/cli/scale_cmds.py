@@ -87,6 +87,7 @@ def scale(args) -> int:
     try:
         trials = {t.id: t for t in reader.trials()}
         reported = reader.last_metrics(args.trial) if args.trial in trials else {}
+        timed = any(row.get("steps") for row in reader.rank_timing())
     finally:
         reader.close()
     if args.trial not in trials:
@@ -96,6 +97,8 @@ def scale(args) -> int:
     _check_sizes(parent, option, sizes)
     name = scale_spec.child_name(parent.name, args.trial)
     child_dir = runs.experiment_dir(parent.runs_dir, name)
+    if not timed and not (child_dir / STORE_FILE).exists():
+        raise HpsearchError(_untimed(parent.name, args.trial, option, sizes))
     spec_file = child_dir / "scale-spec.yaml"
     text = scale_spec.child_text(parent.text, parent.name, args.trial, trials[args.trial].params,
                                  option, sizes, {"workdir": parent.workdir,
@@ -136,6 +139,17 @@ def _check_sizes(parent, option: str, sizes: list[int]) -> None:
         raise HpsearchError(f"--gpus {','.join(map(str, sizes))}: executor.gpus: the local "
                             f"executor has {len(slots or ())} GPU slot(s); a trial of "
                             f"{max(sizes)} GPUs could never start")
+
+
+def _untimed(parent: str, trial: int, option: str, sizes: list[int]) -> str:
+    """Why not to run: the curve is made of the ranks' step timing, and no trial of the
+    parent, whose command the child runs, reported any: each size would run for dashes."""
+    return (f"--{option} {','.join(map(str, sizes))}: no trial of {parent} reported step "
+            "timing, which the curve is made of (time per step, speedup, efficiency), so "
+            f"each size would run trial {trial}'s configuration and print dashes. Have the "
+            "script report it on every rank (hpsearch.trial.report_timing or "
+            "trial.timed_step; PyTorch DDP: hpsearch.integrations.ddp.DdpTiming; Lightning: "
+            "HpsearchCallback(timing=True)): docs/scaling.md#reporting-timing-from-a-trial")
 
 
 def _stored_text(child_dir) -> str:
