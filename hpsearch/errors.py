@@ -25,6 +25,20 @@ class BadInput(HpsearchError):
         super().__init__(": ".join([*filter(None, where), message]))
 
 
+class BadInputs(BadInput):
+    """Several problems in one file, in file order, as a compiler lists them: `errors`, each
+    a BadInput; the first one's file, line and key are this error's."""
+
+    def __init__(self, errors: list[BadInput]) -> None:
+        first = errors[0]
+        super().__init__(first.detail, first.file, first.line, first.key)
+        self.errors = errors
+        self.args = ("\n".join(map(str, errors)),)
+
+    def __str__(self) -> str:
+        return "\n".join(map(str, self.errors))
+
+
 class Conflict(HpsearchError):
     """Another driver already owns the experiment, or a name is taken."""
 

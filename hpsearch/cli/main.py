@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         spec_path_to_name(args)
         return args.handler(args)
     except HpsearchError as exc:
-        print(f"hpsearch: error: {exc}", file=sys.stderr)
+        for one in getattr(exc, "errors", [exc]):  # BadInputs: each problem on its line
+            print(f"hpsearch: error: {one}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # `hpsearch status | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)

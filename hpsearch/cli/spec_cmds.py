@@ -12,8 +12,8 @@ from hpsearch.template import placeholders
 
 
 def register(sub) -> None:
-    p = add_command(sub, "validate", "Check a spec; print what it describes, or the first "
-                    "problem with its file, line and key.",
+    p = add_command(sub, "validate", "Check a spec; print what it describes, or each "
+                    "problem with its file, line and key, in file order.",
                     "  hpsearch validate examples/quadratic/spec.yaml\n"
                     "  # bad input: prints e.g.\n"
                     "  # spec.yaml:7: search.space.lr.low: a log scale needs low > 0; got low=0\n"

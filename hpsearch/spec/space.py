@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import checks
 from hpsearch.spec import model as m
+from hpsearch.spec.problems import FAILED
 from hpsearch.spec.yamlpos import KeyPath
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
 
@@ -39,25 +40,38 @@ def is_number(v: Any) -> bool:
 
 
 def space(v: _Validator, value: Any, path: KeyPath, strategy: str) -> tuple[m.Param, ...]:
-    """The parameters of `search.space`, in spec order, or one BadInput."""
+    """The parameters of `search.space`, in spec order, each checked on its own: those
+    without a problem (v.problems says which failed)."""
     v.typed(value, path, lambda x: isinstance(x, dict) and x,
             "a non-empty mapping of parameter name to its range")
     params: list[m.Param] = []
     for name, spec in value.items():
         ppath = path + (name,)
-        if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
-            raise v.fail(ppath, "expected a parameter name made of letters, digits and "
-                                f"'_' (it is used as {{name}} in command); got "
-                                f"{checks.shown(name)}")
-        if name in BUILTIN_PLACEHOLDERS:
-            raise v.fail(ppath, f"'{name}' is reserved for hpsearch's own placeholder "
-                                f"{{{name}}}; choose another name")
-        param = _param(v, name, spec, ppath, strategy)
-        if isinstance(spec, dict) and spec.get("when") is not None:
-            when = _condition(v, spec["when"], ppath + ("when",), name, params, value)
-            param = dataclasses.replace(param, when=when)
-        params.append(param)
+        when = spec.get("when") if isinstance(spec, dict) else None
+        if isinstance(when, dict) and len(when) == 1 and v.problems.broken(
+                path + (next(iter(when)),)):
+            v.problems.skip(ppath)  # its condition names a parameter that had a problem
+            continue
+        param = v.problems.recover(ppath, _one, v, name, spec, ppath, strategy, params, value)
+        if param is not FAILED:
+            params.append(param)
     return tuple(params)
+
+
+def _one(v: _Validator, name: Any, spec: Any, ppath: KeyPath, strategy: str,
+         earlier: list[m.Param], raw: dict) -> m.Param:
+    if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
+        raise v.fail(ppath, "expected a parameter name made of letters, digits and "
+                            f"'_' (it is used as {{name}} in command); got "
+                            f"{checks.shown(name)}")
+    if name in BUILTIN_PLACEHOLDERS:
+        raise v.fail(ppath, f"'{name}' is reserved for hpsearch's own placeholder "
+                            f"{{{name}}}; choose another name")
+    param = _param(v, name, spec, ppath, strategy)
+    if isinstance(spec, dict) and spec.get("when") is not None:
+        when = _condition(v, spec["when"], ppath + ("when",), name, earlier, raw)
+        param = dataclasses.replace(param, when=when)
+    return param
 
 
 def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: list[m.Param],
@@ -201,7 +215,7 @@ def _numeric(v: _Validator, name: str, kind: str, d: dict, path: KeyPath,
             raise v.fail(path + ("step",), f"expected a step that divides high - low "
                                            f"({high} - {low}); got {step}")
     if strategy == "grid":
-        if kind == "float" and step is None:
+        if kind == "float" and d.get("step") is None:  # (a bad step is reported already)
             raise v.fail(path, "a grid search needs a finite set: give this float "
                                "range a 'step', or use 'choices'")
         if log:

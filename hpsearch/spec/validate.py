@@ -16,6 +16,7 @@ from hpsearch.spec import model as m
 from hpsearch.spec.cost import cost_problem
 from hpsearch.spec.loading import read_spec_text
 from hpsearch.spec.names import choose as choose_name
+from hpsearch.spec.problems import FAILED, Problems
 from hpsearch.spec.pruner import pruner as pruner_spec
 from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES, template_problem  # noqa: F401 (re-exported)
 from hpsearch.spec.space import is_int as _is_int
@@ -85,8 +86,9 @@ def check_here(spec: m.Spec, file: str | Path) -> None:
 
 def parse_spec(text: str, file: str, base_dir: Path, runs_dir: str | Path | None = None,
                executor: str | None = None) -> m.Spec:
-    """The validated Spec of `text`, or one BadInput. Checks also that this machine can run
-    it: the strategy's optional packages, and the launcher with the executor."""
+    """The validated Spec of `text`, or a BadInput (BadInputs: every problem found, in file
+    order). Checks also that this machine can run it: the strategy's optional packages, and
+    the launcher with the executor."""
     raw, lines = load_yaml_with_lines(text, file)
     spec = _Validator(file, lines, base_dir).spec(raw, runs_dir, executor)
     return dataclasses.replace(spec, text=text)
@@ -124,6 +126,7 @@ def parse_duration(value: Any) -> float:
 class _Validator:
     def __init__(self, file: str, lines: dict[KeyPath, int], base_dir: Path) -> None:
         self.file, self.lines, self.base_dir = file, lines, base_dir
+        self.problems = Problems()
 
     # -- helpers ---------------------------------------------------------------------------
     def fail(self, path: KeyPath, message: str) -> BadInput:
@@ -138,13 +141,29 @@ class _Validator:
         if not isinstance(value, dict):
             raise self.fail(path, f"expected a mapping with keys {', '.join(allowed)}; "
                                   f"got {_kind(value)}")
-        for key in value:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else \
-                    f"; expected one of: {', '.join(allowed)}"
-                raise self.fail(path + (key,), f"unknown key '{key}'{hint}")
-        return value
+        known = {}
+        for key in value:  # an unknown key is reported and left out; the others are checked
+            if key in allowed:
+                known[key] = value[key]
+                continue
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else \
+                f"; expected one of: {', '.join(allowed)}"
+            self.problems.unknown_key(path, self.fail(path + (key,), f"unknown key '{key}'{hint}"))
+        return known
+
+    def require(self, d: dict, path: KeyPath, keys: tuple[str, ...]) -> None:
+        """Report each of `keys` that `d` lacks (unless it has an unknown key)."""
+        for key in keys:
+            if key not in d:
+                self.problems.note(self.fail(path, f"missing required key '{key}'"))
+                self.problems.skip(path + (key,))
+
+    def take(self, d: dict, key: str, path: KeyPath, convert: Callable) -> Any:
+        """convert(d[key]) for a required key; FAILED if missing (`require` says so) or bad."""
+        if key not in d:
+            return FAILED
+        return self.problems.recover(path + (key,), convert, d[key], path + (key,))
 
     def typed(self, value: Any, path: KeyPath, check: Callable[[Any], object],
               expected: str) -> Any:
@@ -190,7 +209,8 @@ class _Validator:
     def optional(self, d: dict, key: str, path: KeyPath, convert: Callable, default: Any = None):
         if key not in d or d[key] is None:
             return default
-        return convert(d[key], path + (key,))
+        return self.problems.recover(path + (key,), convert, d[key], path + (key,),
+                                     fallback=default)
 
     # -- sections --------------------------------------------------------------------------
     def spec(self, raw: Any, runs_dir: str | Path | None, executor: str | None) -> m.Spec:
@@ -198,40 +218,37 @@ class _Validator:
             raise BadInput("the spec is empty; expected a mapping with at least name, command, "
                            "search and objective", self.file, 1)
         top = self.mapping(raw, (), TOP_KEYS)
-        for key in ("name", "command", "search", "objective"):
-            if key not in top:
-                raise self.fail((), f"missing required key '{key}'")
-        name = self.string(top["name"], ("name",))
-        if not NAME_RE.fullmatch(name):
-            raise self.fail(("name",), "expected a name of letters, digits, '.', '_' or '-', "
-                                       "starting with a letter or digit (it names a "
-                                       f"directory); got {checks.shown(name)}")
-        command = self.string(top["command"], ("command",), allowed="\n\t")
-        objectives = self.objectives(top["objective"], ("objective",))
-        search = self.search(top["search"], ("search",), len(objectives), name)
+        self.require(top, (), ("name", "command", "search", "objective"))
+        broken, recover = self.problems.broken, self.problems.recover
+        name = self.take(top, "name", (), self.name)
+        command = self.take(top, "command", (), lambda v, p: self.string(v, p, allowed="\n\t"))
+        objectives = self.take(top, "objective", (), self.objectives)
+        written = top.get("objective")
+        search = self.take(top, "search", (), lambda v, p: self.search(
+            v, p, len(written) if isinstance(written, list) else 1,
+            "" if name is FAILED else name))
         resources = self.optional(top, "resources", (), lambda v, p: self.resources(
-            v, p, search.space), m.Resources())
-        self.check_template(command, search, {param for _, param in resources.per_trial})
-        self.check_strategy_objectives(search, objectives)
+            v, p, None if broken(("search",)) else search.space), m.Resources())
+        if not broken(("command",), ("search",), ("resources",)):
+            recover(("command",), self.check_template, command, search,
+                    {param for _, param in resources.per_trial})
+        if not broken(("search",), ("objective",)):
+            recover(("search", "strategy"), self.check_strategy_objectives, search, objectives)
         workdir = self.optional(top, "workdir", (), self.path, self.base_dir)
         if runs_dir is not None:
             runs = Path(runs_dir).absolute()
         else:
             runs = self.optional(top, "runs_dir", (), self.path, default_runs_dir())
         env = self.optional(top, "env", (), self.env, ())
-        spec = m.Spec(
-            name=name, command=command, workdir=workdir, runs_dir=runs, search=search,
-            objectives=objectives,
-            resources=resources,
-            retries=self.optional(top, "retries", (), self.retries, m.Retries()),
-            checkpoints=self.optional(top, "checkpoints", (), self.checkpoints, m.Checkpoints()),
-            executor=self.optional(top, "executor", (), self.executor, m.Executor()),
-            launcher=self.optional(top, "launcher", (), self.launcher, m.Launcher()),
-            container=self.optional(top, "container", (), self.container, m.Container()),
-            placement=self.optional(top, "placement", (), self.placement, m.Placement()),
-            env=env, raw=raw,
-            share=self.choice(top.get("share", "private"), ("share",), m.SHARES, "share"),
-        )
+        parts = {key: self.optional(top, key, (), getattr(self, key), getattr(m, key.title())())
+                 for key in ("retries", "checkpoints", "executor", "launcher", "container",
+                             "placement")}
+        share = recover(("share",), self.choice, top.get("share", "private"), ("share",),
+                        m.SHARES, "share")
+        self.problems.raise_found()  # the checks below read the spec as a whole
+        spec = m.Spec(name=name, command=command, workdir=workdir, runs_dir=runs,
+                      search=search, objectives=objectives, resources=resources, env=env,
+                      raw=raw, share=share, **parts)
         found = checks.pilots_fit(spec.resources, spec.executor.pilots, spec.slot())
         if found:
             keys, problem = found
@@ -246,6 +263,14 @@ class _Validator:
         if found:
             raise self.fail(*found)
         return spec
+
+    def name(self, value: Any, path: KeyPath) -> str:
+        name = self.string(value, path)
+        if not NAME_RE.fullmatch(name):
+            raise self.fail(path, "expected a name of letters, digits, '.', '_' or '-', "
+                                  "starting with a letter or digit (it names a "
+                                  f"directory); got {checks.shown(name)}")
+        return name
 
     def path(self, value: Any, path: KeyPath) -> Path:
         p = Path(self.string(value, path)).expanduser()
@@ -264,26 +289,17 @@ class _Validator:
         return tuple(out)
 
     def search(self, value: Any, path: KeyPath, objectives: int, name: str = "") -> m.Search:
+        """FAILED where the strategy or the space is (each other key is still checked)."""
         d = self.mapping(value, path, SEARCH_KEYS)
-        for key in ("strategy", "space"):
-            if key not in d:
-                raise self.fail(path, f"missing required key '{key}'")
-        strategy = choose_name(self, self.string(d["strategy"], path + ("strategy",)),
-                               path + ("strategy",), m.STRATEGIES, "strategy")
-        space = space_spec(self, d["space"], path + ("space",), strategy)
+        self.require(d, path, ("strategy", "space"))
+        broken, problems = self.problems.broken, self.problems
+        strategy = self.take(d, "strategy", path, lambda v, p: choose_name(
+            self, self.string(v, p), p, m.STRATEGIES, "strategy"))
+        space = self.take(d, "space", path, lambda v, p: space_spec(
+            self, v, p, "" if strategy is FAILED else strategy))
         parallel = self.optional(d, "parallel", path, lambda v, p: self.integer(v, p, 1), 1)
         seed = self.optional(d, "seed", path, lambda v, p: self.integer(v, p, 0), None)
         trials = self.optional(d, "trials", path, lambda v, p: self.integer(v, p, 1), None)
-        if strategy == "grid":
-            from hpsearch.search.grid import grid_size  # only the combinations that exist
-            size = grid_size(space)
-            trials = size if trials is None else min(trials, size)
-        elif trials is None:
-            raise self.fail(path, f"missing required key 'trials' (how many trials the "
-                                  f"{strategy} search runs; only grid may omit it)")
-        if not any(p.kind != "fixed" for p in space):
-            raise self.fail(path + ("space",), "expected at least one parameter to search "
-                                               "(float, int or categorical); all are fixed")
         pruner = self.optional(d, "pruner", path, lambda v, p: pruner_spec(self, v, p,
                                                                              objectives),
                                m.Pruner())
@@ -291,12 +307,28 @@ class _Validator:
                                  lambda v, p: limits.max_failures(self, v, p),
                                  m.MaxFailures())
         budget = self.optional(d, "timeout", path, lambda v, p: limits.timeout(self, v, p))
+        if strategy is FAILED or space is FAILED or broken(path + ("space",)):
+            return FAILED  # enqueue, warm_start and the rest read them
+        if strategy == "grid":
+            from hpsearch.search.grid import grid_size  # only the combinations that exist
+            size = grid_size(space)
+            trials = size if trials is None else min(trials, size)
+        elif trials is None and not broken(path + ("trials",)):
+            problems.note(self.fail(path, f"missing required key 'trials' (how many trials the "
+                                          f"{strategy} search runs; only grid may omit it)"))
+            problems.skip(path + ("trials",))
+        if not any(p.kind != "fixed" for p in space):
+            problems.note(self.fail(path + ("space",), "expected at least one parameter to "
+                                    "search (float, int or categorical); all are fixed"))
+            problems.skip(path + ("space",))
         points = self.optional(d, "enqueue", path, lambda v, p: known_points.enqueue(
             self, v, p, space, strategy), ())
         warm = self.optional(d, "warm_start", path, lambda v, p: known_points.warm_start(
             self, v, p, strategy, name), ())
-        reproducible = self.optional(d, "reproducible", path, lambda v, p: limits.reproducible(
-            self, v, p, seed, pruner), False)
+        reproducible = False
+        if not broken(path + ("seed",), path + ("pruner",)):
+            reproducible = self.optional(d, "reproducible", path, lambda v, p: (
+                limits.reproducible(self, v, p, seed, pruner)), False)
         return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
                         space=space, pruner=pruner, max_failures=failures, timeout=budget,
                         enqueue=points, warm_start=warm, reproducible=reproducible)
@@ -308,18 +340,23 @@ class _Validator:
         out: list[m.Objective] = []
         for i, item in enumerate(items):
             ipath = path + (i,) if isinstance(value, list) else path
-            d = self.mapping(item, ipath, OBJECTIVE_KEYS)
-            if "metric" not in d:
-                raise self.fail(ipath, "missing required key 'metric'")
-            metric = self.string(d["metric"], ipath + ("metric",))
-            direction = d.get("direction", "minimize")
-            if direction not in m.DIRECTIONS:
-                raise self.fail(ipath + ("direction",), f"expected minimize or maximize; "
-                                                        f"got {checks.shown(direction)}")
-            if any(o.metric == metric for o in out):
-                raise self.fail(ipath + ("metric",), f"duplicate objective metric '{metric}'")
-            out.append(m.Objective(metric, direction))
+            found = self.problems.recover(ipath, self.objective, item, ipath, out)
+            if found is not FAILED:
+                out.append(found)
         return tuple(out)
+
+    def objective(self, item: Any, ipath: KeyPath, earlier: list[m.Objective]) -> m.Objective:
+        d = self.mapping(item, ipath, OBJECTIVE_KEYS)
+        if "metric" not in d:
+            raise self.fail(ipath, "missing required key 'metric'")
+        metric = self.string(d["metric"], ipath + ("metric",))
+        direction = d.get("direction", "minimize")
+        if direction not in m.DIRECTIONS:
+            raise self.fail(ipath + ("direction",), f"expected minimize or maximize; "
+                                                    f"got {checks.shown(direction)}")
+        if any(o.metric == metric for o in earlier):
+            raise self.fail(ipath + ("metric",), f"duplicate objective metric '{metric}'")
+        return m.Objective(metric, direction)
 
     def check_template(self, command: str, search: m.Search, sizing: set[str]) -> None:
         """`sizing`: parameters that size a trial (resources), which the command may leave
@@ -354,9 +391,14 @@ class _Validator:
                                                     "tpe or gp for several")
 
     def resources(self, value: Any, path: KeyPath,
-                  space: tuple[m.Param, ...] = ()) -> m.Resources:
+                  space: tuple[m.Param, ...] | None = ()) -> m.Resources:
+        """`space` None: search.space had a problem, so a "{name}" value is not checked."""
         d = self.mapping(value, path, RESOURCE_KEYS)
-        sized, per_trial = trial_resources.per_trial(self, d, path, space, self.resource_field)
+        if space is None:
+            d = {k: v for k, v in d.items()
+                 if not trial_resources.REFERENCE_RE.fullmatch(str(v))}
+        sized, per_trial = trial_resources.per_trial(self, d, path, space or (),
+                                                     self.resource_field)
         own = {k: sized[k] if k in sized else self.optional(d, k, path, self.resource_field(k),
                                                             getattr(m.Resources, k))
                for k in m.PER_TRIAL_FIELDS}
@@ -522,7 +564,7 @@ class _Validator:
         runtime = self.choice(d.get("runtime", "none"), path + ("runtime",), m.RUNTIMES,
                               "container runtime")
         image = self.optional(d, "image", path, self.string)
-        if runtime != "none" and image is None:
+        if runtime != "none" and d.get("image") is None:
             raise self.fail(path, f"missing required key 'image' for the {runtime} runtime")
         env = self.optional(d, "env", path, self.strings, ())
         for i, name in enumerate(env):
