@@ -41,3 +41,24 @@ def test_messages_without_a_file_have_no_input_placeholder():
     assert str(BadInput("runs dir /x is not a folder")) == "runs dir /x is not a folder"
     assert str(BadInput("bad", "s.yaml", 3, "search.trials")) == "s.yaml:3: search.trials: bad"
     assert str(BadInput("bad", key="--logdir")) == "--logdir: bad"
+
+
+def test_a_program_path_that_is_missing_or_not_executable_is_refused_with_its_line(cli):
+    """A command that starts with a path of its own (`./train.sh`) runs from the workdir on
+    the local executor: a missing or non-executable one failed every launch with exit 127 or
+    126; now exit 2 at the command's line, before anything is made."""
+    script = cli.cwd / "train.sh"
+    script.write_text("#!/bin/sh\necho \"@hpsearch step=0 loss=$2\"\n")
+    text = "name: prog\ncommand: {cmd} --x {{x}}\n" \
+           "search: {{strategy: grid, space: {{x: {{choices: [1, 2]}}}}}}\n" \
+           "objective: {{metric: loss}}\n"
+    typo = cli.write_spec(text.format(cmd="./trian.sh"), "typo.yaml")
+    proc = cli("validate", typo, check=2)
+    assert "typo.yaml:2: command: ./trian.sh is not a file in" in proc.stderr, proc.stderr
+    plain = cli.write_spec(text.format(cmd="./train.sh"), "plain.yaml")
+    proc = cli("submit", plain, check=2)
+    assert "plain.yaml:2: command: ./train.sh is not executable in" in proc.stderr
+    assert "chmod +x" in proc.stderr and not (cli.runs / "prog").exists()
+    script.chmod(0o755)
+    cli("submit", plain, check=0)
+    cli("validate", cli.write_spec(text.format(cmd="echo"), "bare.yaml"), check=0)  # on PATH

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -67,7 +68,9 @@ def check_here(spec: m.Spec, file: str | Path) -> None:
     """What `submit`, `validate` and `plan` check on this machine before the first trial,
     so that a typo does not fail every launch (issue 38): the workdir is a folder here, and
     on the local executor a script the command runs through `{python}` is in it. BadInput
-    at the key's line. Not for specs read back from a store (another host may lack them)."""
+    at the key's line. Not for specs read back from a store (another host may lack them).
+    A command that starts with a path (`./train.sh`) must be an executable file there too,
+    unless it runs in a container (the path may be the image's)."""
     lines = load_yaml_with_lines(spec.text, str(file))[1] if spec.text else {}
     if not spec.workdir.is_dir():
         given = ("workdir",) in lines
@@ -82,6 +85,20 @@ def check_here(spec: m.Spec, file: str | Path) -> None:
         raise BadInput(f"{match.group(1)} is not a file in {spec.workdir}, where the trials "
                        "run `{python} " + match.group(1) + "`; check its name and workdir",
                        str(file), lines.get(("command",)), "command")
+    program = _PROGRAM.match(spec.command)
+    if program is None or spec.container.runtime != "none":  # a path in the image, maybe
+        return
+    path = spec.workdir / program.group(1)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        what = "not executable" if path.is_file() else "not a file"
+        raise BadInput(f"{program.group(1)} is {what} in {spec.workdir}, where the trials "
+                       "start their command with it; check its name, its mode (chmod +x) and "
+                       "workdir", str(file), lines.get(("command",)), "command")
+
+
+# A command that starts with a path of its own (`./train.sh`, `/opt/x/bin/train`), no
+# placeholder or shell character in it: the local executor runs it from the workdir.
+_PROGRAM = re.compile(r"\s*((?:\.{1,2}/|/)[^\s{};|&<>'\"$`()*?\[\]]+)(?=\s|$)")
 
 
 def parse_spec(text: str, file: str, base_dir: Path, runs_dir: str | Path | None = None,
