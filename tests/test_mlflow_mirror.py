@@ -75,7 +75,7 @@ def _assert_mlflow_is_the_store(uri: str, runs: Path, name: str, experiment: str
     client = MlflowClient(tracking_uri=uri)
     for t in trials:
         row = frame[frame["tags.hpsearch_trial"] == str(t.id)].iloc[0]
-        assert row["tags.mlflow.runName"] == f"trial-{t.id}"
+        assert row["tags.mlflow.runName"] == f"trial-{t.id:05d}"  # sorts as numbers
         assert {k: row[f"params.{k}"] for k in t.params} == {k: str(v) for k, v
                                                              in t.params.items()}
         assert row["status"] == STATUS[t.state]
@@ -155,7 +155,7 @@ def _get(base: str, path: str, body: dict | None = None):
 def test_mlflows_ui_lists_the_runs_with_their_params(cli, capsys, empty_db):
     """A real `mlflow server` on the mirror: its REST API has the 8 runs; in headless
     Chromium (MLflow's UI is a JS app, and --dump-dom gives the page as its scripts left it)
-    the experiment's runs page lists trial-0 ... trial-7, and a run's page shows its params
+    the experiment's runs page lists trial-00000 ... trial-00007, and a run's page shows its params
     and the hpsearch_state tag."""
     run_search(cli)
     uri = _db(cli, empty_db)
@@ -183,17 +183,17 @@ def test_mlflows_ui_lists_the_runs_with_their_params(cli, capsys, empty_db):
         found = json.loads(_get(base, "/api/2.0/mlflow/runs/search",
                                 {"experiment_ids": [experiment_id]}))["runs"]
         names = {r["info"]["run_name"]: r for r in found}
-        assert sorted(names) == [f"trial-{i}" for i in range(8)]
+        assert sorted(names) == [f"trial-{i:05d}" for i in range(8)]
 
         page = _text(_browse(cli, f"{base}/#/experiments/{experiment_id}/runs",
                              "--dump-dom"))
         assert "8 matching runs" in page, page
         for i in range(8):
-            assert f"trial-{i}" in page, page
-        run = names["trial-0"]["info"]["run_id"]  # x=1, lr=0.01: completed
+            assert f"trial-{i:05d}" in page, page
+        run = names["trial-00000"]["info"]["run_id"]  # x=1, lr=0.01: completed
         page = _text(_browse(cli, f"{base}/#/experiments/{experiment_id}/runs/{run}",
                              "--dump-dom"))
-        for shown in ("trial-0", "Parameters", "lr", "0.01", "hpsearch_state", "completed",
+        for shown in ("trial-00000", "Parameters", "lr", "0.01", "hpsearch_state", "completed",
                       "Finished"):
             assert shown in page, (shown, page)
     finally:

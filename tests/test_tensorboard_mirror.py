@@ -34,7 +34,7 @@ _store = store_curves
 
 
 def _run(logdir: Path, trial: int):
-    return ea.EventAccumulator(str(logdir / str(trial)),
+    return ea.EventAccumulator(str(logdir / f"{trial:05d}"),  # named as the trial dir
                                size_guidance={ea.TENSORS: 0}).Reload()
 
 
@@ -46,7 +46,7 @@ def _hparams(acc) -> dict:
 
 def _assert_logdir_is_the_store(logdir: Path, runs: Path, name: str) -> None:
     trials, curves = _store(runs, name)
-    assert sorted(int(p.name) for p in logdir.iterdir() if p.is_dir()) == [t.id for t in trials]
+    assert sorted(p.name for p in logdir.iterdir() if p.is_dir()) == [f"{t.id:05d}" for t in trials]
     for t in trials:
         acc = _run(logdir, t.id)
         for metric in ("loss", "acc"):
@@ -57,8 +57,12 @@ def _assert_logdir_is_the_store(logdir: Path, runs: Path, name: str) -> None:
                 [v for _, v in sorted(curves[t.id][metric].items())], rel=1e-6)  # float32
         data = _hparams(acc)
         start = data[metadata.SESSION_START_INFO_TAG].session_start_info
-        assert start.group_name == str(t.id)
-        assert {k: v.number_value for k, v in start.hparams.items()} == t.params
+        assert start.group_name == f"{t.id:05d}"
+        assert {k: v.number_value for k, v in start.hparams.items() if k == "lr"} == \
+            {"lr": t.params["lr"]}
+        # integer choices (x; steps, fixed) as text: TensorBoard shows 3 as 3.0000
+        assert {k: start.hparams[k].string_value for k in ("x", "steps")} == \
+            {k: str(t.params[k]) for k in ("x", "steps")}
         end = data[metadata.SESSION_END_INFO_TAG].session_end_info
         assert api_pb2.Status.Name(end.status) == STATUS[t.state]
     assert {t.state for t in trials} == {"completed", "failed", "pruned"}
@@ -66,11 +70,12 @@ def _assert_logdir_is_the_store(logdir: Path, runs: Path, name: str) -> None:
     config = metadata.parse_experiment_plugin_data(
         root.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.EXPERIMENT_TAG])
     assert [h.name for h in config.hparam_infos] == ["x", "lr", "steps"]
-    assert [v.number_value for v in config.hparam_infos[0].domain_discrete.values] == \
-        [1, 2, 3, 9]
+    assert [v.string_value for v in config.hparam_infos[0].domain_discrete.values] == \
+        ["1", "2", "3", "9"]
     assert (config.hparam_infos[1].domain_interval.min_value,
             config.hparam_infos[1].domain_interval.max_value) == (0.01, 0.02)
-    assert [m.name.tag for m in config.metric_infos] == ["loss", "acc"]
+    assert [m.name.tag for m in config.metric_infos] == ["loss", "acc", "node_hours",
+                                                        "gpu_hours", "wall_s"]
 
 
 def _fingerprint(path: Path):
@@ -85,7 +90,7 @@ def test_a_finished_search_mirrors_once_and_reads_back(cli):
     logdir = cli.cwd / "tb"
     first = cli("tensorboard", "interop", "--logdir", "tb", check=0)
     points = sum(len(steps) for curve in _store(cli.runs, "interop")[1].values()
-                 for steps in curve.values())
+                 for steps in curve.values()) + 8 * 3  # and node_hours, gpu_hours, wall_s
     assert first.stdout == \
         f"interop: 8 runs in {logdir} (8 added, 0 updated, {points} points)\n"
     files = sorted(p for p in logdir.rglob("*") if p.is_file())
@@ -172,7 +177,8 @@ def test_tensorboards_hparams_dashboard_lists_every_trial(cli):
         assert sorted(shown) == [t.id for t in trials]
         for t in trials:
             group = shown[t.id]
-            assert group["hparams"] == t.params
+            assert group["hparams"] == {**t.params, "x": str(t.params["x"]),
+                                        "steps": str(t.params["steps"])}
             assert group["sessions"][0]["status"] == STATUS[t.state]
             loss = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}["loss"]
             assert loss == curves[t.id]["loss"][max(curves[t.id]["loss"])]

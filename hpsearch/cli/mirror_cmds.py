@@ -20,8 +20,9 @@ def register(sub) -> None:
     p = add_command(sub, "tensorboard", "Write an experiment into a TensorBoard log directory "
                     "(again: only what changed): a run per trial with its metrics by step, "
                     "and TensorBoard's HParams dashboard of every trial's parameters and "
-                    "metrics. Needs pip install 'hpsearch[tensorboard]'. hpsearch's own store "
-                    "is only read.",
+                    "metrics, with what each trial cost (gpu_hours, node_hours, wall_s, "
+                    "parallel_efficiency) and its rung. Needs pip install "
+                    "'hpsearch[tensorboard]'. hpsearch's own store is only read.",
                     "  hpsearch tensorboard quadratic --logdir tb/quadratic\n"
                     "  hpsearch tensorboard quadratic --logdir tb/quadratic --follow   "
                     "# kept up to date while the search runs\n"
@@ -29,12 +30,14 @@ def register(sub) -> None:
                     tensorboard)
     p.add_argument("name")
     p.add_argument("--logdir", type=Path, required=True, help="the log directory (made where "
-                   "missing; its folder must exist), LOGDIR/<trial id>/ a run per trial")
+                   "missing, with its parents), LOGDIR/<trial>/ a run per trial, named as "
+                   "its trial dir (00002)")
     _add_follow(p)
     p = add_command(sub, "mlflow", "Write an experiment into an MLflow tracking store (again: "
                     "only what changed): one MLflow experiment, a run per trial with its "
-                    "params, metrics by step, state as tags and run status. Needs pip install "
-                    "'hpsearch[mlflow]'. hpsearch's own store is only read.",
+                    "params, metrics by step, what it cost (gpu_hours, node_hours, wall_s, "
+                    "parallel_efficiency) and its rung, state as tags and run status. Needs "
+                    "pip install 'hpsearch[mlflow]'. hpsearch's own store is only read.",
                     "  hpsearch mlflow quadratic --tracking-uri sqlite:///mlflow.db\n"
                     "  hpsearch mlflow quadratic --tracking-uri sqlite:///mlflow.db --follow\n"
                     "  hpsearch mlflow quadratic --tracking-uri mlruns "
@@ -74,21 +77,24 @@ def tensorboard(args) -> int:
     if not _needs("tensorboard", "tensorboard"):
         return EXIT_BAD_INPUT
     from hpsearch.interop import tensorboard_mirror
+    from hpsearch.report.mirror_values import mirror_values
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
     logdir = args.logdir.absolute()
-    return _sync(args, exp_dir, lambda view: tensorboard_mirror.sync(view, logdir),
-                 f"in {logdir}")
+    return _sync(args, exp_dir, lambda view: tensorboard_mirror.sync(
+        view, logdir, mirror_values(exp_dir, view)), f"in {logdir}")
 
 
 def mlflow(args) -> int:
     if not _needs("mlflow", "mlflow"):
         return EXIT_BAD_INPUT
     from hpsearch.interop import mlflow_mirror
+    from hpsearch.report.mirror_values import mirror_values
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
     client = mlflow_mirror.open_client(args.tracking_uri)
     name = args.experiment_name or args.name
-    return _sync(args, exp_dir, lambda view: mlflow_mirror.sync(view, client, name),
-                 f"in MLflow experiment '{name}' of {args.tracking_uri}")
+    return _sync(args, exp_dir, lambda view: mlflow_mirror.sync(
+        view, client, name, mirror_values(exp_dir, view)),
+        f"in MLflow experiment '{name}' of {args.tracking_uri}")
 
 
 def _sync(args, exp_dir: Path, sync: Callable[[Any], Any], where: str) -> int:

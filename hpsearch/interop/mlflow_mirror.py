@@ -1,8 +1,11 @@
 """Mirror an experiment into an MLflow tracking store (`hpsearch mlflow`).
 
 One MLflow experiment (named after the hpsearch experiment, or as given), one run per trial
-(named `trial-<id>`, tagged `hpsearch_trial=<id>`): the trial's parameters as params, every
-reported metric by step (`log_batch`), its hpsearch state and bookkeeping as tags
+(named `trial-` and its trial dir's name, `trial-00002`, so that names sort as numbers;
+tagged `hpsearch_trial=<id>`): the trial's parameters as params, every reported metric by
+step (`log_batch`), once it is not in flight what it cost and its rung as metrics at its
+last reported step (`values`: hpsearch.report.mirror_values; logged again where they
+changed), its hpsearch state and bookkeeping as tags
 (`hpsearch_state`, `hpsearch_attempts`, `hpsearch_job_id`, `hpsearch_error`,
 `hpsearch_trial_dir`), its first start and last end as the run's start and end times, and
 a run status mapped from its state (RUN_STATUS). Written through `MlflowClient` only (no
@@ -12,7 +15,8 @@ Idempotent, with MLflow itself as the record of what was written: a sync finds t
 their `hpsearch_trial` tag, creates those missing, and for the others logs only the steps
 beyond the last one MLflow holds for each metric (`get_metric_history`; the last report of
 a step wins, as in the Optuna mirror), changed tags, and the status. A run whose status is
-final and whose `hpsearch_state` tag is the store's state is left alone. Unlike Optuna's
+final, whose `hpsearch_state` tag is the store's state and whose values are MLflow's is
+left alone. Unlike Optuna's
 storages, MLflow lets a run's status change again: a paused trial promoted after the
 search was resumed goes back to RUNNING. Params never change (MLflow refuses it; a trial's
 parameters never change either). One sync at a time per MLflow experiment: two at once may
@@ -32,7 +36,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ from hpsearch.errors import BadInput, HpsearchError
 from hpsearch.interop.store_view import MetricRow, StoreView
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.store import rows as r
+from hpsearch.store.runs import trial_name
 
 TRIAL_TAG = "hpsearch_trial"
 STATE_TAG = "hpsearch_state"
@@ -106,8 +111,10 @@ def open_client(value: str):
     return client
 
 
-def sync(view: StoreView, client, experiment_name: str) -> SyncResult:
-    """Bring the MLflow experiment `experiment_name` up to date with `view` (idempotent)."""
+def sync(view: StoreView, client, experiment_name: str,
+         values: Mapping[int, Mapping[str, float]] | None = None) -> SyncResult:
+    """Bring the MLflow experiment `experiment_name` up to date with `view` (idempotent);
+    `values`: trial id -> what it cost and its rung (hpsearch.report.mirror_values)."""
     from mlflow.entities import Param, RunTag
 
     experiment_id = _experiment(client, experiment_name, view)
@@ -120,19 +127,23 @@ def sync(view: StoreView, client, experiment_name: str) -> SyncResult:
         times = trial_times(trial, view.attempts_of(trial.id))
         run = mirrored.get(trial.id)
         created = run is None
+        own = {} if trial.state in r.IN_FLIGHT or values is None else values.get(trial.id, {})
         if run is None:
             run = client.create_run(experiment_id, start_time=_ms(times.started or trial.created),
-                                    tags=tags, run_name=f"trial-{trial.id}")
+                                    tags=tags, run_name=f"trial-{trial_name(trial.id)}")
             _log(client, run.info.run_id, params=[Param(k, _text(v)) for k, v
                                                   in trial.params.items()])
             logged: dict[str, int] = {}
             added += 1
         elif run.info.status == status and status in FINAL \
-                and run.data.tags.get(STATE_TAG) == trial.state:
+                and run.data.tags.get(STATE_TAG) == trial.state \
+                and all(run.data.metrics.get(k) == v for k, v in own.items()):
             continue  # final, as the store has it
         else:
             logged = _logged_steps(client, run.info.run_id, view.metrics_of(trial.id))
         new = _new_points(view.metrics_of(trial.id), logged, times.started or trial.created)
+        new += _changed_values(own, run.data.metrics, view.metrics_of(trial.id),
+                               times.finished or time.time())
         changed = [RunTag(k, v) for k, v in tags.items() if run.data.tags.get(k) != v]
         _log(client, run.info.run_id, metrics=new, tags=changed)
         if run.info.status != status:
@@ -202,6 +213,16 @@ def _new_points(metrics: list[MetricRow], logged: dict[str, int], started: float
     return [Metric(m.name, m.value, _ms(m.time if m.time is not None else started), m.step)
             for m in sorted(last.values(), key=lambda m: (m.step, m.name))
             if m.step > logged.get(m.name, -1)]
+
+
+def _changed_values(own: Mapping[str, float], have: Mapping[str, float],
+                    metrics: list[MetricRow], finished: float) -> list:
+    """MLflow Metrics for the trial's values (cost, rung) that MLflow does not hold as its
+    latest, at its last reported step and the time it ended."""
+    from mlflow.entities import Metric
+
+    at = max((m.step for m in metrics), default=0)
+    return [Metric(k, v, _ms(finished), at) for k, v in own.items() if have.get(k) != v]
 
 
 def _log(client, run_id: str, metrics: Sequence = (), params: Sequence = (),

@@ -3,7 +3,9 @@
   number               the hpsearch trial id
   params               the trial's parameters, each with its distribution from the spec's
                        space (a fixed parameter: a one-choice CategoricalDistribution)
-  values               the objective values (COMPLETE trials only), in spec order
+  values               the objective values (COMPLETE trials), in spec order; a paused
+                       trial's value at its rung once it is PRUNED (single objective: as
+                       Optuna gives a pruned trial its last intermediate value)
   intermediate_values  the first objective's reports, step -> value
   user_attrs           every other metric's last reported value, by metric name, and
                        hpsearch_trial, hpsearch_state, hpsearch_attempts, hpsearch_job_id,
@@ -14,7 +16,9 @@
                        attempts: retries, promotion segments); for a trial that reported
                        per-rank timing, hpsearch_ranks, _step_s, _load_balance,
                        _comm_efficiency, _parallel_efficiency, _throughput(_unit), _speedup
-                       and _scaling_efficiency (docs/scaling.md)
+                       and _scaling_efficiency (docs/scaling.md); in promotion mode,
+                       hpsearch_rung (its last segment's) and hpsearch_rung_value (the
+                       objective's value there: what a paused trial waits with)
   datetime_start/_complete  its first attempt's start and last attempt's end (local time,
                        as Optuna's own), so Optuna's duration spans every segment and the
                        pauses between them (hpsearch.interop.trial_times)
@@ -129,7 +133,12 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
     if timed is not None:
         user_attrs.update({f"hpsearch_{name}": value for name, value in timed.columns().items()
                            if value is not None})
+    if t.rung is not None:  # promotion mode
+        user_attrs.update(hpsearch_rung=t.rung, hpsearch_rung_value=t.rung_value)
     values = t.objective_values if state == o.trial.TrialState.COMPLETE else None
+    if t.state == r.PAUSED and state == o.trial.TrialState.PRUNED and t.rung_value \
+            is not None and len(objectives) == 1:
+        values = [t.rung_value]
     if state == o.trial.TrialState.COMPLETE and values is None:
         state = o.trial.TrialState.FAIL  # completed without values: cannot be COMPLETE
     start = None if state == o.trial.TrialState.WAITING else \

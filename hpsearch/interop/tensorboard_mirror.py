@@ -5,10 +5,13 @@ configuration at the root):
 
   LOGDIR/events.out.tfevents.0000000000.hpsearch-config   the HParams experiment config: each
                         parameter with its domain from the spec's space, each metric
-  LOGDIR/<trial id>/events.out.tfevents.<time>.<host>.hpsearch   one event file per trial:
-                        the HParams session start (its parameters), every reported metric as
-                        a scalar by step, and once the trial has ended, the session end (its
-                        status)
+  LOGDIR/<trial>/events.out.tfevents.<time>.<host>.hpsearch   one event file per trial, in
+                        a run named as its trial dir (00002: runs sort as numbers): the
+                        HParams session start (its parameters; integer choices as text, as
+                        TensorBoard has no integer type and shows 16 as 16.000), every
+                        reported metric as a scalar by step, once it is not in flight what
+                        it cost and its rung (`values`: hpsearch.report.mirror_values), at
+                        its last reported step, and once it has ended, the session end
   LOGDIR/.hpsearch-tensorboard.json   what was written (private; see Idempotent)
 
 Written with what the tensorboard package ships and runs without TensorFlow: the summaries
@@ -29,8 +32,11 @@ the price: a sync killed between its writes and its state file may write those p
 over. One sync at a time per log directory (a lock file refuses a second).
 
 States: completed -> STATUS_SUCCESS; failed, cancelled, pruned -> STATUS_FAILURE (pruned:
-stopped before its last step); paused: ended (STATUS_FAILURE) once the experiment has ended;
-queued, submitting, running: no session end yet (the dashboard shows it running).
+stopped before its last step); paused (promotion: it waits at a rung, and may be promoted
+even after the search ended, by `hpsearch finish`), queued, submitting, running: no session
+end (the dashboard's STATUS_UNKNOWN; TensorBoard keeps a run's first session end, so one
+written for a paused trial could never become its success). A paused trial's rung and value
+there are its `rung` and `rung_value` metrics.
 
 hpsearch's store is only read (hpsearch.interop.store_view).
 """
@@ -45,7 +51,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -56,6 +62,7 @@ from hpsearch.interop.trial_times import trial_times
 from hpsearch.spec.model import Param
 from hpsearch.store import rows as r
 from hpsearch.store.atomic import replace_file
+from hpsearch.store.runs import trial_name
 from hpsearch.store.trusted import Untrusted, read_trusted
 
 STATE_FILE = ".hpsearch-tensorboard.json"
@@ -75,32 +82,35 @@ class SyncResult:
     points: int     # scalar points written
 
 
-def sync(view: StoreView, logdir: Path) -> SyncResult:
-    """Bring `logdir` up to date with `view` (idempotent; see the module docstring). Raises
-    BadInput if another sync holds the log directory."""
+def sync(view: StoreView, logdir: Path,
+         values: Mapping[int, Mapping[str, float]] | None = None) -> SyncResult:
+    """Bring `logdir` up to date with `view` (idempotent; see the module docstring); `values`:
+    trial id -> what it cost and its rung (hpsearch.report.mirror_values). Raises BadInput
+    if another sync holds the log directory."""
     logdir = Path(logdir)
+    values = values or {}
     _mkdir_private(logdir)
     with _locked(logdir):
         state = _read_state(logdir)
-        _write_config(view, logdir, state)
+        _write_config(view, logdir, state, values)
         added = updated = points = 0
-        running = view.experiment.status == "running"
         for trial in view.trials:
             key = str(trial.id)
             fresh = key not in state["trials"]
             if fresh:
                 state["trials"][key] = _new_run(logdir, trial, view)
                 added += 1
-            written, end = _append(logdir, trial, view, state["trials"][key], running)
+            written, end = _append(logdir, trial, view, state["trials"][key],
+                                   values.get(trial.id, {}))
             points += written
             updated += int(not fresh and (written > 0 or end))
         _write_state(logdir, state)
     return SyncResult(len(view.trials), added, updated, points)
 
 
-def ended(state: str, experiment_running: bool) -> bool:
-    """Whether a trial in `state` gets its session end now."""
-    return state in SUCCESS + FAILURE or (state == r.PAUSED and not experiment_running)
+def ended(state: str) -> bool:
+    """Whether a trial in `state` gets its session end (a paused one never: see States)."""
+    return state in SUCCESS + FAILURE
 
 
 def _new_run(logdir: Path, trial: r.TrialRow, view: StoreView) -> dict[str, Any]:
@@ -109,34 +119,45 @@ def _new_run(logdir: Path, trial: r.TrialRow, view: StoreView) -> dict[str, Any]
 
     started = trial_times(trial, view.attempts_of(trial.id)).started or trial.created
     name = f"events.out.tfevents.{int(started):010d}.{socket.gethostname()}.hpsearch"
-    params = {k: _hparam_value(v) for k, v in trial.params.items()}
-    with _events(logdir, trial.id, name) as write:
-        write(hp.hparams_pb(params, trial_id=str(trial.id), start_time_secs=started),
+    space = {p.name: p for p in view.spec.search.space}
+    params = {k: _hparam_value(v, _as_text(space.get(k))) for k, v in trial.params.items()}
+    run = trial_name(trial.id)
+    with _events(logdir, run, name) as write:
+        write(hp.hparams_pb(params, trial_id=run, start_time_secs=started),
               step=0, wall_time=started)
-    return {"file": name, "steps": {}, "ended": False}
+    return {"file": name, "run": run, "steps": {}, "ended": False, "values": {}}
 
 
 def _append(logdir: Path, trial: r.TrialRow, view: StoreView, entry: dict[str, Any],
-            experiment_running: bool) -> tuple[int, bool]:
-    """Append the trial's points beyond those written, and its session end if it has ended
-    and that was not written yet. Returns (points written, session end written)."""
+            values: Mapping[str, float]) -> tuple[int, bool]:
+    """Append the trial's points beyond those written, its `values` that changed once it is
+    not in flight, and its session end if it has ended and that was not written yet.
+    Returns (points written, session end written)."""
     from tensorboard.plugins.scalar.summary_v2 import scalar_pb
 
     steps: dict[str, int] = entry["steps"]
-    new = [m for m in _last_per_step(view.metrics_of(trial.id))
-           if m.step > steps.get(m.name, -1)]
-    end = ended(trial.state, experiment_running) and not entry["ended"]
-    if not new and not end:
+    reports = view.metrics_of(trial.id)
+    new = [m for m in _last_per_step(reports) if m.step > steps.get(m.name, -1)]
+    written: dict[str, float] = entry.setdefault("values", {})
+    changed = {} if trial.state in r.IN_FLIGHT else \
+        {k: v for k, v in values.items() if written.get(k) != v}
+    end = ended(trial.state) and not entry["ended"]
+    if not new and not changed and not end:
         return 0, False
-    with _events(logdir, trial.id, entry["file"]) as write:
+    # an entry of a state file written before runs were named as trial dirs: its run
+    with _events(logdir, entry.get("run", str(trial.id)), entry["file"]) as write:
         for m in new:
             write(scalar_pb(m.name, m.value), step=m.step, wall_time=m.time)
             steps[m.name] = max(m.step, steps.get(m.name, -1))
+        at = max((m.step for m in reports), default=0)  # beside its last report
+        for name, value in changed.items():
+            write(scalar_pb(name, value), step=at, wall_time=None)
+            written[name] = value
         if end:
             finished = trial_times(trial, view.attempts_of(trial.id)).finished or time.time()
             write(_session_end(trial.state, finished), step=0, wall_time=finished)
             entry["ended"] = True
-    return len(new), end
+    return len(new) + len(changed), end
 
 
 def _last_per_step(metrics: list[MetricRow]) -> list[MetricRow]:
@@ -158,7 +179,8 @@ def _session_end(state: str, finished: float):
     return summary
 
 
-def _write_config(view: StoreView, logdir: Path, state: dict[str, Any]) -> None:
+def _write_config(view: StoreView, logdir: Path, state: dict[str, Any],
+                  values: Mapping[int, Mapping[str, float]]) -> None:
     """(Re)write the root's HParams experiment config where it changed (a metric reported
     for the first time): TensorBoard keeps the first config of a run it has read, so the
     file is replaced, not appended to; a TensorBoard started before shows the new metrics
@@ -168,7 +190,8 @@ def _write_config(view: StoreView, logdir: Path, state: dict[str, Any]) -> None:
     params = _space_and_params(view)
     config = hp.hparams_config_pb(
         hparams=[hp.HParam(name, _domain(param)) for name, param in params.items()],
-        metrics=[hp.Metric(name) for name in view.metric_names],
+        metrics=[hp.Metric(name) for name in dict.fromkeys(
+            [*view.metric_names, *(k for v in values.values() for k in v)])],
         time_created_secs=view.experiment.created)
     digest = hashlib.sha256(config.SerializeToString(deterministic=True)).hexdigest()
     if state.get("config") == digest and (logdir / CONFIG_FILE).exists():
@@ -199,27 +222,41 @@ def _domain(param: Param | None):
         return hp.RealInterval(float(param.low), float(param.high))
     if param.kind == "int" and param.low is not None and param.high is not None:
         return hp.IntInterval(int(param.low), int(param.high))
-    values = list(param.choices) if param.kind == "categorical" else [param.value]
+    choices = _choices(param)
     try:
-        return hp.Discrete([_hparam_value(v) for v in values])
+        return hp.Discrete([_hparam_value(v, _as_text(param)) for v in choices])
     except ValueError:  # mixed types: TensorBoard takes one type per parameter
         return None
 
 
-def _hparam_value(value: Any) -> bool | int | float | str:
-    """A parameter value as the HParams plugin takes it (bool, number, string): anything
-    else as JSON."""
+def _choices(param: Param) -> list:
+    return list(param.choices) if param.kind == "categorical" else [param.value]
+
+
+def _as_text(param: Param | None) -> bool:
+    """Whether the parameter is a choice of integers: written as text ("16"), which the
+    HPARAMS table shows as it is, where a number shows as 16.000 (its one number type
+    is float64). Integer ranges stay numbers: an axis TensorBoard can scale and filter."""
+    return param is not None and param.kind in ("categorical", "fixed") and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in _choices(param))
+
+
+def _hparam_value(value: Any, as_text: bool = False) -> bool | int | float | str:
+    """A parameter value as the HParams plugin takes it (bool, number, string): an integer
+    choice as text (_as_text), anything else as JSON."""
+    if as_text and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     if isinstance(value, (bool, int, float, str)):
         return value
     return json.dumps(value, default=str)
 
 
 @contextlib.contextmanager
-def _events(logdir: Path, trial_id: int, name: str) -> Iterator:
+def _events(logdir: Path, run_name: str, name: str) -> Iterator:
     """write(summary, step, wall_time) appending Event records to the event file `name` in
     the trial's run folder (created 0600 with its file_version record first; neither it nor
     the folder through a link: _run_folder); flushed to disk when the block ends."""
-    with _run_folder(logdir / str(trial_id)) as run:
+    with _run_folder(logdir / run_name) as run:
         fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o600, dir_fd=run)
     with os.fdopen(fd, "ab") as fh:

@@ -60,9 +60,8 @@ def trial_budgets(trials: list[r.TrialRow], curves: dict[int, list], usage: list
     out = []
     for t in trials:
         node_h, gpu_h, ran = hours.get(t.id, [0.0, 0.0, 0])
-        rung = t.pruner_attrs.get("rung") if "rungs" in t.pruner_attrs else None
         out.append(TrialBudget(t.id, kind_of(t.state), len({s for s, _ in curves.get(t.id, [])}),
-                               node_h, gpu_h, int(ran), rung))
+                               node_h, gpu_h, int(ran), t.rung))
     return out
 
 

@@ -65,6 +65,18 @@ class TrialRow:
         return self.objective_values
 
     @property
+    def rung(self) -> int | None:
+        """Promotion mode: the rung of its current (or last) segment; None otherwise."""
+        return self.pruner_attrs.get("rung") if "rungs" in self.pruner_attrs else None
+
+    @property
+    def rung_value(self) -> float | None:
+        """Promotion mode: the first objective's value at that rung (what a paused trial
+        waits with, and is ranked by for a promotion); None until it has reached it."""
+        rung = self.rung
+        return None if rung is None else self.pruner_attrs["rungs"].get(str(rung))
+
+    @property
     def duration(self) -> float | None:
         if self.started is None:
             return None

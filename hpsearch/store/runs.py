@@ -48,7 +48,13 @@ def existing_experiment_dir(runs_dir: Path, name: str) -> Path:
 
 
 def trial_dir(exp_dir: Path, trial_id: int) -> Path:
-    return exp_dir / "trials" / f"{int(trial_id):05d}"
+    return exp_dir / "trials" / trial_name(trial_id)
+
+
+def trial_name(trial_id: int) -> str:
+    """A trial's folder name, and its run's in the mirrors: zero-padded, so that names sort
+    as numbers do (00002 before 00010)."""
+    return f"{int(trial_id):05d}"
 
 
 def list_experiments(runs_dir: Path) -> list[Path]:
