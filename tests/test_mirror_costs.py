@@ -17,6 +17,7 @@ import pytest
 import hpsearch
 from tests.helpers import read_store
 from tests.promotion_search import SEGMENTED, SPEC
+from tests.test_cost_objective import CHEAP
 
 ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 mlflow = pytest.importorskip("mlflow")
@@ -131,3 +132,24 @@ def _trials_dataframe_gives_paused_trials_their_rung_and_value(cli, searched):
             assert row["state"] == "PRUNED" and row["user_attrs_hpsearch_state"] == "paused"
             assert row["value"] == pytest.approx(t.rung_value)  # before: NaN
             assert row["user_attrs_hpsearch_rung_value"] == pytest.approx(t.rung_value)
+
+
+def test_a_cost_objective_is_the_objective_and_the_stores_reading_is_beside_it(cli):
+    """Objective gpu_hours, reported by no trial: TensorBoard's gpu_hours is the objective's
+    value (what `best` and the sampler saw), hpsearch_gpu_hours export's reading beside it
+    (export's naming rule)."""
+    cli("submit", cli.write_spec(CHEAP), "--no-tui", "-q", check=0)
+    trials = read_store(cli.runs, "cheap")[1]
+    exported = {int(row["trial"]): row for row in csv.DictReader(io.StringIO(
+        cli("export", "cheap", check=0).stdout))}
+    cli("tensorboard", "cheap", "--logdir", "tb", check=0)
+    for t in trials:
+        acc = ea.EventAccumulator(str(cli.cwd / "tb" / f"{t.id:05d}"),
+                                  size_guidance={ea.TENSORS: 0}).Reload()
+        last = {tag: float(tensor_util.make_ndarray(acc.Tensors(tag)[-1].tensor_proto))
+                for tag in acc.Tags()["tensors"] if not tag.startswith("_hparams_")}
+        assert set(last) == {"gpu_hours", "hpsearch_gpu_hours", "node_hours", "wall_s"}
+        assert last["gpu_hours"] == pytest.approx(t.objective_values[0], rel=1e-6)
+        assert last["hpsearch_gpu_hours"] == pytest.approx(
+            float(exported[t.id]["hpsearch_gpu_hours"]), rel=1e-6)
+        assert last["wall_s"] == pytest.approx(float(exported[t.id]["run_seconds"]), rel=1e-6)
