@@ -100,6 +100,8 @@ def submit(args) -> int:
                             "--wait")
     spec, exists = session.new_experiment(args.spec, args.runs_dir and args.runs_dir.absolute(),
                                           args.executor, args.resume)
+    from hpsearch.cli.spec_cmds import warn_about
+    warn_about(args.spec, spec, programs=False)
     if spec.search.strategy == "grid":
         from hpsearch.search.grid import grid_summary
         print(f"grid: {grid_summary(spec.search)}; {spec.search.trials} trials")

@@ -44,7 +44,7 @@ def register(sub) -> None:
 def validate(args) -> int:
     spec = load_spec(args.spec)
     check_here(spec, args.spec)
-    _warn_missing_programs(args.spec, spec)
+    warn_about(args.spec, spec)
     s = spec.search
     print(f"{args.spec}: ok")
     print(f"  experiment {spec.name}: {s.strategy} search, {s.trials} trials, "
@@ -67,17 +67,24 @@ def validate(args) -> int:
     return 0
 
 
-def _warn_missing_programs(file: Path, spec) -> None:
-    """On stderr, with the spec's file, line and key: each program the trials' launch runs
-    on the host (launcher, container runtime) that this machine's PATH lacks. A warning, not
-    an error: the compute nodes may have what the login node lacks. And executor.warm
-    where it cannot work (plain Slurm jobs)."""
+def warn_about(file: Path, spec, programs: bool = True) -> None:
+    """On stderr, with the spec's file, line and key: rungs that a fixed parameter the
+    command passes keeps trials from reaching (spec/rungs.py); with `programs`, each program
+    the trials' launch runs on the host (launcher, container runtime) that this machine's
+    PATH lacks, and executor.warm where it cannot work (plain Slurm jobs). Warnings, not
+    errors: the compute nodes may have what the login node lacks, and a script may count
+    its steps otherwise."""
     from hpsearch.launch.programs import missing_programs
+    from hpsearch.spec.rungs import unreachable_rungs
     from hpsearch.spec.yamlpos import load_yaml_with_lines
 
-    found = missing_programs(spec.launcher.type, spec.launcher.args, spec.container.runtime,
-                             spec.executor.warm is not None, spec.executor.type == "slurm")
-    if spec.executor.warm is not None and spec.executor.type == "slurm" \
+    rungs = unreachable_rungs(spec)
+    found = [rungs] if rungs else []
+    if programs:
+        found += missing_programs(spec.launcher.type, spec.launcher.args,
+                                  spec.container.runtime, spec.executor.warm is not None,
+                                  spec.executor.type == "slurm")
+    if programs and spec.executor.warm is not None and spec.executor.type == "slurm" \
             and spec.executor.pilots is None:
         found.append(("executor.warm", "each trial (and each of its segments) runs as a Slurm "
                       "job of its own, where no warm server outlives the job: its processes "
@@ -149,7 +156,7 @@ def plan(args) -> int:
 
     spec = load_spec(args.spec)
     check_here(spec, args.spec)
-    _warn_missing_programs(args.spec, spec)
+    warn_about(args.spec, spec)
     s = spec.search
     if s.strategy == "grid":
         from hpsearch.search.grid import grid_summary
