@@ -23,6 +23,8 @@ Files in $HPSEARCH_TRIAL_DIR:
     checkpoints/     $HPSEARCH_CHECKPOINT_DIR
     checkpoints.jsonl  one JSON object per saved checkpoint: {"step": 3, "path": "step-00000003.pt"}
     timing.<rank>.jsonl  each rank's step and compute times (report_timing, docs/scaling.md)
+    first_call.<attempt>  when the attempt's code first called this module (its start-up
+                     ends there: docs/trial.md#start-up), written once, by its first process
     STOP             asks the trial to stop early: written when search.pruner rejects it
                      (obeyed only if it is a regular file of this user's, not a link)
     stdout.log, stderr.log, exit_code
@@ -55,6 +57,7 @@ from typing import Any
 EXIT_RESUME = 75
 CHECKPOINT_MANIFEST = "checkpoints.jsonl"
 TIMING_FILE = "timing.{rank}.jsonl"  # one per rank; read by hpsearch.ingest.timing_lines
+FIRST_CALL_FILE = "first_call.{attempt}"  # read by hpsearch.ingest.first_call
 
 _stop_signal: str | None = None  # the name of the signal that asked us to stop
 _handlers_installed = False
@@ -62,6 +65,44 @@ _STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
 
 
 _made_dir = threading.Lock()  # one temporary trial dir per process, however many threads ask
+_marked: tuple[int, str, str] | None = None  # (pid, trial dir, attempt) first_call was told
+
+
+def _first_call() -> None:
+    """Note, once per attempt, when its code first called this module: the end of its
+    start-up (launch, imports, a wait for a warm server), which the cost objectives leave
+    out (docs/spec.md#cost-as-an-objective). The attempt's first process to call writes
+    first_call.<attempt> in the trial dir: private, whole (written beside it, then linked
+    into place, so a reader never sees a part), never replaced and no link followed (a
+    hard link to a name that is taken fails). Outside hpsearch nothing is written; a
+    failure to write never fails the trial."""
+    global _marked
+    folder, number = os.environ.get("HPSEARCH_TRIAL_DIR"), os.environ.get("HPSEARCH_ATTEMPT")
+    if not folder or not number:
+        return
+    key = (os.getpid(), folder, number)  # a forked child (a warm start) notes its own
+    if key == _marked:
+        return
+    _marked = key
+    now = time.time()
+    try:
+        path = os.path.join(folder, FIRST_CALL_FILE.format(attempt=int(number)))
+        if os.path.lexists(path):  # another process of the attempt was first
+            return
+        tmp = os.path.join(folder, f".first_call.{number}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, json.dumps({"time": now, "pid": os.getpid()}).encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    except (OSError, ValueError):
+        pass
 
 
 def trial_dir() -> Path:
@@ -83,10 +124,12 @@ def trial_dir() -> Path:
 
 def trial_id() -> int:
     """The trial's number; 0 outside hpsearch (HPSEARCH_TRIAL_ID not set)."""
+    _first_call()
     return int(os.environ.get("HPSEARCH_TRIAL_ID") or 0)
 
 
 def attempt() -> int:
+    _first_call()
     return int(os.environ.get("HPSEARCH_ATTEMPT", "1"))
 
 
@@ -94,6 +137,7 @@ def params(defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """This trial's parameters (search and fixed), over `defaults` for any it lacks.
     Outside hpsearch (HPSEARCH_PARAMS not set: the script run by hand) `defaults`, or {};
     the temporary trial dir is made then, so its note on stderr says so (trial_dir)."""
+    _first_call()
     given = os.environ.get("HPSEARCH_PARAMS")
     if given is None and not os.environ.get("HPSEARCH_TRIAL_DIR"):
         trial_dir()
@@ -106,6 +150,7 @@ def budget() -> int | None:
     latest_checkpoint()), save a checkpoint, report, and exit 0; if the trial is promoted, a
     new attempt resumes from that checkpoint with a larger budget. None: no budget, run to
     the end. From $HPSEARCH_BUDGET."""
+    _first_call()
     value = os.environ.get("HPSEARCH_BUDGET")
     return int(value) if value else None
 
@@ -237,6 +282,7 @@ def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:
 
 def checkpoint_dir() -> Path:
     """Where to save checkpoints; it survives retries and requeues of this trial."""
+    _first_call()
     path = Path(os.environ.get("HPSEARCH_CHECKPOINT_DIR") or trial_dir() / "checkpoints")
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -398,6 +444,7 @@ def should_stop() -> bool:
     """True once a STOP file is in the trial dir (the pruner rejected it) or the
     process got SIGTERM/SIGUSR1/SIGUSR2 (cancel, time limit, preemption): save a checkpoint
     and exit. The first call installs the signal handlers; call it once early."""
+    _first_call()
     _install_handlers()
     return _stop_signal is not None or _stop_file()
 
@@ -427,6 +474,7 @@ def _stop_file() -> bool:
 def interrupted() -> str | None:
     """The signal (e.g. 'USR2', 'TERM') that interrupted this attempt, or None. After one,
     save a checkpoint and call resume_later(): the trial goes on in a new attempt."""
+    _first_call()
     _install_handlers()
     return _stop_signal
 

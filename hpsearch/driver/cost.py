@@ -10,6 +10,12 @@ does (one sacct call per trial that completes); attempts in pilots, and any sacc
 tell, are timed from the store. A pilot attempt is charged the share of each node it held
 (pilot_share: its slots of the node's), and the GPUs it held on each of its nodes.
 
+Start-up is left out: each attempt is charged from its code's first call of hpsearch.trial
+on (hpsearch.ingest.first_call), not for its launch, imports or a wait for a warm server,
+which make the first trials of a fresh pilot look many times dearer than the same trial
+later. An attempt whose code never called hpsearch.trial is charged all it ran. `hpsearch
+report` still counts what was held, start-up included.
+
 The names are reserved: where the objective names one, a trial's own report of that name
 is kept as a reported metric, never used for the objective, and the driver warns.
 """
@@ -72,7 +78,7 @@ class Costs:
                 f"it reports {', '.join(clash)} itself; the objective uses the cost hpsearch "
                 "measured instead (node_hours, gpu_hours and wall_s are reserved, docs/spec.md"
                 "#cost-as-an-objective): rename the trial's metric to optimize its own"))
-        cost = trial_cost(self._usage(trial_id))
+        cost = trial_cost(self._usage(trial_id), startup=False)
         return {name: cost[name] for name in self.names}
 
     def _usage(self, trial_id: int) -> list:
@@ -95,7 +101,7 @@ class Costs:
             held = gpus * max(1, nodes) if self.pilots else gpus
             use = attempt_usage(trial_id, a["attempt"], a["state"] or "", a["started"],
                                 a["finished"], end, nodes, held, by_job.get(a["job_id"]),
-                                share=share)
+                                share=share, startup_s=a.get("startup_s"))
             if use is not None:
                 out.append(use)
         return out

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from hpsearch.executors import retry
 from hpsearch.executors.base import Ended
 from hpsearch.ingest.checkpoints import CheckpointScan
+from hpsearch.ingest.first_call import first_call
 from hpsearch.ingest.gpu_samples import GpuSamples
 from hpsearch.ingest.resume_check import KIND, SOURCE, ResumeCheck
 from hpsearch.ingest.timing_lines import TimingFiles
@@ -43,6 +44,7 @@ class LiveTrial:
     adopted: bool = False  # in flight when this driver began: it may have ended unseen
     stale: set[int] = field(default_factory=set)  # other attempts whose reports were refused
     resume: ResumeCheck = field(default_factory=ResumeCheck)  # did a later attempt resume?
+    startup_of: int = 0  # the attempt whose start-up is stored (or whose file was refused)
 
     def __post_init__(self) -> None:
         self.ckpts = CheckpointScan(self.trial_dir)
@@ -152,6 +154,11 @@ class LiveTrials:
         found = live.ckpts.new()
         gpu = live.gpu.read_new(final=final)
         timing = live.timing.read_new(final=final)
+        first, refused = ((None, None) if live.startup_of == live.attempt
+                          else first_call(live.trial_dir, live.attempt))
+        if refused:  # told once; its start-up stays unknown (none is left out of its cost)
+            live.startup_of = live.attempt
+            live.files.warnings.append(refused)
         warnings = (live.files.warnings + live.ckpts.warnings + live.gpu.refused
                     + live.timing.warnings)
         for said in (live.files.warnings, live.ckpts.warnings, live.gpu.refused,
@@ -171,6 +178,8 @@ class LiveTrials:
                 self.store.add_event(KIND, restarted, live.trial_id)
             self.store.add_gpu_use(live.trial_id, gpu)
             self.store.add_rank_timing(live.trial_id, timing)
+            if first is not None and self.store.set_startup(live.trial_id, live.attempt, first):
+                live.startup_of = live.attempt  # else its start is not stored yet: again later
             if self.stopper:
                 self.stopper.observe(live.trial_id, records)
         for rec in records:

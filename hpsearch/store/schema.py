@@ -114,7 +114,14 @@ def _v9(db: sqlite_utils.Database) -> None:
     }, pk=("trial", "attempt", "rank"))
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+def _v10(db: sqlite_utils.Database) -> None:
+    """Each attempt's start-up (hpsearch.ingest.first_call): the seconds from its recorded
+    start to its code's first call of hpsearch.trial; null where the trial never called it
+    (or the attempt ran before this column), so nothing is left out of its cost."""
+    db["attempts"].add_column("startup_s", float)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -508,6 +508,19 @@ class Store(Reader):
                                (_dumps(sampler_attrs), trial_id)))
         self._write_many(statements)
 
+    def set_startup(self, trial_id: int, attempt: int, first_call: float) -> bool:
+        """Store an attempt's start-up (hpsearch.ingest.first_call): the seconds from its
+        recorded start to `first_call` (never below 0). False while its start is not
+        recorded yet (nothing is stored: call it again later)."""
+        row = self.db.execute("select started from attempts where trial = ? and attempt = ?",
+                              (trial_id, attempt)).fetchone()
+        started = row[0] if row else None
+        if started is None:
+            return False
+        self._write("update attempts set startup_s = ? where trial = ? and attempt = ?",
+                    (max(0.0, first_call - started), trial_id, attempt))
+        return True
+
     def set_pruner_attrs(self, trial_id: int, attrs: dict) -> None:
         self._write("update trials set pruner_attrs = ? where id = ?", (_dumps(attrs), trial_id))
 

@@ -9,6 +9,12 @@ NNodes, AllocTRES), else from the store: its start and end (or now, while it run
 nodes (at least one) and the GPUs the executor gave its trial. A trial's cost sums every
 attempt it started (failed, preempted and cancelled ones, and every promotion segment,
 included).
+
+An attempt's start-up (hpsearch.ingest.first_call: from its start to its code's first call
+of hpsearch.trial) is part of what it held, and of the report's figures; the cost
+objectives leave it out (trial_cost(startup=False)): a trial is charged from its first
+call on. Timed by sacct, from the job's start, the charge is the job's elapsed time up to
+the store's end of the attempt counted from that first call, at most the elapsed time.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class AttemptUsage:
     source: str          # "sacct", "store", or "pilot" (the store's times, in a pilot)
     pilot: int | None = None  # the pilot it ran in
     share: float = 1.0   # of each of its nodes: in a pilot, its slots of the node's
+    startup: float = 0.0  # of `seconds`, those before its code first called hpsearch.trial
 
     @property
     def node_hours(self) -> float:
@@ -42,6 +49,11 @@ class AttemptUsage:
     @property
     def gpu_hours(self) -> float:
         return self.gpus * self.seconds / 3600
+
+    @property
+    def run_seconds(self) -> float:
+        """Its seconds from its code's first call of hpsearch.trial on."""
+        return max(0.0, self.seconds - self.startup)
 
 
 def gpu_count(gpus: str | None) -> int:
@@ -52,27 +64,37 @@ def gpu_count(gpus: str | None) -> int:
 def attempt_usage(trial: int, attempt: int, kind: str, started: float | None,
                   finished: float | None, now: float, nodes: int, gpus: int,
                   record: JobUsage | None = None, pilot: int | None = None,
-                  share: float = 1.0) -> AttemptUsage | None:
+                  share: float = 1.0, startup_s: float | None = None) -> AttemptUsage | None:
     """One attempt's usage: from `record` (sacct's, of the attempt's own job) when it says
     how long the job ran, else from the store's `started` and `finished` (`now` while it
     runs), `nodes` (its hosts; at least one), `share` (of each node) and `gpus`. None if it
-    never started."""
+    never started. startup_s: the store's start-up of the attempt (from `started`), or
+    None where the trial never called hpsearch.trial."""
+    end = finished if finished is not None else now
     if record is not None and record.elapsed is not None:
-        return AttemptUsage(trial, attempt, kind, record.elapsed, record.nodes or 1,
+        used = AttemptUsage(trial, attempt, kind, record.elapsed, record.nodes or 1,
                             record.gpus, "sacct")
+        if startup_s is not None and started is not None:  # `started` may be its submission
+            ran = min(record.elapsed, max(0.0, end - (started + startup_s)))
+            used.startup = record.elapsed - ran
+        return used
     if started is None:
         return None
-    end = finished if finished is not None else now
-    return AttemptUsage(trial, attempt, kind, max(0.0, end - started), max(1, nodes), gpus,
-                        "store" if pilot is None else "pilot", pilot, share)
+    seconds = max(0.0, end - started)
+    return AttemptUsage(trial, attempt, kind, seconds, max(1, nodes), gpus,
+                        "store" if pilot is None else "pilot", pilot, share,
+                        min(seconds, startup_s or 0.0))
 
 
-def trial_cost(usage: Iterable[AttemptUsage]) -> dict[str, float]:
+def trial_cost(usage: Iterable[AttemptUsage], startup: bool = True) -> dict[str, float]:
     """A trial's cost as the objective metrics name it (COST_METRICS): node_hours and
-    gpu_hours summed over its attempts, and wall_s, the seconds they ran."""
+    gpu_hours summed over its attempts, and wall_s, the seconds they ran: with `startup`,
+    all they held (the report's); without, from each one's first call of hpsearch.trial
+    on (the cost objectives')."""
     items = list(usage)
-    cost = {"node_hours": sum(u.node_hours for u in items),
-            "gpu_hours": sum(u.gpu_hours for u in items),
-            "wall_s": sum(u.seconds for u in items)}
+    seconds = [u.seconds if startup else u.run_seconds for u in items]
+    cost = {"node_hours": sum(u.nodes * u.share * s / 3600 for u, s in zip(items, seconds)),
+            "gpu_hours": sum(u.gpus * s / 3600 for u, s in zip(items, seconds)),
+            "wall_s": sum(seconds)}
     assert tuple(cost) == COST_METRICS
     return cost
