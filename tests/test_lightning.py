@@ -65,6 +65,7 @@ def _search(cli: Cli, name: str, epochs: int, pruner: str) -> subprocess.Complet
         launcher: torchrun
         executor: {{type: local, timeout: 5m}}
         env: {{OMP_NUM_THREADS: 1}}
+        checkpoints: {{keep_last: all}}  # every epoch's, registered, is checked below
         """, f"{name}.yaml")
     return cli("submit", spec, env=VENV_PATH, timeout=600)
 

@@ -58,8 +58,8 @@ def test_trial_sees_env_params_and_writes_its_files(cli):
             (tdir / "params.json").read_text())
         assert "to stderr" in (tdir / "stderr.log").read_text()
         assert json.loads((tdir / "result.json").read_text()) == {"loss": t.params["lr"]}
-        assert sorted(p.name for p in (tdir / "checkpoints").iterdir()) == [
-            f"ckpt-{i}" for i in range(5)]
+        # all 5 were saved; the default policy keeps the newest 2, and the best (step 4)
+        assert sorted(p.name for p in (tdir / "checkpoints").iterdir()) == ["ckpt-3", "ckpt-4"]
         assert (tdir / "exit_code").read_text().split() == ["0", str(t.attempt)]
         # result.json wins over the last report (lr * 1) for the objective
         assert t.objective_values == [t.params["lr"]]

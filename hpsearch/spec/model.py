@@ -293,13 +293,28 @@ class Retries:
         return failure, DEFAULT_RETRY_RULES.get(failure, RetryRule(max=self.max))
 
 
+# What a spec that writes neither keep_last nor keep_best keeps of each trial: the newest 2
+# and the best 1 (every epoch's checkpoint was 9 .ckpt, 11 MB, a trial of a tiny MLP: issue 38)
+KEEP_LAST, KEEP_BEST = 2, 1
+
+
 @dataclass(frozen=True)
 class Checkpoints:
-    keep_last: int | None = None    # per trial: the newest n (highest step)
+    keep_last: int | None = None    # per trial: the newest n (highest step); None: not written
     keep_best: int | None = None    # per trial: the n with the best objective at their step
     keep_trials: int | None = None  # experiment: only the n best finished trials keep any
     signal: str | None = None       # sent to a trial before its time limit, e.g. "USR2"
     signal_before: float = 120.0    # seconds before the limit
+    keep_all: bool = False          # `keep_last: all`: no checkpoint is deleted by keep_*
+
+    def in_force(self) -> Checkpoints:
+        """The policy the driver applies: keep_last and keep_best as written; with neither
+        written, KEEP_LAST and KEEP_BEST; with `keep_last: all`, neither."""
+        if self.keep_all:
+            return replace(self, keep_last=None, keep_best=None)
+        if self.keep_last is None and self.keep_best is None:
+            return replace(self, keep_last=KEEP_LAST, keep_best=KEEP_BEST)
+        return self
 
 
 # Seconds of a pilot's time limit that no trial counts on: the pilot's own start, and its

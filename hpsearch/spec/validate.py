@@ -484,7 +484,12 @@ class _Validator:
 
     def checkpoints(self, value: Any, path: KeyPath) -> m.Checkpoints:
         d = self.mapping(value, path, CHECKPOINT_KEYS)
-        counts = {k: self.optional(d, k, path, lambda v, p: self.integer(v, p, 1))
+        keep_all = d.get("keep_last") == "all"  # the default before issue 38: every one
+        if keep_all:
+            d = {k: v for k, v in d.items() if k != "keep_last"}
+        counts = {k: self.optional(d, k, path, lambda v, p, k=k: self.integer(v, p, 1) if
+                                   k != "keep_last" or _is_int(v) else self.typed(
+                                       v, p, lambda x: False, "an integer >= 1 or all"))
                   for k in ("keep_last", "keep_best", "keep_trials")}
         signal = self.optional(d, "signal", path, lambda v, p: self.choice(
             v.upper().removeprefix("SIG") if isinstance(v, str) else v, p, SIGNALS, "signal"))
@@ -492,7 +497,7 @@ class _Validator:
         if before > 65535:
             raise self.fail(path + ("signal_before",), "expected at most 65535 seconds (Slurm's "
                                                        f"limit for --signal); got {before:g}")
-        return m.Checkpoints(**counts, signal=signal, signal_before=before)
+        return m.Checkpoints(**counts, signal=signal, signal_before=before, keep_all=keep_all)
 
     def executor(self, value: Any, path: KeyPath) -> m.Executor:
         if isinstance(value, str):
