@@ -141,9 +141,11 @@ def test_timeout_rule_raises_the_local_time_limit(cli):
 
 
 def test_command_not_found_is_a_launch_error_retried_once(cli):
+    # a program looked up on PATH: one named by its path is refused before any launch
+    # (tests/test_first_afternoon.py)
     spec = cli.write_spec("""
         name: typo
-        command: '/nonexistent/train --x {x}'
+        command: 'hpsearch-no-such-train --x {x}'
         search: {strategy: random, trials: 1, space: {x: {low: 0.0, high: 1.0}}}
         objective: {metric: loss}
         """)
