@@ -160,13 +160,13 @@ def test_a_link_planted_at_a_trials_run_folder_is_refused_not_written_through(ti
     elsewhere.mkdir()
     logdir = tmp_path / "tb"
     logdir.mkdir()
-    _plant(logdir / "0", elsewhere)
+    _plant(logdir / "00000", elsewhere)
     proc = tiny("tensorboard", "tiny", "--logdir", logdir, check=2)
-    assert f"{logdir / '0'} is a symbolic link" in proc.stderr, proc.stderr
+    assert f"{logdir / '00000'} is a symbolic link" in proc.stderr, proc.stderr
     assert list(elsewhere.iterdir()) == []
-    (logdir / "0").unlink()
+    (logdir / "00000").unlink()
     tiny("tensorboard", "tiny", "--logdir", logdir, check=0)  # its own folder: mirrored
-    assert [p.name.startswith("events.out.tfevents.") for p in (logdir / "0").iterdir()] == \
+    assert [p.name.startswith("events.out.tfevents.") for p in (logdir / "00000").iterdir()] == \
         [True]
 
 
@@ -176,10 +176,10 @@ def test_a_run_folder_of_another_user_is_refused(tiny, tmp_path, request):
     logdir = tmp_path / "tb"
     logdir.mkdir()
     os.chmod(logdir, 0o1777)  # shared, as /tmp
-    _run_as(other, logdir, "mkdir -m 777 0")
+    _run_as(other, logdir, "mkdir -m 777 00000")
     proc = tiny("tensorboard", "tiny", "--logdir", logdir, check=2)
-    assert f"{logdir / '0'} belongs to uid {other}, not to you" in proc.stderr
-    assert list((logdir / "0").iterdir()) == []
+    assert f"{logdir / '00000'} belongs to uid {other}, not to you" in proc.stderr
+    assert list((logdir / "00000").iterdir()) == []
 
 
 # -- deleting checkpoints ----------------------------------------------------------------------
