@@ -98,10 +98,16 @@ class Promoter:
         rung = self.policy.rung_reached(tid, step + 1)
         if rung < 0:
             return False
-        top = self.policy.is_top(tid, rung)
+        budget = self.policy.segment(tid).budget  # what this segment was asked to run
+        short = step + 1 < budget  # it stopped on its own: it has no more steps to give
+        top = short or self.policy.is_top(tid, rung)
         self.policy.record(tid, rung, value, paused=not top, step=step)
         with self.store.batch():
             self.store.set_pruner_attrs(tid, self._attrs(tid))
+            if short:
+                self.on_event(f"trial {tid} ended at step {step} of its budget {budget} on "
+                              "its own: it completes there (its command runs fewer steps "
+                              "than the rung asks; `hpsearch validate` warns of it)")
             if top:
                 return False
             attrs = self.search.tell(tid, r.PRUNED, None, intermediate={step: value})
