@@ -5,6 +5,8 @@ charge from that call on, while the report's accounting still counts all that wa
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import stat
@@ -14,6 +16,7 @@ import sys
 import pytest
 
 from hpsearch.ingest.first_call import first_call
+from hpsearch.report.data import collect
 from hpsearch.slurm.parse import JobUsage
 from hpsearch.store.store import Reader
 from hpsearch.store.usage import attempt_usage, trial_cost
@@ -69,6 +72,23 @@ def test_the_cost_objective_leaves_out_the_wait_before_the_first_call(cli, metri
     path = cli.runs / "slow-start" / "trials" / "00000" / "first_call.1"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text())["time"] == pytest.approx(attempt["started"] + startup)
+    # shown apart from the run: status's start-up column, export's startup_s, the report
+    status = cli("status", "slow-start", check=0).stdout.splitlines()
+    header = next(line.split() for line in status if line.startswith("id "))
+    row = next(line.split() for line in status if line.startswith("0 "))
+    assert header[:5] == ["id", "state", "try", "time", "start-up"]
+    assert row[3] == f"{held:.1f}s" and row[4] == f"{startup:.1f}s"
+    [exported] = csv.DictReader(io.StringIO(cli("export", "slow-start", check=0).stdout))
+    assert float(exported["startup_s"]) == pytest.approx(startup)
+    assert float(exported["run_seconds"]) == pytest.approx(held)  # what was held
+    used = collect(cli.runs / "slow-start").usage
+    assert trial_cost(used)["wall_s"] == pytest.approx(held)  # the report's: all it held
+    assert trial_cost(used, startup=False)["wall_s"] == pytest.approx(run)
+    if metric == "wall_s":
+        cli("report", "slow-start", "--out", cli.cwd / "rep", check=0)
+        page = (cli.cwd / "rep" / "report.html").read_text()
+        assert (f"Of these, {startup / 3600:.3f} node-h / 0.000 GPU-h were start-up (1 "
+                "attempt: ") in page
 
 
 def _call_trial(tmp_path, env: dict) -> None:

@@ -71,7 +71,7 @@ def status(args) -> int:
     reader = _open(args)
     try:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
-        ran = _run_seconds(trials, reader.all_attempts())
+        ran, startup = _run_seconds(trials, reader.all_attempts())
         trouble = reader.slurm_trouble() if exp.status == "running" else None
         pilots = pilot_lines(reader, runs_dir_of(args) / args.name)
         gpu, pilot_gpu = read_gpu_use(reader, exp.spec_yaml, pilots, time.time())
@@ -106,9 +106,12 @@ def status(args) -> int:
                             else str(staged[t.id].rung)]
         used = [describe(gpu.get(t.id))] if gpu else []  # measured GPU use (docs/gpu.md)
         used += [efficiency.describe(timing.get(t.id))] if timing else []
-        rows.append([str(t.id), t.state, str(t.attempt), duration, *(spent or []), _where(t),
-                     *used, values, format_params(t.params), note])
-    _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []), "where",
+        began = [f"{startup[t.id]:.1f}s" if startup.get(t.id) is not None else ""
+                 ] if startup else []  # apart from the run: docs/trial.md#start-up
+        rows.append([str(t.id), t.state, str(t.attempt), duration, *(spent or []), *began,
+                     _where(t), *used, values, format_params(t.params), note])
+    _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []),
+            *(["start-up"] if startup else []), "where",
             *(["gpu"] if gpu else []), *(["parallel"] if timing else []), "objective",
             "params", "error"], rows)
     not_resumed = resume_check.summary(restarts, exp.name)
@@ -119,17 +122,21 @@ def status(args) -> int:
     return 0
 
 
-def _run_seconds(trials, attempt_rows: list[dict]) -> dict[int, float | None]:
+def _run_seconds(trials, attempt_rows: list[dict]
+                 ) -> tuple[dict[int, float | None], dict[int, float]]:
     """trial id -> the time it ran, summed over its attempts (retries, promotion segments;
     one in flight until now): export's run_seconds (hpsearch.interop.trial_times). The
-    trial row's own start and end are its last attempt's only."""
+    trial row's own start and end are its last attempt's only. And trial id -> the part of
+    it before each attempt's code first called hpsearch.trial, where known (startup_s)."""
     from hpsearch.interop.store_view import AttemptRow
     from hpsearch.interop.trial_times import trial_times
     by_trial: dict[int, list[AttemptRow]] = {}
     for row in attempt_rows:
         by_trial.setdefault(row["trial"], []).append(AttemptRow.from_db(row))
     now = time.time()
-    return {t.id: trial_times(t, by_trial.get(t.id, ()), now).run_seconds for t in trials}
+    times = {t.id: trial_times(t, by_trial.get(t.id, ()), now) for t in trials}
+    return ({tid: x.run_seconds for tid, x in times.items()},
+            {tid: x.startup_s for tid, x in times.items() if x.startup_s is not None})
 
 
 def _budgets(exp_dir: Path, trials) -> dict:

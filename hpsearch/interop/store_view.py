@@ -44,6 +44,7 @@ class AttemptRow:
     reason: str | None       # why it began or how it ended, as the driver wrote it
     failure: str | None      # its failure class (hpsearch.executors.retry), if it failed
     nodes: str | None
+    startup_s: float | None = None  # before its code first called hpsearch.trial, if known
 
     @classmethod
     def from_db(cls, row: dict) -> AttemptRow:
@@ -51,7 +52,7 @@ class AttemptRow:
         return cls(row["trial"], row["attempt"], row.get("state"), row.get("started"),
                    row.get("finished"), row.get("host"), row.get("job_id"),
                    row.get("exit_code"), row.get("reason"), row.get("failure"),
-                   row.get("nodes"))
+                   row.get("nodes"), row.get("startup_s"))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ conversion give instead:
                 attempt in flight counts until now; one that never started, nothing)
   last_started  the last attempt's start (what the trial row holds; None while the
                 next attempt waits to start)
+  startup_s     the part of run_seconds before each attempt's code first called
+                hpsearch.trial (hpsearch.ingest.first_call), summed; None where no attempt's
+                is known (a trial that never calls it, an attempt that has not yet)
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class TrialTimes:
     duration: float | None
     run_seconds: float | None
     last_started: float | None
+    startup_s: float | None = None
 
 
 def trial_times(trial: r.TrialRow, attempts: Iterable[AttemptRow],
@@ -38,9 +42,11 @@ def trial_times(trial: r.TrialRow, attempts: Iterable[AttemptRow],
     """`trial`'s times from its attempt rows (see the module docstring). A store without
     attempt rows for it falls back to the trial row's own start and end."""
     now = time.time() if now is None else now
-    spans: list[tuple[float, float | None]] = [
-        (a.started, a.finished) for a in attempts if a.started is not None
-        and not (a.finished is None and a.attempt != trial.attempt)]  # an end never seen
+    counted = [a for a in attempts if a.started is not None
+               and not (a.finished is None and a.attempt != trial.attempt)]  # an end never seen
+    spans: list[tuple[float, float | None]] = [(a.started, a.finished) for a in counted
+                                               if a.started is not None]
+    known = [a.startup_s for a in counted if a.startup_s is not None]
     if not spans and trial.started is not None:
         spans = [(trial.started, trial.finished)]
     if not spans:
@@ -48,4 +54,5 @@ def trial_times(trial: r.TrialRow, attempts: Iterable[AttemptRow],
     first, finished = min(start for start, _ in spans), trial.finished
     run = sum(max(0.0, (end if end is not None else finished or now) - start)
               for start, end in spans)
-    return TrialTimes(first, finished, (finished or now) - first, run, trial.started)
+    return TrialTimes(first, finished, (finished or now) - first, run, trial.started,
+                      min(run, sum(known)) if known else None)

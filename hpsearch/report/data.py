@@ -101,15 +101,15 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
             curves = _curves((m.trial, m.step, m.value) for m in view.metrics
                               if metrics and m.name == metrics[0])
             attempts = [(a.trial, a.attempt, a.state, a.started, a.finished, a.job_id,
-                         a.nodes, a.reason, a.host) for a in view.attempts]
+                         a.nodes, a.reason, a.host, a.startup_s) for a in view.attempts]
         else:
             trials = reader.trials() if trials is None else trials
             curves = _curves(reader.db.execute(
                 "select trial, step, value from metrics where name = ? order by trial, "
                 "step", (metrics[0],)).fetchall() if metrics else ())
             attempts = list(reader.db.execute(
-                "select trial, attempt, state, started, finished, job_id, nodes, reason, host "
-                "from attempts order by trial, attempt").fetchall())
+                "select trial, attempt, state, started, finished, job_id, nodes, reason, host,"
+                " startup_s from attempts order by trial, attempt").fetchall())
         pilot_rows = reader.pilots() if reader.db["pilots"].exists() else []
         gpu_rows = reader.gpu_use()
         timing_rows = reader.rank_timing()
@@ -130,14 +130,15 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     now = time.time()
     usage = []
     spans: dict[int, list[Span]] = {}
-    for trial, attempt, state, started, finished, job_id, nodes, reason, host in attempts:
+    for trial, attempt, state, started, finished, job_id, nodes, reason, host, startup_s \
+            in attempts:
         kind = attempt_class(state, reason)
         pilot = in_pilot.get(job_id) if job_id else None
         record = by_job.get(job_id) if job_id and pilot is None else None
         hosts = _hosts(nodes or (host if pilot is not None else None))
         share = share_of(params_of[trial]) if share_of and pilot is not None else 1.0
         used = attempt_usage(trial, attempt, kind, started, finished, now, len(hosts),
-                             gpus_of.get(trial, 0), record, pilot, share)
+                             gpus_of.get(trial, 0), record, pilot, share, startup_s)
         if used is not None:
             usage.append(used)
         if used is not None and pilot is not None and started is not None:

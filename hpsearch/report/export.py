@@ -7,7 +7,9 @@ or else the last report), <metric>_last and <metric>_last_step (its last interme
 and that step); started (its first attempt's start) and finished (its last attempt's end),
 ISO-8601 with UTC offset, duration (finished - started, seconds: pauses between promotion
 segments and retries included), run_seconds (the time it actually ran: the sum over its
-attempts), last_started (its last attempt's start; hpsearch.interop.trial_times), host,
+attempts), startup_s (the part of run_seconds before each attempt's code first called
+hpsearch.trial, which a cost objective leaves out: docs/spec.md#cost-as-an-objective; empty
+where unknown), last_started (its last attempt's start; hpsearch.interop.trial_times), host,
 exit_code, error, trial_dir; then steps, node_hours, gpu_hours, segments, rung (the resource
 it used, hpsearch.report.budget); then, where any trial's GPUs were sampled (docs/gpu.md),
 gpu_util (mean utilisation, percent), gpu_mem_max_mib, gpu_busy_hours, gpu_held_hours and
@@ -68,6 +70,7 @@ def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
         times = trial_times(t, view.attempts_of(t.id))
         rec.update(own({"started": iso(times.started), "finished": iso(times.finished),
                         "duration": times.duration, "run_seconds": times.run_seconds,
+                        "startup_s": times.startup_s,
                         "last_started": iso(times.last_started), "host": t.host,
                         "exit_code": t.exit_code,
                         "error": t.error, "trial_dir": t.trial_dir}))

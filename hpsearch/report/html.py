@@ -101,8 +101,22 @@ def _resource_table(data: ReportData) -> str:
     summary = ", ".join(f"{c} {totals[c][0]:.3f} node-h / {totals[c][1]:.3f} GPU-h"
                         for c in CLASSES if totals[c][2])
     return (f"<h2>Resources</h2><p>Per attempt, from {source}. Preempted: preempted, node "
-            f"failure or lost attempts, run again later. Totals: {_e(summary) or 'none'}.</p>"
-            + "\n".join(lines))
+            f"failure or lost attempts, run again later. Totals: {_e(summary) or 'none'}."
+            f"{_startup_note(data.usage)}</p>" + "\n".join(lines))
+
+
+def _startup_note(usage) -> str:
+    """How much of what was held was start-up (docs/report.md#start-up-and-what-was-held)."""
+    started = [u for u in usage if u.startup > 0]
+    if not started:
+        return ""
+    node = sum(u.node_hours * u.startup / u.seconds for u in started if u.seconds)
+    gpu = sum(u.gpu_hours * u.startup / u.seconds for u in started if u.seconds)
+    some = f"{len(started)} attempt" + ("s" if len(started) > 1 else "")
+    return (f" Of these, {node:.3f} node-h / {gpu:.3f} GPU-h were start-up ({some}: from "
+            "each one's start to its code's first call of hpsearch.trial), "
+            "counted here as held and left out of cost objectives (docs/spec.md#cost-as-an-"
+            "objective).")
 
 
 def _budget_table(data: ReportData) -> str:
