@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+import hpsearch
 from hpsearch.ingest.first_call import first_call
 from hpsearch.report.data import collect
 from hpsearch.slurm.parse import JobUsage
@@ -81,6 +82,8 @@ def test_the_cost_objective_leaves_out_the_wait_before_the_first_call(cli, metri
     [exported] = csv.DictReader(io.StringIO(cli("export", "slow-start", check=0).stdout))
     assert float(exported["startup_s"]) == pytest.approx(startup)
     assert float(exported["run_seconds"]) == pytest.approx(held)  # what was held
+    frame = hpsearch.load("slow-start", cli.runs).trials_dataframe()
+    assert frame["user_attrs_hpsearch_startup_s"][0] == pytest.approx(startup)
     used = collect(cli.runs / "slow-start").usage
     assert trial_cost(used)["wall_s"] == pytest.approx(held)  # the report's: all it held
     assert trial_cost(used, startup=False)["wall_s"] == pytest.approx(run)

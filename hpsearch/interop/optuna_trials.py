@@ -13,7 +13,9 @@
                        attempt's start), hpsearch_finished (its last attempt's end),
                        hpsearch_last_started (its last attempt's start), all ISO-8601, and
                        hpsearch_run_seconds (the time it actually ran, summed over its
-                       attempts: retries, promotion segments); for a trial that reported
+                       attempts: retries, promotion segments); hpsearch_startup_s (the part
+                       of it before each attempt's code first called hpsearch.trial, where
+                       known: docs/trial.md#start-up); for a trial that reported
                        per-rank timing, hpsearch_ranks, _step_s, _load_balance,
                        _comm_efficiency, _parallel_efficiency, _throughput(_unit), _speedup
                        and _scaling_efficiency (docs/scaling.md); in promotion mode,
@@ -129,6 +131,8 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
         "hpsearch_finished": iso(times.finished),
         "hpsearch_last_started": iso(times.last_started),
         "hpsearch_run_seconds": times.run_seconds})
+    if times.startup_s is not None:  # apart from the run (a cost objective leaves it out)
+        user_attrs["hpsearch_startup_s"] = times.startup_s
     timed = view.timing.get(t.id)  # a multi-rank trial's POP metrics (docs/scaling.md)
     if timed is not None:
         user_attrs.update({f"hpsearch_{name}": value for name, value in timed.columns().items()
