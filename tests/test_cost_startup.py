@@ -9,9 +9,13 @@ import csv
 import io
 import json
 import os
+import shutil
+import signal
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +154,64 @@ def test_start_up_is_held_but_not_charged_from_the_store_and_from_sacct():
     # no first call: all of it is charged
     used = attempt_usage(1, 1, "completed", 100.0, 110.0, 200.0, 1, 0)
     assert used is not None and trial_cost([used], startup=False)["wall_s"] == 10.0
+
+
+# The issue's case: the first trial of a fresh warm server runs cold and waits for a slow
+# import (a stand-in for torch) before its first call; the later ones are forked warm.
+SLOW_IMPORT = """
+import sys, time
+warm = "slowmod" in sys.modules
+import slowmod
+from hpsearch import trial
+p = trial.params()
+print(f"warm={warm}", flush=True)
+time.sleep(0.3)
+trial.report(0, loss=p["x"])
+"""
+
+
+@pytest.fixture
+def socket_dir():
+    """A short folder for the warm server's socket; the server started there is ended at
+    the end, by its pid (found by this folder in its command line)."""
+    path = tempfile.mkdtemp(prefix="hs", dir="/tmp")
+    yield path
+    for entry in Path("/proc").iterdir():
+        try:
+            mine = entry.name.isdigit() and entry.stat().st_uid == os.geteuid()
+            if mine and f"{path}/".encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGTERM)
+        except OSError:
+            continue
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_cold_first_trial_waiting_for_its_imports_costs_what_the_warm_ones_do(
+        cli, socket_dir):
+    (cli.cwd / "slowmod.py").write_text("import time\ntime.sleep(2.0)\n")
+    (cli.cwd / "probe.py").write_text(SLOW_IMPORT)
+    spec = cli.write_spec("""
+        name: cold-first
+        command: "{python} probe.py {x}"
+        search:
+          strategy: grid
+          space: {x: {choices: [0, 1, 2]}}
+        objective: {metric: wall_s, direction: minimize}
+        executor: {type: local, warm: [slowmod]}
+        """)
+    path = os.pathsep.join(filter(None, [str(cli.cwd), os.environ.get("PYTHONPATH")]))
+    cli("submit", spec, "--no-tui", "-q", check=0,  # the server imports slowmod from cwd
+        env={"XDG_RUNTIME_DIR": socket_dir, "PYTHONPATH": path})
+    _, trials = read_store(cli.runs, "cold-first")
+    attempts = {a["trial"]: a for a in _attempts(cli.runs, "cold-first")}
+    out = {t.id: (cli.runs / "cold-first" / "trials" / f"{t.id:05d}" / "stdout.log")
+           .read_text() for t in trials}
+    assert "warm=False" in out[0] and "warm=True" in out[2], out
+    held = {tid: a["finished"] - a["started"] for tid, a in attempts.items()}
+    assert attempts[0]["startup_s"] >= 1.9 and held[0] >= 2.2  # it waited for slowmod
+    assert attempts[2]["startup_s"] < 1.5
+    wall = {t.id: t.objective_values[0] for t in trials}
+    for tid in wall:
+        assert wall[tid] == pytest.approx(held[tid] - attempts[tid]["startup_s"], abs=1e-6)
+    assert held[0] > 2 * held[2]  # charged all it held, the cold trial would be an outlier
+    assert wall[0] < 2 * wall[2] + 0.5  # charged from the first call, it is not
