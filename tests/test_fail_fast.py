@@ -121,6 +121,20 @@ def test_a_command_that_cannot_start_stops_the_search_before_retrying_it(cli):
     assert len(_attempts(cli, "typo")) <= 2 * (5 + 4)
 
 
+def test_a_launch_error_of_one_trial_is_retried_once_another_ran_its_command(cli):
+    """A passing launch error (one trial's first attempt, exit 127) holds its retry back
+    until a trial has run the command; then it runs, and every trial completes."""
+    spec = cli.write_spec(GRID.format(name="passing", bad=99, extra="").replace(
+        "if [ {x} -ge 99 ]", "if [ {x} = 1 ] && [ ! -e tried ]; then touch tried; exit 127; "
+        "fi; if [ {x} -ge 99 ]"))
+    proc = cli("submit", spec, "--no-tui", check=0)
+    assert "(held back until a trial runs its command, or nothing else is left)" in \
+        proc.stdout, proc.stdout
+    assert _counts(cli, "passing") == {"completed": 10}
+    tries = [a for a in _attempts(cli, "passing") if a["trial"] == 1]
+    assert [a["failure"] for a in tries] == ["launch_error", None], tries
+
+
 def test_the_same_failure_on_slurm_jobs_is_one_cause():
     """The cause a stopped search names counts the same error once, whichever Slurm job,
     node and batch-script line it came from (the cluster run of issue 38 said '1 of 3')."""

@@ -54,6 +54,9 @@ class Driver:
         self.name, self.metrics, self.launches = policies.name, policies.metrics, policies.launches
         self.live: dict[int, LiveTrial] = {}
         self.queue: list[int] = []  # trials waiting for a new attempt
+        # trials whose command could not start, their retry held back until a trial ends
+        # well (the command can run) or nothing else is left to launch (FailFast)
+        self.deferred: list[int] = []
         self.unlaunched: set[int] = set()  # stored attempts that never reached the executor
         self.stop_reason: str | None = None
         self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
@@ -155,6 +158,9 @@ class Driver:
         while self.executor.free_slots() > 0 and not self.stop_reason:
             began = time.perf_counter()
             launch = self._again() if self.queue else self._promoted() or self._new()
+            if launch is None and self.deferred:  # nothing else to run: retry them now
+                self.queue.append(self.deferred.pop(0))
+                launch = self._again()
             if launch is None:
                 return
             self._launch(launch, began)
@@ -266,6 +272,9 @@ class Driver:
             self.on_event(f"trial {tid} cancelled")
             return
         values, error, failure = live.verdict(ended, self.metrics, self.costs.measurer(tid))
+        if error is None and self.deferred:  # the command runs: retry those it could not
+            self.queue += self.deferred
+            self.deferred.clear()
         if error is None and self.promoter:
             assert values is not None  # verdict: no error, the objective values
             last = live.last.get(self.metrics[0])
@@ -304,12 +313,16 @@ class Driver:
         """Retry the trial if its rule for this failure class allows, else give up and tell
         the search, the pruner and the promoter it failed (so none waits for it)."""
         verdict = self.attempts.failed(ended, error, failure)
-        stopping = " (left queued: the search is stopping)" if self.stop_reason else ""
-        self.on_event(verdict.message + (stopping if verdict.retry else ""))
+        held = (" (left queued: the search is stopping)" if self.stop_reason else
+                " (held back until a trial runs its command, or nothing else is left)"
+                if failure == "launch_error" else "")
+        self.on_event(verdict.message + (held if verdict.retry else ""))
         if verdict.retry:
-            self.queue.append(ended.trial_id)
-            if failure == "launch_error":  # counted now (FailFast), its retry queued
+            if failure == "launch_error":  # counted now (FailFast), its retry held back
+                self.deferred.append(ended.trial_id)
                 self._judge_failures(ended.trial_id, error)
+            else:
+                self.queue.append(ended.trial_id)
             return
         if self.stopper:
             self.stopper.ended(ended.trial_id, r.FAILED, None)

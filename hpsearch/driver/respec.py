@@ -12,7 +12,9 @@ submit of the fixed one is refused as a different spec. Two kinds of change are 
 
 Anything else (the space, the objective, the strategy, the pruner, the name) makes another
 experiment: give it another name. The store keeps the new spec and a `spec_replaced` event
-naming the changed sections.
+naming the changed sections. Where what runs a trial changed, a failed trial whose every
+attempt could not start (`launch_error`: it never ran the command) goes back to `queued`: the
+fix is for it too.
 """
 
 from __future__ import annotations
@@ -73,11 +75,22 @@ def replace_spec(stored: Spec, new: Spec, path: Path) -> Spec:
             if changed:
                 store.replace_spec(new.text, str(path), str(path.parent),
                                    f"spec replaced from {path}: {', '.join(changed)} changed")
+            if any(c in BEFORE_RESULTS for c in changed):
+                _requeue_unstarted(store)
         finally:
             store.close()
     finally:
         lock.release()
     return dataclasses.replace(new, source=path)
+
+
+def _requeue_unstarted(store: Store) -> None:
+    never = [t.id for t in store.trials([r.FAILED])
+             if all(a.get("failure") == "launch_error" for a in store.attempts(t.id))]
+    if never:
+        store.requeue_failed(never, f"{len(never)} failed trial(s) whose command never "
+                                    "started run again with the fixed spec: "
+                                    + ", ".join(map(str, never)))
 
 
 def _check_no_results(store: Reader, changed: list[str], path: Path) -> None:

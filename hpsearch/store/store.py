@@ -405,6 +405,15 @@ class Store(Reader):
             ("insert into events (time, trial, kind, message) values (?,?,?,?)",
              (now, None, "spec_replaced", message))])
 
+    def requeue_failed(self, trial_ids: list[int], message: str) -> None:
+        """Failed trials that go back to `queued` for a new attempt (resume --spec: those
+        whose command never started, now fixed), with one event."""
+        self._write_many([
+            *[("update trials set state = ?, error = null, exit_code = null, finished = null"
+               " where id = ? and state = ?", (r.QUEUED, tid, r.FAILED)) for tid in trial_ids],
+            ("insert into events (time, trial, kind, message) values (?,?,?,?)",
+             (time.time(), None, "requeued", message))])
+
     # -- trials ----------------------------------------------------------------------------
     def insert_trial(self, trial_id: int, params: dict, trial_dir: str,
                      sampler_attrs: dict, study_attrs: dict | None = None) -> None:
