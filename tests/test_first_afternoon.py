@@ -62,3 +62,14 @@ def test_a_program_path_that_is_missing_or_not_executable_is_refused_with_its_li
     script.chmod(0o755)
     cli("submit", plain, check=0)
     cli("validate", cli.write_spec(text.format(cmd="echo"), "bare.yaml"), check=0)  # on PATH
+
+
+def test_on_slurm_a_script_missing_here_is_a_warning_with_its_line(cli):
+    """The compute nodes may see another filesystem than the login node: on Slurm the
+    script typo is a warning from validate and submit's checks, not an error (the walkthrough
+    of issue 38 saw `{python} trian.py` pass validate silently and burn every trial)."""
+    spec = cli.write_spec(SPEC.format(script="trian.py", workdir="") +
+                          "executor: {type: slurm}\n", "slurm.yaml")
+    proc = cli("validate", spec, check=0, env={"SLURM_CONF": "/nonexistent"})
+    assert "hpsearch: warning: " in proc.stderr and "slurm.yaml:2: command: trian.py is not " \
+        "a file in" in proc.stderr and "(on this machine;" in proc.stderr, proc.stderr

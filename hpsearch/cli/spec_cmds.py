@@ -76,10 +76,14 @@ def warn_about(file: Path, spec, programs: bool = True) -> None:
     its steps otherwise."""
     from hpsearch.launch.programs import missing_programs
     from hpsearch.spec.rungs import unreachable_rungs
+    from hpsearch.spec.validate import missing_here
     from hpsearch.spec.yamlpos import load_yaml_with_lines
 
     rungs = unreachable_rungs(spec)
     found = [rungs] if rungs else []
+    if spec.executor.type != "local" and (missing := missing_here(spec)):
+        found.append(("command", missing + " (on this machine; the trials' nodes run it "
+                      "there, and where they share this filesystem they lack it too)"))
     if programs:
         found += missing_programs(spec.launcher.type, spec.launcher.args,
                                   spec.container.runtime, spec.executor.warm is not None,
