@@ -2,7 +2,8 @@
 below `max_resource: 9`, which `validate` warns of): each segment to budget 9 ends at step 4
 on its own. It used to pause there at rung 1 and be promoted again at the end of the search,
 attempt after attempt, for ever (300 attempts of one trial in a minute); a segment that ends
-before its budget on its own completes the trial (issue 38, found with item 4)."""
+before its budget on its own completes the trial, and its bracket has a fully trained trial
+(issue 38, found with item 4)."""
 
 from __future__ import annotations
 
@@ -44,10 +45,15 @@ def test_a_segment_that_ends_before_its_budget_completes_the_trial(cli):
     assert "ended at step 4 of its budget 9 on its own: it completes there" in proc.stdout, \
         proc.stdout
     exp, trials = read_store(cli.runs, "short")
-    assert exp.status == "completed" and all(t.state == "completed" for t in trials), trials
+    assert exp.status == "completed", exp
     reader = Reader(cli.runs / "short" / STORE_FILE)
     try:
         attempts = reader.all_attempts()
     finally:
         reader.close()
     assert len(attempts) <= 6 * 3, len(attempts)  # at most one segment a rung a trial
+    # ASHA still saves: the one that completed short ends its bracket's end game, so the
+    # trials paused below it stay paused (the end game used to train every one of them)
+    done = [t for t in trials if t.state == "completed"]
+    assert 1 <= len(done) < 6 and all(t.state in ("completed", "paused") for t in trials), \
+        [(t.id, t.state) for t in trials]

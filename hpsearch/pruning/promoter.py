@@ -52,6 +52,8 @@ class Promoter:
             rungs = {int(k): v for k, v in attrs.get("rungs", {}).items()}
             self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == r.PAUSED,
                              attrs.get("step"))
+            if row.state == r.COMPLETED:
+                self.policy.completed(row.id)
 
     def env(self, segment: Segment) -> dict[str, str]:
         return {"HPSEARCH_BUDGET": str(segment.budget), "HPSEARCH_RUNG": str(segment.rung)}
@@ -105,6 +107,7 @@ class Promoter:
         with self.store.batch():
             self.store.set_pruner_attrs(tid, self._attrs(tid))
             if short:
+                self.policy.completed(tid)
                 self.on_event(f"trial {tid} ended at step {step} of its budget {budget} on "
                               "its own: it completes there (its command runs fewer steps "
                               "than the rung asks; `hpsearch validate` warns of it)")

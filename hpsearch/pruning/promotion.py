@@ -43,6 +43,7 @@ class _Trial:
     values: dict[int, float] = field(default_factory=dict)  # rung -> value recorded there
     paused: bool = False          # waiting at `rung` for a promotion
     step: int | None = None       # the last step its last recorded rung value came from
+    done: bool = False            # completed: ran every step it has (its command's own end)
 
 
 def ladder(min_resource: int, max_resource: int, eta: int, rate: int) -> list[int]:
@@ -124,6 +125,12 @@ class Promotion:
         if trial_id in self.trials:
             self.trials[trial_id].paused = False
 
+    def completed(self, trial_id: int) -> None:
+        """The trial completed: at the last rung, or below it where its command ran fewer
+        steps than the rung asks; either way its bracket has a fully trained trial."""
+        if trial_id in self.trials:
+            self.trials[trial_id].paused, self.trials[trial_id].done = False, True
+
     def promote(self, end_game: bool = False) -> Segment | None:
         """The next promotion, or None: the best promotable paused trial of the highest
         rung. With end_game (no new trial will come, nothing runs): in each bracket where no
@@ -169,6 +176,7 @@ class Promotion:
         return top > 0 and self._rank_value(t.values[t.rung]) <= values[top - 1]
 
     def _finished(self) -> set[int]:
-        """The brackets in which some trial has reached the last rung."""
+        """The brackets in which some trial has reached the last rung, or completed below
+        it (its command has no more steps)."""
         return {t.bracket for tid, t in self.trials.items()
-                if t.values and self.is_top(tid, max(t.values))}
+                if t.done or (t.values and self.is_top(tid, max(t.values)))}
