@@ -71,17 +71,20 @@ def _busiest_node(log: _curves.StepLog) -> str | None:
 
 def _kill_node(node: str) -> int:
     """A node's crash: every process of its jobs (those whose environment names it in
-    SLURMD_NODENAME: batch scripts, job steps, trials, pilot agents) stopped (SIGSTOP, twice
+    SLURMD_NODENAME, and this cluster's SLURM_CONF where one is set: batch scripts, job
+    steps, trials, pilot agents) stopped (SIGSTOP, twice
     over, for children forked meanwhile), so that none sees another die and reports it, as
     none can on a node that crashed; then Slurm told the node is DOWN (slurmctld's verdict
     after SlurmdTimeout), then all of them SIGKILLed. Returns how many were killed."""
-    mark, frozen = f"SLURMD_NODENAME={node}".encode(), set()
+    marks, frozen = {f"SLURMD_NODENAME={node}".encode()}, set[int]()
+    if os.environ.get("SLURM_CONF"):  # this cluster's jobs only: another emulated cluster on
+        marks.add(f"SLURM_CONF={os.environ['SLURM_CONF']}".encode())  # the host has a node1
     for _ in range(2):
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) in frozen | {os.getpid()}:
                 continue
             try:
-                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                if marks <= set((entry / "environ").read_bytes().split(b"\0")):
                     os.kill(int(entry.name), signal.SIGSTOP)
                     frozen.add(int(entry.name))
             except OSError:
