@@ -43,6 +43,8 @@ def test_a_search_stopped_for_a_typo_goes_on_with_the_fixed_spec(cli):
     fixed = _spec(cli, "fixed.yaml", GOOD)
     refused = cli("submit", fixed, "--resume", "--no-tui", check=2)
     assert f"`hpsearch resume fixme --spec {fixed}`" in refused.stderr, refused.stderr
+    refused = cli("submit", fixed, "--no-tui", check=2)  # without --resume: the same advice
+    assert f"`hpsearch resume fixme --spec {fixed}`" in refused.stderr, refused.stderr
     cli("resume", "fixme", "--no-tui", check=1)  # the stored spec: the same typo again
 
     assert any(t.state == "failed" for t in read_store(cli.runs, "fixme")[1])  # retries spent

@@ -108,8 +108,9 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
     exists = (exp_dir / STORE_FILE).exists() and not never_started(exp_dir)
     if exists and not resume_existing:
         raise Conflict(f"experiment '{spec.name}' already exists in {exp_dir}; continue it with "
-                       f"`hpsearch resume {spec.name}` (or `submit --resume`), or give the "
-                       "spec another name")
+                       f"`hpsearch resume {spec.name}` (or `submit --resume`; with a fixed "
+                       f"command, workdir, env or resources: `hpsearch resume {spec.name} "
+                       f"--spec {spec_path}`), or give the spec another name")
     if exists:
         stored = Reader(exp_dir / STORE_FILE)
         try:
