@@ -201,3 +201,15 @@ def test_report_charges_a_pilot_attempt_the_share_of_its_node_it_held(tmp_path: 
     assert got.usage and {u.share for u in got.usage} == {0.25}
     for u in got.usage:
         assert u.node_hours == pytest.approx(u.nodes * u.seconds / 3600 / 4)
+
+
+def test_a_pilot_is_never_more_than_all_busy(tmp_path: Path):
+    """sacct's elapsed is whole seconds and the store's attempt times are the driver's
+    sightings: a pilot whose attempts the store saw a moment longer than sacct held it was
+    reported 103% busy (issue 38's walkthrough); busy is at most what it held."""
+    exp = build_pilot_store(tmp_path / "pil")
+    slurm = _FakeSlurm([JobUsage("5001", "RUNNING", 0.01, 2, 0, 8),  # held 0.02 node-s
+                        JobUsage("5000", "TIMEOUT", 300.0, 2, 0, 8)])
+    pilot = {p.pilot: p for p in report_data.collect(exp, slurm=slurm).pilots}[1]
+    assert pilot.busy_node_seconds == pytest.approx(0.02)  # its attempts: more than that
+    assert pilot.idle_node_hours == 0.0

@@ -80,5 +80,8 @@ def pilot_usage(row: r.PilotRow, node_count: int, record, spans: list[Span],
         nodes, seconds, source = 0, 0.0, "store"
     else:
         nodes, seconds, source = node_count, line.age, "store"
-    return PilotUsage(row.id, row.job_id, line.state, nodes, seconds, busy_node_seconds(spans),
-                      len(spans), source, line.reason)
+    # never busier than held: sacct's elapsed is whole seconds and the store's times of its
+    # attempts are the driver's sightings (a walkthrough's report showed a pilot 103% busy)
+    busy = min(busy_node_seconds(spans), nodes * seconds) if nodes else busy_node_seconds(spans)
+    return PilotUsage(row.id, row.job_id, line.state, nodes, seconds, busy, len(spans), source,
+                      line.reason)
