@@ -111,7 +111,9 @@ def test_a_budget_that_is_not_a_positive_number_is_refused(tmp_path, budget):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("train.py: error: HPSEARCH_BUDGET must be "), proc.stderr
     assert budget in proc.stderr
-    assert list(tmp_path.iterdir()) == []  # nothing trained, reported or saved
+    # nothing trained, reported or saved (first_call.1: when its code first called
+    # hpsearch.trial, the start-up mark of issue 38 item 11)
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["first_call.1"])
 
 
 def _warm_promotion_search(cli, name: str, script: str, epochs: int, extra: str = ""):

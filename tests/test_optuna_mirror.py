@@ -71,10 +71,11 @@ def test_a_finished_search_mirrors_into_any_storage_once(cli, storage):
 
 
 def test_follow_mirrors_a_running_search_until_its_driver_ends(cli):
-    # 3 reports 2 s apart a trial, 2 at a time: the search lasts about 20 s, longer than
+    # 3 reports 3 s apart a trial, 2 at a time: the search lasts about 30 s, longer than
     # `--follow` takes to start and import optuna on a loaded machine (with 1 s, two
-    # fresh-clone runs saw every trial end before its first sync: "8 added, 0 updated")
-    spec = write_spec(cli, sleep=2.0, parallel=2)
+    # fresh-clone runs saw every trial end before its first sync: "8 added, 0 updated"; with
+    # 2 s, one more, loaded by a walkthrough beside it)
+    spec = write_spec(cli, sleep=3.0, parallel=2)
     driver = cli.popen("submit", spec)
     try:
         deadline = time.time() + 30

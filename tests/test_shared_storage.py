@@ -138,7 +138,9 @@ def test_bad_override_is_exit_2_with_nothing_created(cli):
 
 # -- the store in network mode ---------------------------------------------------------------
 def test_network_mode_search_runs_with_a_rollback_journal_and_live_readers(cli):
-    spec = _spec(cli, "shared", trials=12, sleep=1.0, parallel=3)
+    # about 8 s of trials: a status takes seconds on a loaded machine (with 1 s, a loaded
+    # fresh-clone run saw a single status while the driver ran)
+    spec = _spec(cli, "shared", trials=12, sleep=2.0, parallel=3)
     driver = cli.popen("submit", spec, env={**NETWORK, "HPSEARCH_LOCK_HEARTBEAT": "0.2"})
     store, lock = cli.runs / "shared" / STORE_FILE, cli.runs / "shared" / LOCK_FILE
     deadline = time.monotonic() + 30

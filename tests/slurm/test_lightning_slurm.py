@@ -117,7 +117,6 @@ def test_lightning_trials_run_as_two_node_slurm_jobs_with_torchrun_ranks(cli, sl
         assert not list(tdir.rglob("hpc_ckpt_*"))
 
 
-@pytest.mark.slurm_clock  # it waits out 1-minute pilots: beside the tests without a cluster
 def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
         cli, slurm_cluster, tmp_path):
     """A 2-node Lightning trial of about 70 s in 1-minute pilots: near its end the pilot

@@ -224,7 +224,6 @@ def _baseline(tmp: Path, epochs: int) -> dict:
     return json.loads((tmp / "result.json").read_text())
 
 
-@pytest.mark.slurm_clock  # it waits out 1-minute pilots: beside the tests without a cluster
 def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
         cli, slurm_cluster, tmp_path):
     """A 2-node DDP trial of about 70 s in 1-minute pilots (no time limit of its own): near
