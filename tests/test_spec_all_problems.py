@@ -94,3 +94,23 @@ def test_a_problem_that_follows_from_an_earlier_one_is_not_reported(cli, text, e
     found = _errors(cli("validate", "spec.yaml", check=2))
     assert [line[:len(want)] for line, want in zip(found, expected)] == expected, found
     assert len(found) == len(expected), found
+
+
+def test_a_placeholder_typo_is_reported_beside_a_broken_search(cli):
+    """With a problem in search (a misspelt strategy), the command's placeholders are still
+    checked against the space's names as written (the walkthrough of issue 38 saw `{hiden}`
+    go unreported beside one)."""
+    spec = cli.write_spec("""
+        name: several
+        command: "echo --lr {lr} --h {hiden}"
+        search:
+          strategy: tpee
+          space:
+            lr: {low: 0.3, high: 0.001}
+            hidden: {choices: [8, 16]}
+        objective: {metric: loss}
+        """)
+    lines = cli("validate", spec, check=2).stderr.splitlines()
+    assert [line.split(": ")[2].rsplit(":", 1)[1] for line in lines] == ["2", "4", "6"], lines
+    assert "placeholder {hiden} names no parameter in search.space; did you mean " \
+           "{hidden}?" in lines[0], lines

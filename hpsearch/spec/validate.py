@@ -256,6 +256,14 @@ class _Validator:
         if not broken(("command",), ("search",), ("resources",)):
             recover(("command",), self.check_template, command, search,
                     {param for _, param in resources.per_trial})
+        elif not broken(("command",)):
+            # the search has a problem: its space's names, as written, still tell a
+            # placeholder typo (issue 38 item 3: `{hiden}` went unreported beside it)
+            given = top.get("search")
+            space = given.get("space") if isinstance(given, dict) else None
+            if isinstance(space, dict) and all(isinstance(k, str) and PARAM_RE.fullmatch(k)
+                                               for k in space):  # else a name is the problem
+                recover(("command",), self.check_placeholders, command, set(space))
         if not broken(("search",), ("objective",)):
             recover(("search", "strategy"), self.check_strategy_objectives, search, objectives)
         workdir = self.optional(top, "workdir", (), self.path, self.base_dir)
@@ -385,15 +393,9 @@ class _Validator:
     def check_template(self, command: str, search: m.Search, sizing: set[str]) -> None:
         """`sizing`: parameters that size a trial (resources), which the command may leave
         out."""
-        in_order = placeholders(command)
-        used = set(in_order)
+        used = set(placeholders(command))
         names = {p.name for p in search.space}
-        for ph in in_order:  # the first unknown one is named
-            if ph not in names and ph not in BUILTIN_PLACEHOLDERS:
-                close = difflib.get_close_matches(ph, sorted(names), n=1)
-                hint = f"; did you mean {{{close[0]}}}?" if close else ""
-                raise self.fail(("command",), f"placeholder {{{ph}}} names no parameter in "
-                                              f"search.space{hint}")
+        self.check_placeholders(command, names)
         if not names.intersection(used) and "params" not in used:
             return  # the trial reads them: hpsearch.trial.params(), $HPSEARCH_PARAMS
         found = template_problem(command, search.space)
@@ -408,6 +410,16 @@ class _Validator:
                                 "to it (or {params} to pass all parameters as one JSON argument, "
                                 "or no parameter placeholder at all if the trial reads them "
                                 "with hpsearch.trial.params())")
+
+    def check_placeholders(self, command: str, names: set[str]) -> None:
+        """The first placeholder of the command that names no parameter of `names` (nor a
+        built-in one), as a problem at the command's line."""
+        for ph in placeholders(command):
+            if ph not in names and ph not in BUILTIN_PLACEHOLDERS:
+                close = difflib.get_close_matches(ph, sorted(names), n=1)
+                hint = f"; did you mean {{{close[0]}}}?" if close else ""
+                raise self.fail(("command",), f"placeholder {{{ph}}} names no parameter in "
+                                              f"search.space{hint}")
 
     def check_strategy_objectives(self, search: m.Search, objectives: tuple) -> None:
         if len(objectives) > 1 and search.strategy == "cmaes":
