@@ -91,6 +91,7 @@ def _path_without(tmp_path: Path, *have: str) -> str:
 
 
 def test_validate_and_plan_warn_about_a_launcher_not_on_path(cli, tmp_path):
+    (cli.cwd / "train.py").write_text("")  # else the script missing here is warned of too
     cli.write_spec(SLURM.format(executor="slurm", launcher="torchrun", container="{}"))
     env = {"PATH": _path_without(tmp_path)}
     want = ("hpsearch: warning: spec.yaml:10: launcher: torchrun is not on PATH here; it must "
@@ -121,6 +122,7 @@ def test_the_warning_names_each_host_program_with_its_line(cli, tmp_path):
 
 
 def test_torchrun_in_a_container_is_the_images_not_this_machines(cli, tmp_path):
+    (cli.cwd / "train.py").write_text("")  # else the script missing here is warned of too
     cli.write_spec(SLURM.format(executor="slurm", launcher="torchrun",
                                 container="{runtime: charliecloud, image: /img}"))
     proc = cli("validate", "spec.yaml", env={"PATH": _path_without(tmp_path)}, check=0)
