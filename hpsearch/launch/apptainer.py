@@ -16,15 +16,24 @@ DROPS_ENV = ("--cleanenv", "-e")
 
 
 class ApptainerRuntime(ContainerRuntime):
-    def __init__(self, program: str, image: str, binds: Sequence[str] = (),
-                 args: Sequence[str] = ()) -> None:
-        self.name = self.program = program  # apptainer | singularity
-        self.image, self.binds, self.args = image, tuple(binds), tuple(args)
+    """Registered as `apptainer` and as `singularity`: the name it is built with is the
+    program it runs (Singularity's command line is Apptainer's)."""
+
+    name = program = "apptainer"
+
+    def __init__(self, image: str = "", binds: Sequence[str] = (), env: Sequence[str] = (),
+                 args: Sequence[str] = (), name: str | None = None) -> None:
+        super().__init__(image, binds, env, args, name)
+        self.program = self.name  # apptainer | singularity
         dropping = [a for a in self.args if a in DROPS_ENV]
         if dropping:
             raise LaunchError(f"container.args: {dropping[0]} would drop the HPSEARCH_* "
                               "and rank variables the trial needs; pass only what is needed "
                               "with container.env instead")
+
+    @classmethod
+    def program_for(cls, name: str) -> str | None:
+        return name
 
     def wrap(self, argv: list[str], layout: RankLayout) -> list[str]:
         binds = [arg for b in merged_binds(self.binds, layout) for arg in ("--bind", b.spec())]

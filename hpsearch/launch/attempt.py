@@ -106,12 +106,12 @@ def build_launch(recipe: TrialRecipe, trial_id: int, attempt: int,
         "HPSEARCH_CHECKPOINT_DIR": str(ckpt),
         "HPSEARCH_PARAMS": json.dumps(params, sort_keys=True),
     }
-    if recipe.checkpoint_signal and _launcher_name(recipe.launcher) == "torchrun":
-        # torchrun starts its workers in sessions of their own and passes on only the
-        # signals listed here (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); any other kills
-        # torchrun itself, and the workers never save their checkpoint.
+    if recipe.checkpoint_signal:
+        from hpsearch.launch import make_launcher
+
         sig = "SIG" + recipe.checkpoint_signal.upper().removeprefix("SIG")
-        env.setdefault("PET_SIGNALS_TO_HANDLE", f"SIGTERM,SIGINT,SIGHUP,SIGQUIT,{sig}")
+        for name, value in make_launcher(recipe.launcher).checkpoint_signal_env(sig).items():
+            env.setdefault(name, value)
     command = trial_command(recipe, trial_id, params)
     resources = recipe.resources.for_params(params)
     return Launch(trial_id, attempt, wrap_for_ranks(recipe, trial_id, command, tdir, resources),
@@ -131,10 +131,6 @@ def trial_command(recipe: TrialRecipe, trial_id: int, params: dict[str, Any]) ->
             *module_argv(sys.executable, "hpsearch.warm", "run"), "--preload",
             ",".join(recipe.warm), "--"]))
     return command
-
-
-def _launcher_name(spec_launcher) -> str:
-    return spec_launcher if isinstance(spec_launcher, str) else spec_launcher.type
 
 
 def wrap_for_ranks(recipe: TrialRecipe, trial_id: int, command: str, trial_dir: Path,

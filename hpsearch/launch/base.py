@@ -20,9 +20,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from hpsearch.errors import HpsearchError
 from hpsearch.procs import module_argv
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Container
 
 # The trial contract's variables (docs/trial.md), passed into every rank and container.
 TRIAL_ENV = ("HPSEARCH_EXPERIMENT", "HPSEARCH_TRIAL_ID", "HPSEARCH_ATTEMPT",
@@ -302,10 +306,40 @@ def script(lines: Sequence[str]) -> str:
 # -- the seams --------------------------------------------------------------------------------
 
 class ContainerRuntime(ABC):
-    """Runs an argv inside an image on this node."""
+    """Runs an argv inside an image on this node.
+
+    Every runtime is built by `from_spec(name, container, env_names)` (make_runtime looks
+    the class up in hpsearch.launch.registry.RUNTIMES and calls it), and holds the same
+    settings: the image, the spec's binds, the variables passed by name, extra arguments."""
 
     name = "none"
+    uses_image = True        # ranks run inside an image (False: the host runtime, `none`)
+    program: str | None = None  # what it runs on the host, on PATH where trials run (ch-run);
+                                # None: nothing (the host runtime; pyxis, srun options)
     needs_srun_step = False  # pyxis: the image applies only to srun steps
+
+    def __init__(self, image: str = "", binds: Sequence[str] = (), env: Sequence[str] = (),
+                 args: Sequence[str] = (), name: str | None = None) -> None:
+        self.image, self.binds, self.env, self.args = image, tuple(binds), tuple(env), tuple(args)
+        self.name = name or type(self).name  # the name it is registered under
+
+    @classmethod
+    def from_spec(cls, name: str, container: Container | None,
+                  env_names: Iterable[str] = ()) -> ContainerRuntime:
+        """The runtime registered as `name`, for the spec's `container` (None: none given)
+        and the names of the spec's `env`, which runtimes that pass variables by name
+        (podman, pyxis's --container-env) pass along with `container.env`."""
+        if cls.uses_image and not (container and container.image):
+            raise LaunchError(f"container.image: runtime {name} needs an image")
+        if container is None:
+            return cls(name=name)
+        env = tuple(dict.fromkeys([*env_names, *container.env]))
+        return cls(container.image or "", container.binds, env, container.args, name=name)
+
+    @classmethod
+    def program_for(cls, name: str) -> str | None:
+        """The program the runtime registered as `name` runs on the host (`program`)."""
+        return cls.program
 
     @abstractmethod
     def wrap(self, argv: list[str], layout: RankLayout) -> list[str]:
@@ -321,9 +355,14 @@ class ContainerRuntime(ABC):
 
 
 class Launcher(ABC):
-    """Starts a trial's command as its ranks; each rank in the runtime's image."""
+    """Starts a trial's command as its ranks; each rank in the runtime's image.
+
+    Every launcher is built as `cls(args)` with the spec's `launcher.args` (make_launcher
+    looks the class up in hpsearch.launch.registry.LAUNCHERS)."""
 
     name = "none"
+    program: str | None = None  # what it runs on the host, on PATH where trials run (srun);
+                                # None: nothing (launcher none)
 
     def __init__(self, args: Sequence[str] = ()) -> None:
         self.args = tuple(args)
@@ -333,6 +372,16 @@ class Launcher(ABC):
         """The shell text the trial runs. Under Slurm it is the batch script's body (it runs
         on the allocation's first node and starts every rank); locally it runs as it is.
         Raises LaunchError for a combination that cannot work."""
+
+    def host_program(self, in_image: bool, warm: bool) -> str | None:
+        """The program the launch text runs on the host, outside any container, with a
+        runtime that runs ranks in an image (`in_image`) or not, with `executor.warm` set
+        or not (hpsearch.launch.programs warns when PATH lacks it)."""
+        return self.program
+
+    def checkpoint_signal_env(self, signal: str) -> dict[str, str]:
+        """Variables the launcher needs to pass `signal` (SIGUSR1) on to the ranks."""
+        return {}
 
     def check(self, layout: RankLayout, runtime: ContainerRuntime) -> None:
         if runtime.needs_srun_step and not layout.under_slurm:

@@ -10,16 +10,12 @@ options (no `:ro`). GPUs need the NVIDIA libraries injected into the image (ch-f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hpsearch.launch.base import ContainerRuntime, LaunchError, RankLayout, merged_binds
 
 
 class CharliecloudRuntime(ContainerRuntime):
     name = "charliecloud"
-
-    def __init__(self, image: str, binds: Sequence[str] = (), args: Sequence[str] = ()) -> None:
-        self.image, self.binds, self.args = image, tuple(binds), tuple(args)
+    program = "ch-run"
 
     def setup_lines(self) -> list[str]:
         # ch-run refuses to start without $USER, which a container or cron may not set.
@@ -32,5 +28,5 @@ class CharliecloudRuntime(ContainerRuntime):
                 raise LaunchError(f"container.binds: {b.spec()!r}: ch-run binds take no "
                                   "options; write src or src:dst")
             binds += ["-b", f"{b.src}:{b.dst}"]
-        return ["ch-run", *binds, *(["-c", layout.workdir] if layout.workdir else []),
+        return [self.program, *binds, *(["-c", layout.workdir] if layout.workdir else []),
                 *self.args, self.image, "--", *argv]

@@ -20,10 +20,10 @@ from hpsearch.launch.mpirun import host_list, node_rank_line
 
 
 class HorovodrunLauncher(Launcher):
-    name = "horovodrun"
+    name = program = "horovodrun"
 
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
-        lines, hosts = host_list(layout, runtime, "horovodrun")
+        lines, hosts = host_list(layout, runtime, self.name)
         ranks = rank_script([
             exports({"RANK": '"${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}"',
                      "WORLD_SIZE": layout.world_size,

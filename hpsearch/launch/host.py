@@ -7,6 +7,7 @@ from hpsearch.launch.base import ContainerRuntime, RankLayout
 
 class HostRuntime(ContainerRuntime):
     name = "none"
+    uses_image = False
 
     def wrap(self, argv: list[str], layout: RankLayout) -> list[str]:
         return list(argv)

@@ -79,10 +79,10 @@ def daemon_step_lines(layout: RankLayout) -> tuple[list[str], list[str]]:
 
 
 class MpirunLauncher(Launcher):
-    name = "mpirun"
+    name = program = "mpirun"
 
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
-        lines, hosts = host_list(layout, runtime, "mpirun")
+        lines, hosts = host_list(layout, runtime, self.name)
         step_lines, step_options = daemon_step_lines(layout)
         ranks = rank_script([
             exports({"RANK": '"${OMPI_COMM_WORLD_RANK:-$PMI_RANK}"',

@@ -29,10 +29,10 @@ class NoLauncher(Launcher):
         self.check(layout, runtime)
         if self.args:
             raise LaunchError("launcher.args: launcher none starts no program to pass them to")
-        if runtime.name == "none" and not layout.under_slurm:
+        if not runtime.uses_image and not layout.under_slurm:
             return command  # a plain local process: nothing to set up, the command as written
         lines = [*preamble(layout, runtime), exports(ONE_RANK)]
-        if runtime.name == "none":
+        if not runtime.uses_image:
             return script([*lines, command])
         srun: list[str] = []
         if runtime.needs_srun_step:

@@ -10,8 +10,6 @@ Golden files only here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hpsearch.launch.base import RANK_ENV, ContainerRuntime, RankLayout, merged_binds
 
 PASSED = ("HPSEARCH_*", *RANK_ENV, "SLURM_*", "OMPI_*", "PMI_*", "PMIX_*", "MPI_LOCALRANKID",
@@ -19,17 +17,13 @@ PASSED = ("HPSEARCH_*", *RANK_ENV, "SLURM_*", "OMPI_*", "PMI_*", "PMIX_*", "MPI_
 
 
 class PodmanRuntime(ContainerRuntime):
-    name = "podman"
-
-    def __init__(self, image: str, binds: Sequence[str] = (), env: Sequence[str] = (),
-                 args: Sequence[str] = ()) -> None:
-        self.image, self.binds, self.env, self.args = image, tuple(binds), tuple(env), tuple(args)
+    name = program = "podman"
 
     def wrap(self, argv: list[str], layout: RankLayout) -> list[str]:
         volumes = [arg for b in merged_binds(self.binds, layout) for arg in ("-v", b.spec())]
         names = dict.fromkeys([*PASSED, *self.env])  # ordered, no repeats
         env = [arg for name in names for arg in ("-e", name)]
         gpus = ["--device", "nvidia.com/gpu=all"] if layout.gpus_per_node > 0 else []
-        return ["podman", "run", "--rm", "--network=host", "--ipc=host", *gpus, *volumes,
+        return [self.program, "run", "--rm", "--network=host", "--ipc=host", *gpus, *volumes,
                 *(["-w", layout.workdir] if layout.workdir else []), *env, *self.args,
                 self.image, *argv]

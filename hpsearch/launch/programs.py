@@ -15,25 +15,20 @@ import shutil
 import sys
 from pathlib import Path
 
-# The program each container runtime is; pyxis has none (it is a set of srun options).
-RUNTIME_PROGRAMS = {"apptainer": "apptainer", "singularity": "singularity",
-                    "charliecloud": "ch-run", "podman": "podman"}
+from hpsearch.launch.registry import LAUNCHERS, RUNTIMES
 
 
 def host_programs(launcher: str, launcher_args: tuple[str, ...], runtime: str,
                   warm: bool) -> list[tuple[str, str]]:
     """(spec key, program) for each program the launch text runs on the host: the
-    launcher's (none for `none`; none for torchrun inside a container, or replaced by
-    hpsearch.warm with executor.warm and no launcher args), then the container runtime's."""
-    found = []
-    if launcher == "torchrun":
-        if runtime == "none" and not (warm and not launcher_args):
-            found.append(("launcher", "torchrun"))
-    elif launcher != "none":
-        found.append(("launcher", launcher))  # srun, mpirun, horovodrun
-    if runtime in RUNTIME_PROGRAMS:
-        found.append(("container.runtime", RUNTIME_PROGRAMS[runtime]))
-    return found
+    launcher's (Launcher.host_program: none for `none`; none for torchrun inside a container,
+    or replaced by hpsearch.warm with executor.warm and no launcher args), then the container
+    runtime's (ContainerRuntime.program_for: none for `none` and pyxis)."""
+    runtime_class = RUNTIMES.get(runtime)
+    programs = [("launcher", LAUNCHERS.get(launcher)(launcher_args).host_program(
+                    runtime_class.uses_image, warm)),
+                ("container.runtime", runtime_class.program_for(runtime))]
+    return [(key, program) for key, program in programs if program]
 
 
 def missing_programs(launcher: str, launcher_args: tuple[str, ...], runtime: str, warm: bool,

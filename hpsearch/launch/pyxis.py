@@ -9,18 +9,12 @@ refused, and the local executor cannot use it. Golden files only (no pyxis here)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hpsearch.launch.base import ContainerRuntime, RankLayout, merged_binds
 
 
 class PyxisRuntime(ContainerRuntime):
     name = "pyxis"
-    needs_srun_step = True
-
-    def __init__(self, image: str, binds: Sequence[str] = (), env: Sequence[str] = (),
-                 args: Sequence[str] = ()) -> None:
-        self.image, self.binds, self.env, self.args = image, tuple(binds), tuple(env), tuple(args)
+    needs_srun_step = True  # and no program of its own
 
     def wrap(self, argv: list[str], layout: RankLayout) -> list[str]:
         return list(argv)  # the srun options do it

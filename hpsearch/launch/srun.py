@@ -22,7 +22,7 @@ from hpsearch.launch.base import (
 
 
 class SrunLauncher(Launcher):
-    name = "srun"
+    name = program = "srun"
 
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
         if not layout.under_slurm:

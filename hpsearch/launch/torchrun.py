@@ -43,7 +43,18 @@ WARM_NODE_SCRIPT = (f'exec "$0" -c {shlex.quote(SAFE_MODULE_RUN)} hpsearch.warm 
 
 
 class TorchrunLauncher(Launcher):
-    name = "torchrun"
+    name = program = "torchrun"
+
+    def host_program(self, in_image: bool, warm: bool) -> str | None:
+        # torchrun runs inside the image when there is one; with executor.warm and no args
+        # the python running hpsearch.warm takes its place.
+        return None if in_image or (warm and not self.args) else self.program
+
+    def checkpoint_signal_env(self, signal: str) -> dict[str, str]:
+        # torchrun starts its workers in sessions of their own and passes on only the
+        # signals listed here (default SIGTERM,SIGINT,SIGHUP,SIGQUIT); any other kills
+        # torchrun itself, and the workers never save their checkpoint.
+        return {"PET_SIGNALS_TO_HANDLE": f"SIGTERM,SIGINT,SIGHUP,SIGQUIT,{signal}"}
 
     def wrap(self, command: str, layout: RankLayout, runtime: ContainerRuntime) -> str:
         self.check(layout, runtime)
