@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import types
-import warnings
 from pathlib import Path
 
 import pytest
@@ -60,52 +59,12 @@ def cli(tmp_path: Path) -> Cli:
 #             container runtime, a real terminal, MPI): the test, a fixture it uses, or a
 #             helper under tests/ that they call names one of EXTERNAL_TOOLS as a string and
 #             looks a program up (shutil.which, itself or through another helper).
-#   slow:     long end-to-end tests: marked by hand (@pytest.mark.slow), or listed in SLOW.
+#   slow:     long end-to-end tests, and those over about 5 s in the quick tier: marked in
+#             their file, @pytest.mark.slow (or pytestmark), the reason in a comment beside it.
 # `scripts/test.sh --quick` deselects all three; plain `scripts/test.sh` runs everything.
 
 TESTS = Path(__file__).resolve().parent
 CLUSTER_FIXTURES = frozenset({"slurm_cluster", "slurm_flat_cluster", "slurm_bound_cluster"})
-# Marked slow here (node ids, or a prefix: a whole file or every parameter of a test): the
-# longest of the rest, 10 to 200 s each, so that the quick tier stays within a few minutes
-# (docs/testing.md#tiers has the durations). The whole suite still runs them. An entry that
-# no longer names a test is reported as a warning.
-SLOW = (
-    "tests/test_digits_promotion.py",  # PyTorch: trains the digits example in segments
-    "tests/test_digits_ddp.py",  # PyTorch: 2-rank DDP runs under torchrun
-    "tests/test_store_migration.py",  # a store of each schema version, migrated (12-29 s each)
-    "tests/test_promotion.py::test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments",
-    "tests/test_optuna_mirror.py",  # Optuna's RDB storage: its schema is slow to create
-    "tests/test_status_truth.py::test_a_killed_driver_shows_interrupted_with_the_resume_command_and_true_end_times",
-    "tests/test_warm.py::test_hostile_requests_are_refused_and_the_server_keeps_serving",
-    "tests/test_pruning.py::test_asha_decisions_are_the_same_when_the_driver_is_killed_repeatedly",
-    "tests/test_snakemake.py::test_module_example_from_the_docs_runs_without_an_activated_venv",
-    "tests/test_bench_search_quality.py::test_minimal_run_prints_the_table_and_the_goal_line",
-    "tests/test_command_length.py",  # 10,000-parameter and 200 KB specs (16-50 s each)
-    "tests/test_conditional_space.py::test_tpe_search_gives_each_trial_exactly_its_active_parameters",
-    "tests/test_conditional_space.py::test_every_sampler_asks_active_parameters_only_and_resumes",
-    "tests/test_checkpoints.py::test_policy_keeps_last_and_best_and_commands_show_them",
-    "tests/test_faults.py::test_the_store_survives_readers_and_a_writer_killed_again_and_again",
-    # over 5 s each in the quick tier on 2026-11-28 (339-352 s of pytest, over its 5 minutes)
-    "tests/test_grow.py::test_resume_trials_reaches_a_running_driver",
-    "tests/test_mlflow_mirror.py::test_without_mlflow_it_says_what_to_install_and_bad_uris",
-    "tests/test_local_search.py::test_seed_makes_search_reproducible",
-    "tests/test_warm_ranks.py::test_workers_get_the_variables_torchrun_gives_them",
-    "tests/test_finish.py::test_finish_top_2_trains_the_2_best_paused_trials_to_max_resource_once",
-    "tests/test_pilot_claim_race.py::test_claims_and_withdrawals_racing_with_crashes_run_each_attempt_in_one_place",
-    "tests/test_shared_storage.py::test_readers_during_commits_where_locks_do_not_reach_them_leave_the_store_intact",
-    "tests/test_cli.py::test_cancel_with_no_driver_gives_orphans_the_experiments_grace",
-    "tests/test_promotion.py::test_asha_promotion_pauses_trials_at_rungs_and_resumes_the_best_from_checkpoints",
-    "tests/test_shared_storage.py::test_network_mode_search_runs_with_a_rollback_journal_and_live_readers",
-    "tests/test_resume.py::test_resume_after_sigkill_at_random_moments",
-    "tests/test_endings.py::test_the_clock_stops_at_the_last_trials_end_when_the_driver_did_not_record_it",
-    "tests/test_hostile_output.py::test_resume_after_sigkill_reads_on_over_the_same_hostile_bytes",
-    "tests/test_pilot_protocol.py::test_a_pilot_near_its_end_stops_its_trial_which_ends_as_preempted",
-    "tests/test_other_users.py::test_a_stop_and_a_cancel_another_user_plants_in_a_pilot_dir_are_not_obeyed",
-    "tests/test_ask_ahead.py::test_driver_killed_while_a_trial_waits_resumes_it_as_its_first_attempt",
-    "tests/test_other_users.py::test_another_users_request_cannot_grow_a_running_search",
-    "tests/test_spec_fuzz.py::test_mutated_example_specs_give_a_spec_or_one_clear_error",
-    "tests/test_manage.py::test_events_oldest_first_by_trial_kind_limit_and_json",
-)
 EXTERNAL_TOOLS = frozenset({"chromium", "chromium-browser", "google-chrome", "ch-run", "tmux",
                             "mpirun"})
 
@@ -193,19 +152,8 @@ def _under_tests_slurm(filename: str) -> bool:
     return TESTS / "slurm" in Path(filename).resolve().parents
 
 
-def _slow_entry(nodeid: str) -> str | None:
-    """The SLOW entry naming this test: equal, or a prefix ending at a file or a test name."""
-    return next((e for e in SLOW if nodeid == e or nodeid.startswith(e)
-                 and nodeid[len(e)] in ":["), None)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    used, files = set(), {item.nodeid.split("::")[0] for item in items}
     for item in items:
-        entry = _slow_entry(item.nodeid)
-        if entry is not None:
-            used.add(entry)
-            item.add_marker(pytest.mark.slow)
         fixtures = set(getattr(item, "fixturenames", ()))
         if _under_tests_slurm(str(item.path)) or fixtures & CLUSTER_FIXTURES:
             item.add_marker(pytest.mark.cluster)
@@ -217,10 +165,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tools = set().union(*(_tools_run_by(r) for r in roots if _test_side(r)))
         if tools:
             item.add_marker(pytest.mark.external(*sorted(tools)))
-    for entry in SLOW:
-        if entry not in used and entry.split("::")[0] in files:
-            warnings.warn(pytest.PytestWarning(f"tests/conftest.py SLOW names no test: {entry}"),
-                          stacklevel=1)
 
 
 # Issue 23 item 5: an empty store.sqlite once appeared in the repository root during a

@@ -58,6 +58,7 @@ def test_asking_ahead_runs_the_same_trials_and_the_next_waits_for_a_free_slot(cl
     assert plain_third.created >= min(t.finished for t in plain_rows[:2]) - 0.05
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_driver_killed_while_a_trial_waits_resumes_it_as_its_first_attempt(cli):
     spec, runlog = _spec(cli, "killed", trials=3, parallel=1, sleep=1.5)
     proc = cli.popen("submit", spec)

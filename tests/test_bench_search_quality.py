@@ -35,6 +35,7 @@ def test_bbob_functions_reach_their_optimum_at_the_optimizer():
         assert at_opt == pytest.approx(fn.f_opt, abs=1e-8)
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_minimal_run_prints_the_table_and_the_goal_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(BENCH / "search_quality.py"), "--quick", "--seeds", "2",

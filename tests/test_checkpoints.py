@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
 from hpsearch.ingest.checkpoints import doomed
 from hpsearch.spec.model import Checkpoints
 from hpsearch.store import rows as r
@@ -59,6 +61,7 @@ def _kept(cli, name, trial):
         reader.close()
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_policy_keeps_last_and_best_and_commands_show_them(cli):
     spec = _spec(cli, "keep", "{keep_last: 2, keep_best: 1}")
     cli("submit", spec, check=0)

@@ -75,6 +75,7 @@ def test_cancel_with_no_driver_stops_orphaned_trials(cli):
     assert exp.status == "cancelled" and [t.state for t in after] == ["cancelled"] * len(stored)
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_cancel_with_no_driver_gives_orphans_the_experiments_grace(cli):
     """SIGKILL comes executor.grace seconds after SIGTERM (here 1 s, and 3 s), not after a
     fixed 10 s: a trial that ignores SIGTERM is killed after 1 s; one whose handler takes

@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers import read_store
 
+pytestmark = pytest.mark.slow  # 10,000-parameter and 200 KB specs (16-50 s each)
+
 LIMIT = 131_071  # bytes in one argument, its NUL not counted
 
 

@@ -308,6 +308,7 @@ def _assert_exact_params(cli, name: str, trials: int) -> list:
     return rows
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_tpe_search_gives_each_trial_exactly_its_active_parameters(cli):
     (cli.cwd / "train.py").write_text(TRAIN)
     cli.write_spec(TPE.format(name="tpe-cond", trials=16))
@@ -374,6 +375,7 @@ def _row(trial_id: int, params: dict, values: list, attrs: dict) -> TrialRow:
                     job_id=None, sampler_attrs=attrs or {})
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 @pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s != "grid"])
 def test_every_sampler_asks_active_parameters_only_and_resumes(tmp_path, strategy):
     """Define-by-run for each Optuna strategy (CMA-ES, GP and QMC sample what lies outside

@@ -22,6 +22,8 @@ from hpsearch.store.store import STORE_FILE, Reader
 from tests.conftest import EXAMPLES
 from tests.helpers import read_store
 
+pytestmark = pytest.mark.slow  # PyTorch: 2-rank DDP runs under torchrun
+
 EXAMPLE = EXAMPLES / "digits_ddp"
 TRAIN = EXAMPLE / "train.py"
 STOPPED = 75  # train.py's exit code after a stop request (checkpoint saved)

@@ -20,6 +20,8 @@ import pytest
 
 from tests.test_digits_ddp import TRAIN, _metrics, _trial_env, _without_time, torch_and_sklearn  # noqa: F401
 
+pytestmark = pytest.mark.slow  # PyTorch: trains the digits example in segments
+
 ONE_PROCESS = (sys.executable,)
 TWO_RANKS = (sys.executable, "-m", "torch.distributed.run", "--standalone",
              "--nproc-per-node=2")

@@ -118,6 +118,7 @@ def test_planned_steps_follow_the_rungs_and_grow_with_what_asha_promoted():
     assert 9 * 1 < planned_steps(hyperband, 9, {}) < 9 * 9  # between all-stopped and all-full
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_the_clock_stops_at_the_last_trials_end_when_the_driver_did_not_record_it(cli):
     """The driver killed right after the last trial's end (its status still `running`):
     nothing is left to run, and the elapsed time no longer grows."""

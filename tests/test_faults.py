@@ -234,6 +234,7 @@ def _count(path: Path) -> int:
         reader.close()
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_the_store_survives_readers_and_a_writer_killed_again_and_again(tmp_path):
     from hpsearch.store.store import Store
     path = tmp_path / "store.sqlite"

@@ -24,6 +24,7 @@ def _paused_by_value(runs, name) -> list[tuple[float, int]]:
     return sorted(out)
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_finish_top_2_trains_the_2_best_paused_trials_to_max_resource_once(cli):
     cli("submit", promotion_spec(cli, "fin"), check=0)
     before = attempts(cli.runs, "fin")

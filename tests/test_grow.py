@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from tests.helpers import event_kinds, read_store
 
 SPEC = """
@@ -50,6 +52,7 @@ def test_resume_trials_grows_a_finished_search_and_refuses_to_shrink_below_it(cl
     assert "at most 1000000000" in proc.stderr
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_resume_trials_reaches_a_running_driver(cli):
     # trials of 4 s: a fresh-clone run under the suite's load saw 2 of 1 s end before
     # `resume` started, and resume then ran the search itself

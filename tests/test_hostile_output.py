@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from hpsearch.ingest.lines import MAX_LINE, MAX_READ
 from hpsearch.ingest.trial_files import TrialFiles
 from hpsearch.store.store import Reader, Store
@@ -127,6 +129,7 @@ def test_hostile_report_lines_are_skipped_with_a_warning_and_good_ones_kept(cli)
     assert "completed" in status.stdout
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_resume_after_sigkill_reads_on_over_the_same_hostile_bytes(cli):
     # The driver reads every hostile line while the trial sleeps, then is killed after the
     # trial's final read and before its outcome is committed. Resume must finish the trial

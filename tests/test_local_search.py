@@ -60,6 +60,7 @@ def test_each_strategy_runs_a_real_search(cli, strategy):
             (x, y) for x in (-3.0, -1.5, 0.0, 1.5, 3.0) for y in range(-4, 1))
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_seed_makes_search_reproducible(cli):
     def params_of(suffix, strategy):
         spec = _spec(cli, strategy, trials=8, name_suffix=suffix)

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from hpsearch.cli.manage_cmds import event_lines
 from tests.helpers import read_store
 from tests.test_status_truth import FAILING, _running_trials, _wait
@@ -200,6 +202,7 @@ def test_delete_unlinks_a_symbolic_link_and_never_follows_one(cli, tmp_path):
     assert (outside / "precious.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_events_oldest_first_by_trial_kind_limit_and_json(cli):
     spec = cli.write_spec(TINY)
     cli("submit", spec, "--no-tui", check=0)

@@ -209,6 +209,7 @@ def test_run_status_of_each_state():
     assert run_status("paused", False) == "KILLED"
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_without_mlflow_it_says_what_to_install_and_bad_uris(cli):
     run_search(cli)
     shadow = cli.cwd / "shadow" / "mlflow"  # an mlflow that fails to import

@@ -14,6 +14,8 @@ from hpsearch.store.store import STORE_FILE, Reader
 from tests.helpers import read_store
 from tests.interop_search import run_search, write_spec
 
+pytestmark = pytest.mark.slow  # Optuna's RDB storage: its schema is slow to create
+
 OPTUNA_STATE = {"completed": "COMPLETE", "failed": "FAIL", "pruned": "PRUNED"}
 
 

@@ -59,6 +59,7 @@ def _write_as(uid: int, folder: Path, name: str, data: dict) -> None:
         os.close(fd)
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_another_users_request_cannot_grow_a_running_search(cli, other_uid):
     spec = cli.write_spec("""
         name: owned
@@ -279,6 +280,7 @@ def test_a_folder_others_can_write_or_own_is_refused_with_how_to_fix_it(cli, oth
 
 # -- files whose presence is the signal, and trial output (issue 22, item 3) ----------------
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_a_stop_and_a_cancel_another_user_plants_in_a_pilot_dir_are_not_obeyed(other_uid,
                                                                                  tmp_path):
     """A group member who can write a pilot's folder must not stop the pilot nor cancel its

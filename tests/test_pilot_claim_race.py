@@ -26,6 +26,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from hpsearch.executors.base import Adoptable, Ended, Launch
 from hpsearch.executors.pilots import PilotExecutor
 from hpsearch.pilot import program
@@ -201,6 +203,7 @@ def _recover(job: SlurmJob, trials: list[int], job_id: str, dead: set[str]) -> t
         store.close()
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_claims_and_withdrawals_racing_with_crashes_run_each_attempt_in_one_place(tmp_path):
     """ROUNDS rounds, each with a new pilot and PER_ROUND assignments (the module docstring
     says what each round does and what must hold); one spare pilot, live throughout, runs

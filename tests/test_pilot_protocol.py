@@ -240,6 +240,7 @@ def test_an_idle_pilot_leaves_after_its_idle_timeout(tmp_path):
     assert p.read_json(paths.exit)["reason"] == "idle for 1 s"
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_a_pilot_near_its_end_stops_its_trial_which_ends_as_preempted(tmp_path):
     """Its time limit is near: no checkpoint signal in the spec, so SIGTERM; the trial ends
     preempted (the retry rules run it again elsewhere), and nothing more is claimed."""

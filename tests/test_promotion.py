@@ -9,6 +9,8 @@ import io
 import json
 import sys
 
+import pytest
+
 from hpsearch.store.store import STORE_FILE, Reader
 from tests.helpers import kill_driver_repeatedly, read_store
 from tests.promotion_search import SEGMENTED, SPEC, XS
@@ -43,6 +45,7 @@ def _segments(runs, name) -> dict[int, list[tuple]]:
         reader.close()
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_asha_promotion_pauses_trials_at_rungs_and_resumes_the_best_from_checkpoints(cli):
     proc = cli("submit", _spec(cli, "promo"), check=0)
     exp, trials = read_store(cli.runs, "promo")
@@ -97,6 +100,7 @@ def _assert_budget_shown(cli, name, trials, segments):
         in page
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_a_driver_killed_around_rung_decisions_resumes_to_the_same_segments(cli):
     """Killed at random moments 10 times, and at the exact instant after a promotion was
     written and before its segment was launched: the same segments, states and values."""

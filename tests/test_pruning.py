@@ -111,6 +111,7 @@ def test_a_trial_that_ignores_stop_and_sigterm_is_killed_after_the_grace_period(
     assert (cli.runs / "stub" / "trials" / "00002" / "STOP").exists()
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_asha_decisions_are_the_same_when_the_driver_is_killed_repeatedly(cli):
     """Successive halving keeps each rung a trial passed in the study; the store keeps them
     and a resumed driver puts them back, so its decisions equal an uninterrupted run's."""

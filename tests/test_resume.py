@@ -103,6 +103,7 @@ def test_resume_adopts_trials_still_running(cli):
     assert all(t.attempt == 1 for t in read_store(cli.runs, "adopt")[1])
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_resume_after_sigkill_at_random_moments(cli):
     spec, runlog = _spec(cli, "chaos", sleep=0.2, trials=10, parallel=3)
     rng = random.Random(20261126)

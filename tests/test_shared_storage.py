@@ -137,6 +137,7 @@ def test_bad_override_is_exit_2_with_nothing_created(cli):
 
 
 # -- the store in network mode ---------------------------------------------------------------
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_network_mode_search_runs_with_a_rollback_journal_and_live_readers(cli):
     # about 8 s of trials: a status takes seconds on a loaded machine (with 1 s, a loaded
     # fresh-clone run saw a single status while the driver ran)
@@ -226,6 +227,7 @@ def test_reader_recovers_a_store_left_mid_transaction_in_rollback_mode(tmp_path,
     assert not Path(f"{path}-journal").exists()
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 def test_readers_during_commits_where_locks_do_not_reach_them_leave_the_store_intact(
         tmp_path, monkeypatch):
     """On BeeGFS, Lustre `localflock` or NFS `nolock` a reader on the login node cannot see

@@ -94,6 +94,7 @@ def test_digits_pipeline_runs_end_to_end_then_has_nothing_to_do(tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_module_example_from_the_docs_runs_without_an_activated_venv(module_pipeline):
     assert shutil.which("hpsearch", path=_env(venv_on_path=False)["PATH"]) is None
     proc = snakemake(module_pipeline, venv_on_path=False)

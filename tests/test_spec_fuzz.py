@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -98,6 +99,7 @@ def mangled_texts(draw):
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 @SETTINGS
 @given(mutated_examples())
 def test_mutated_example_specs_give_a_spec_or_one_clear_error(text):

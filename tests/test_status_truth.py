@@ -8,6 +8,8 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from hpsearch.ingest.outcome import cause
 from tests.helpers import read_store
 
@@ -51,6 +53,7 @@ def _running_trials(cli, name: str) -> int:
         return 0
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_a_killed_driver_shows_interrupted_with_the_resume_command_and_true_end_times(cli):
     spec = cli.write_spec(SLEEPY)
     driver = cli.popen("submit", spec)

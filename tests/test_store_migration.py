@@ -12,6 +12,8 @@ import sqlite_utils
 from hpsearch.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.helpers import read_store
 
+pytestmark = pytest.mark.slow  # a store of each schema version, migrated (12-29 s each)
+
 SPEC = """
     name: mig
     command: "echo @hpsearch step=0 loss={x}"

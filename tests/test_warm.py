@@ -197,6 +197,7 @@ def test_bad_warm_preloads_are_refused_with_file_line_and_key(cli, warm, problem
     assert not (cli.runs / "badwarm").exists()
 
 
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
 def test_hostile_requests_are_refused_and_the_server_keeps_serving(runtime_dir, tmp_path):
     """Garbage, a length of 1 GiB, bytes that are not UTF-8, a request cut short, JSON of
     the wrong shape, nesting deep enough to exhaust recursion, a stalled client: each

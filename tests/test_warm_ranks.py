@@ -42,6 +42,7 @@ def _envs(prefix: Path, n: int) -> list[dict[str, str]]:  # by local rank
     return out
 
 
+@pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
                     reason="torchrun is not installed (scripts/setup.sh gp installs torch)")
 def test_workers_get_the_variables_torchrun_gives_them(tmp_path):
