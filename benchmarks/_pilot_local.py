@@ -23,8 +23,8 @@ from hpsearch.driver import session
 from hpsearch.executors.pilots import PilotExecutor
 from hpsearch.pilot import program
 from hpsearch.pilot import protocol as p
+from hpsearch.preflight import load_spec
 from hpsearch.search import make_search
-from hpsearch.spec.validate import load_spec
 
 JOB_ID = "1001"
 

@@ -43,8 +43,8 @@ import optuna  # noqa: E402
 import hpsearch  # noqa: E402
 from hpsearch.driver.session import driver_for, make_executor  # noqa: E402
 from hpsearch.ingest.trial_files import STDOUT_PREFIX  # noqa: E402
+from hpsearch.preflight import load_spec  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
-from hpsearch.spec import load_spec  # noqa: E402
 from hpsearch.store import rows as r  # noqa: E402
 from hpsearch.store import runs  # noqa: E402
 from hpsearch.store.store import STORE_FILE, Store  # noqa: E402

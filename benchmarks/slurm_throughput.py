@@ -42,9 +42,9 @@ from hpsearch.driver.session import driver_for  # noqa: E402
 from hpsearch.executors.pilots import PilotExecutor  # noqa: E402
 from hpsearch.executors.slurm import SlurmExecutor  # noqa: E402
 from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
+from hpsearch.preflight import load_spec  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402
-from hpsearch.spec import load_spec  # noqa: E402
 from hpsearch.store import (  # noqa: E402
     STORE_FILE,
     Store,

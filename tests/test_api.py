@@ -136,8 +136,8 @@ def test_load_reads_a_search_whose_strategy_needs_packages_missing_here(searched
     """Reading needs no sampler: a gp search (torch) copied to a machine without torch
     still loads, with its own strategy. Simulated by making the grid strategy need a
     package that does not exist."""
-    from hpsearch.spec import checks
-    monkeypatch.setitem(checks.STRATEGY_MODULES, "grid", (("no_such_module_x", "pip ..."),))
+    from hpsearch.search.registry import STRATEGIES
+    monkeypatch.setattr(STRATEGIES.get("grid"), "needs", (("no_such_module_x", "pip ..."),))
     exp = hpsearch.load("interop", searched.runs)
     assert exp.spec.search.strategy == "grid" and len(exp.trials) == 8
     assert exp.trials_dataframe().shape[0] == 8

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from hpsearch.driver.session import asks_ahead
-from hpsearch.spec import load_spec
+from hpsearch.preflight import load_spec
 from tests.helpers import read_store, wait_for_trials
 
 SPEC = """

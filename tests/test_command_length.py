@@ -142,7 +142,7 @@ def test_the_word_splitter_reads_commands_as_shlex_does():
     import random
     import shlex
 
-    from hpsearch.spec.command_size import split_words
+    from hpsearch.preflight.command_size import split_words
 
     rng = random.Random(1)
     for _ in range(20_000):

@@ -18,10 +18,10 @@ from types import SimpleNamespace
 import pytest
 
 from hpsearch.cli.main import main
+from hpsearch.preflight import parse_spec
 from hpsearch.search.grid import GridSearch, grid_points
 from hpsearch.search.optuna_search import OptunaSearch
-from hpsearch.spec import parse_spec
-from hpsearch.spec.model import STRATEGIES
+from hpsearch.search.registry import STRATEGIES
 from hpsearch.store.rows import TrialRow
 from tests.helpers import read_store
 
@@ -376,14 +376,14 @@ def _row(trial_id: int, params: dict, values: list, attrs: dict) -> TrialRow:
 
 
 @pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
-@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s != "grid"])
+@pytest.mark.parametrize("strategy", [s for s in STRATEGIES.names() if s != "grid"])
 def test_every_sampler_asks_active_parameters_only_and_resumes(tmp_path, strategy):
     """Define-by-run for each Optuna strategy (CMA-ES, GP and QMC sample what lies outside
     their fixed space independently, as Optuna does): 12 trials asked and told, then a study
     rebuilt from them, as resume does, asks 4 more."""
     spec = parse_spec(textwrap.dedent(TPE.format(name="s", trials=16)).replace(
         "strategy: tpe", f"strategy: {strategy}"), "spec.yaml", tmp_path)
-    search = OptunaSearch(spec.search, spec.objectives)
+    search = OptunaSearch(spec.search, spec.objectives, STRATEGIES.get(spec.search.strategy))
     search.rebuild([], {})
     rows, study_attrs = [], {}
     for _ in range(12):
@@ -392,7 +392,7 @@ def test_every_sampler_asks_active_parameters_only_and_resumes(tmp_path, strateg
         study_attrs = asked.study_attrs or study_attrs
         attrs = search.tell(asked.trial_id, "completed", [_loss(asked.params)])
         rows.append(_row(asked.trial_id, asked.params, [_loss(asked.params)], attrs))
-    resumed = OptunaSearch(spec.search, spec.objectives)
+    resumed = OptunaSearch(spec.search, spec.objectives, STRATEGIES.get(spec.search.strategy))
     resumed.rebuild(rows, study_attrs)
     for expected in range(12, 16):
         asked = resumed.ask()
@@ -407,7 +407,7 @@ def test_tpe_models_the_conditional_parameters_together(tmp_path):
     momentum and beta1 are in its model, not only the parameters every trial has (plain
     multivariate TPE would model lr and optimizer only, and sample the rest independently)."""
     spec = parse_spec(textwrap.dedent(TPE.format(name="s", trials=16)), "spec.yaml", tmp_path)
-    search = OptunaSearch(spec.search, spec.objectives)
+    search = OptunaSearch(spec.search, spec.objectives, STRATEGIES.get(spec.search.strategy))
     search.rebuild([], {})
     for _ in range(12):
         asked = search.ask()

@@ -10,8 +10,8 @@ import sys
 import time
 from collections import Counter
 
+from hpsearch.preflight import load_spec
 from hpsearch.search.grid import GridSearch, grid_points, grid_size
-from hpsearch.spec import load_spec
 from tests.conftest import EXAMPLES
 from tests.helpers import read_store
 

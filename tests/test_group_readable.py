@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.errors import BadInput
-from hpsearch.spec.validate import parse_spec
+from hpsearch.preflight import parse_spec
 from hpsearch.store.store import Store
 from tests.helpers import ensure_system_entry
 

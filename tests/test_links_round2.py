@@ -112,7 +112,7 @@ def test_the_driver_jobs_id_is_not_written_through_a_link(tmp_path):
     """Before: driver.job was written to `driver.job.tmp` by write_text, which follows a
     link there."""
     from hpsearch.driver import slurm_job
-    from hpsearch.spec import parse_spec
+    from hpsearch.preflight import parse_spec
     from tests.test_sbatch import BASE
 
     class Slurm:

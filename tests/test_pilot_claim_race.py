@@ -32,9 +32,9 @@ from hpsearch.executors.base import Adoptable, Ended, Launch
 from hpsearch.executors.pilots import PilotExecutor
 from hpsearch.pilot import program
 from hpsearch.pilot import protocol as p
+from hpsearch.preflight import parse_spec
 from hpsearch.procs import environ
 from hpsearch.slurm.parse import JobRecord
-from hpsearch.spec import parse_spec
 from hpsearch.spec.model import SlurmJob
 from hpsearch.store import runs
 from hpsearch.store.store import STORE_FILE, Store

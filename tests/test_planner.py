@@ -12,8 +12,8 @@ import pytest
 from hpsearch.errors import BadInput
 from hpsearch.placement import planner as planner_mod
 from hpsearch.placement.planner import Planner
+from hpsearch.preflight import parse_spec
 from hpsearch.slurm.parse import parse_sinfo_nodes
-from hpsearch.spec.validate import parse_spec
 
 TOPOLOGY = "SwitchName=leaf1 Nodes=node[1-2]\nSwitchName=leaf2 Nodes=node[3-4]\n" \
            "SwitchName=leaf3 Nodes=node[5-8]\n"

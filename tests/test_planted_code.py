@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from hpsearch.driver.slurm_job import driver_script
+from hpsearch.preflight import parse_spec
 from hpsearch.procs import module_argv
-from hpsearch.spec.validate import parse_spec
 from tests.helpers import read_store
 
 PLANTED = ("hpsearch/__init__.py", "hpsearch/warm/__init__.py", "uuid.py", "runpy.py",

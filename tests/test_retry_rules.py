@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hpsearch.executors import retry
 from hpsearch.executors.base import Ended
-from hpsearch.spec.validate import parse_spec
+from hpsearch.preflight import parse_spec
 from hpsearch.store.store import Reader
 from tests.helpers import read_store
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hpsearch.launch.attempt import build_launch
+from hpsearch.preflight import parse_spec
 from hpsearch.slurm.sbatch import batch_script, job_name
-from hpsearch.spec import parse_spec
 
 GOLDEN = Path(__file__).parent / "golden" / "sbatch"
 
@@ -96,5 +96,5 @@ def test_driver_job_is_signalled_before_its_time_limit(time_limit, lead):
                                            ("UNLIMITED", None), ("1\n#SBATCH -p x", None),
                                            ("1_0", None), ("", None), ("-5", None)])
 def test_slurm_time_limits_are_read_as_sbatch_reads_them(text, seconds):
-    from hpsearch.slurm.parse import parse_time_limit
+    from hpsearch.spec.durations import parse_time_limit
     assert parse_time_limit(text) == seconds

@@ -14,9 +14,10 @@ import pytest
 
 from hpsearch.cli.main import main
 from hpsearch.errors import BadInput
+from hpsearch.preflight import load_spec, parse_spec
 from hpsearch.search.grid import GridSearch, grid_points, grid_size
-from hpsearch.spec import load_spec, parse_spec, validate
-from hpsearch.spec.model import STRATEGIES
+from hpsearch.search.registry import STRATEGIES
+from hpsearch.spec import validate
 from hpsearch.template import BUILTIN_PLACEHOLDERS
 from tests.conftest import EXAMPLES
 
@@ -596,7 +597,7 @@ BAD_SPECS = [
         objective:
           - {metric: loss}
           - {metric: latency}
-        """, "search.strategy", ["cmaes optimizes one objective; use nsga2, tpe or gp for "
+        """, "search.strategy", ["cmaes optimizes one objective; use tpe, gp or nsga2 for "
                                  "several"]),
 ]
 
@@ -1000,7 +1001,7 @@ def test_docs_name_every_key_strategy_and_placeholder():
             validate.OBJECTIVE_KEYS + validate.RESOURCE_KEYS + validate.RETRY_KEYS +
             validate.CHECKPOINT_KEYS + validate.EXECUTOR_KEYS + validate.PARAM_TYPES +
             validate.PLACEMENT_KEYS +
-            STRATEGIES)
+            STRATEGIES.names())
     missing = [k for k in keys if f"`{k}`" not in text and f"{k}:" not in text]
     assert missing == []
     assert [b for b in BUILTIN_PLACEHOLDERS if f"`{{{b}}}`" not in text] == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.errors import BadInputs
-from hpsearch.spec.validate import parse_spec
+from hpsearch.preflight import parse_spec
 
 SEVERAL = """\
 retries: many

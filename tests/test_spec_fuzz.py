@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpsearch.errors import BadInput
-from hpsearch.spec.validate import parse_spec
+from hpsearch.preflight import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/*.yaml"))

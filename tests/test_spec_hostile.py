@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.errors import BadInput
-from hpsearch.spec import parse_spec
+from hpsearch.preflight import parse_spec
 from hpsearch.spec.loading import MAX_DEPTH, MAX_NODES
 from tests.conftest import ROOT
 from tests.helpers import AWK_QUAD, read_store

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from hpsearch.spec import parse_spec, validate
+from hpsearch.preflight import parse_spec
+from hpsearch.spec import validate
 from hpsearch.spec.model import Pilots
 from tests.conftest import ROOT
 from tests.helpers import AWK_QUAD, quad, read_store

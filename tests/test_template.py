@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.launch.attempt import build_launch
-from hpsearch.spec import parse_spec
+from hpsearch.preflight import parse_spec
 from hpsearch.template import placeholders, render, shell_value
 
 # Prints its arguments as a JSON list: what the process really received.

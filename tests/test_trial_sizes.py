@@ -19,9 +19,9 @@ from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import build_launch
 from hpsearch.pilot import protocol
 from hpsearch.placement.planner import Planner
+from hpsearch.preflight import parse_spec
 from hpsearch.slurm.sbatch import batch_script
 from hpsearch.spec.model import Resources, Retries, RetryRule, slot_width
-from hpsearch.spec.validate import parse_spec
 from tests.helpers import read_store
 from tests.test_planner import TOPOLOGY, TableSlurm
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.spec.rungs import unreachable_rungs
-from hpsearch.spec.validate import parse_spec
+from hpsearch.preflight import parse_spec
+from hpsearch.preflight.rungs import unreachable_rungs
 
 SPEC = """\
 name: rungs

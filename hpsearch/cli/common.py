@@ -31,7 +31,7 @@ def spec_path_to_name(args) -> None:
     if not isinstance(name, str) or not name.endswith((".yaml", ".yml")) \
             or not Path(name).is_file():
         return
-    from hpsearch.spec.validate import load_spec  # exit 2 with its line if the spec is bad
+    from hpsearch.preflight import load_spec  # exit 2 with its line if the spec is bad
     spec = load_spec(name, args.runs_dir.absolute() if getattr(args, "runs_dir", None)
                      else None)
     args.name = spec.name

@@ -29,7 +29,8 @@ def enqueue(args) -> int:
     from hpsearch.spec.known_points import point_problem
 
     spec = session.stored_spec(runs_dir_of(args), args.name)
-    if spec.search.strategy == "grid":
+    from hpsearch.search.registry import strategy
+    if strategy(spec.search.strategy).facts.enumerates:
         raise HpsearchError(f"experiment {spec.name} is a grid search: it runs every point of its "
                        "space; enqueue is for the samplers")
     space = {p.name: p for p in spec.search.space}

@@ -64,7 +64,8 @@ def register(sub) -> None:
 
 
 def _add_run_flags(p) -> None:
-    p.add_argument("--executor", choices=["local", "slurm"], default=None,
+    from hpsearch.preflight.vocabulary import vocabulary
+    p.add_argument("--executor", choices=vocabulary().executor_types(), default=None,
                    help="override the spec's executor")
     p.add_argument("--detach", action="store_true",
                    help="run the driver in the background (log: <runs>/<name>/driver.log)")
@@ -102,7 +103,8 @@ def submit(args) -> int:
                                           args.executor, args.resume)
     from hpsearch.cli.spec_cmds import warn_about
     warn_about(args.spec, spec, programs=False)
-    if spec.search.strategy == "grid":
+    from hpsearch.search.registry import strategy
+    if strategy(spec.search.strategy).facts.enumerates:
         from hpsearch.search.grid import grid_summary
         print(f"grid: {grid_summary(spec.search)}; {spec.search.trials} trials")
     if args.best_out:
@@ -188,11 +190,12 @@ def _run(spec, create: bool, args) -> int:
 
     exp_dir = spec.experiment_dir
     if args.driver_job:
-        if spec.executor.type != "slurm":
+        from hpsearch.executors.registry import facts
+        if not facts(spec.executor).on_slurm:
             from hpsearch.errors import BadInput
             raise BadInput("--driver-job needs the Slurm executor (executor: slurm, or "
                            "--executor slurm)")
-        from hpsearch.slurm.parse import parse_time_limit
+        from hpsearch.spec.durations import parse_time_limit
         if args.driver_time is not None and parse_time_limit(args.driver_time) is None:
             from hpsearch.errors import BadInput
             raise BadInput(f"--driver-time {args.driver_time!r}: expected a Slurm time limit "

@@ -76,7 +76,7 @@ def _option(args) -> tuple[str, list[int]]:
 
 def scale(args) -> int:
     from hpsearch.driver import scale_spec, session
-    from hpsearch.spec.validate import parse_spec
+    from hpsearch.preflight import parse_spec
     from hpsearch.store import runs
     from hpsearch.store.store import STORE_FILE, Reader
 
@@ -128,7 +128,8 @@ def scale(args) -> int:
 
 def _check_sizes(parent, option: str, sizes: list[int]) -> None:
     """What the spec's validation cannot know: the local executor runs on this host only."""
-    if parent.executor.type != "local":
+    from hpsearch.executors.registry import facts
+    if facts(parent.executor).on_slurm:
         return
     if option == "nodes" and sizes != [1]:
         raise HpsearchError(f"--nodes {','.join(map(str, sizes))}: executor.type: the local "

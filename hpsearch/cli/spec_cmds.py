@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from hpsearch.cli.common import add_command, format_params, yaml_text
-from hpsearch.spec.validate import check_here, load_spec
+from hpsearch.executors.registry import facts
+from hpsearch.preflight import check_here, load_spec
+from hpsearch.search.registry import strategy
 from hpsearch.template import placeholders
 
 
@@ -69,27 +71,27 @@ def validate(args) -> int:
 
 def warn_about(file: Path, spec, programs: bool = True) -> None:
     """On stderr, with the spec's file, line and key: rungs that a fixed parameter the
-    command passes keeps trials from reaching (spec/rungs.py); with `programs`, each program
+    command passes keeps trials from reaching (preflight/rungs.py); with `programs`, each program
     the trials' launch runs on the host (launcher, container runtime) that this machine's
     PATH lacks, and executor.warm where it cannot work (plain Slurm jobs). Warnings, not
     errors: the compute nodes may have what the login node lacks, and a script may count
     its steps otherwise."""
     from hpsearch.launch.programs import missing_programs
-    from hpsearch.spec.rungs import unreachable_rungs
-    from hpsearch.spec.validate import missing_here
+    from hpsearch.preflight import missing_here
+    from hpsearch.preflight.rungs import unreachable_rungs
     from hpsearch.spec.yamlpos import load_yaml_with_lines
 
     rungs = unreachable_rungs(spec)
     found = [rungs] if rungs else []
-    if spec.executor.type != "local" and (missing := missing_here(spec)):
+    on_slurm = facts(spec.executor).on_slurm
+    if on_slurm and (missing := missing_here(spec)):
         found.append(("command", missing + " (on this machine; the trials' nodes run it "
                       "there, and where they share this filesystem they lack it too)"))
     if programs:
         found += missing_programs(spec.launcher.type, spec.launcher.args,
                                   spec.container.runtime, spec.executor.warm is not None,
-                                  spec.executor.type == "slurm")
-    if programs and spec.executor.warm is not None and spec.executor.type == "slurm" \
-            and spec.executor.pilots is None:
+                                  on_slurm)
+    if programs and spec.executor.warm is not None and facts(spec.executor).job_per_attempt:
         found.append(("executor.warm", "each trial (and each of its segments) runs as a Slurm "
                       "job of its own, where no warm server outlives the job: its processes "
                       "start cold, as without executor.warm. Warm starts need executor.pilots, "
@@ -162,12 +164,13 @@ def plan(args) -> int:
     check_here(spec, args.spec)
     warn_about(args.spec, spec)
     s = spec.search
-    if s.strategy == "grid":
+    facts_of = strategy(s.strategy).facts
+    if facts_of.enumerates:
         from hpsearch.search.grid import grid_summary
         print(f"grid: {grid_summary(s)}; {s.trials} trials, {s.parallel} in parallel")
         shown = s.trials
     else:
-        deterministic = s.strategy in ("random", "qmc") and s.seed is not None
+        deterministic = facts_of.seeded_order and s.seed is not None
         shown = s.trials if deterministic else min(s.trials, s.parallel)
         print(f"{s.strategy}: {s.trials} trials, {s.parallel} in parallel" +
               ("" if deterministic else f"; the first {shown} are launched together, later "
@@ -181,7 +184,7 @@ def plan(args) -> int:
     search.rebuild([], {})
     print(f"runs in: {spec.experiment_dir}   workdir: {spec.workdir}   executor: "
           f"{spec.executor.type}")
-    pilots = spec.executor.type == "slurm" and spec.executor.pilots is not None
+    pilots = facts(spec.executor).section == "pilots"
     if pilots:
         print(_pilot_line(spec) if args.brief else _pilot_script(spec), end="")
     if args.brief:
@@ -202,7 +205,7 @@ def plan(args) -> int:
             n = resources.nodes
             print(f"  runs inside a pilot (no job of its own), on {n} node{'s' * (n > 1)} of "
                   f"the pilot's allocation:\n  $ {launch.command}")
-        elif spec.executor.type == "slurm":
+        elif facts(spec.executor).job_per_attempt:
             from hpsearch.slurm.sbatch import batch_script
             print(batch_script(spec.slurm_job(), launch), end="")
         else:

@@ -10,6 +10,7 @@ from pathlib import Path
 from hpsearch.driver import slurm_job
 from hpsearch.driver.session import stored_spec, with_instance
 from hpsearch.errors import Conflict, HpsearchError
+from hpsearch.executors.registry import facts
 from hpsearch.spec.model import Executor as ExecutorSpec
 from hpsearch.store import rows as r
 from hpsearch.store import runs
@@ -56,7 +57,7 @@ def _cancel_unstored_jobs(runs_dir: Path, name: str, store: Reader, rows: list) 
     their names (this user's, this experiment instance's). Returns how many."""
     unstored = [row for row in rows if not row.job_id]
     spec = stored_spec(runs_dir, name)
-    if not unstored or (spec.executor.type != "slurm"
+    if not unstored or (not facts(spec.executor).on_slurm
                         and not any(t.job_id for t in store.trials())):
         return 0
     from hpsearch.executors.base import Adoptable

@@ -27,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from hpsearch.errors import HpsearchError
+from hpsearch.executors.registry import facts
 from hpsearch.spec.model import COST_METRICS, Resources, Spec, slot_width
 from hpsearch.store.usage import attempt_usage, gpu_count, trial_cost
 
@@ -49,7 +50,7 @@ def pilot_share(resources: Resources, slot: Resources, slots_per_node: int,
 def pilot_share_of(spec: Spec) -> PilotShare | None:
     """Where trials run in pilots, the share of each node a trial's attempt holds (the
     cost objectives' node_hours and the report's); else None."""
-    pilots = spec.executor.pilots if spec.executor.type == "slurm" else None
+    pilots = spec.executor.pilots if facts(spec.executor).section == "pilots" else None
     if pilots is None:
         return None
     return partial(pilot_share, spec.resources, spec.slot(), pilots.slots_per_node)

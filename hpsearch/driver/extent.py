@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hpsearch.driver import requests
 from hpsearch.search.base import Search
+from hpsearch.search.registry import strategy
 from hpsearch.spec.known_points import point_problem
 from hpsearch.spec.model import Search as SearchSettings
 from hpsearch.store import rows as r
@@ -146,7 +147,7 @@ class Extent:
         params = request.data.get("params")
         problem = point_problem(self.settings.space, params)[1] \
             if isinstance(params, dict) else "expected a mapping of parameters"
-        if problem or self.settings.strategy == "grid":
+        if problem or strategy(self.settings.strategy).facts.enumerates:
             self._warn(f"enqueued point {params!r} refused: "
                        f"{problem or 'a grid runs its own points'}")
             requests.done(request)

@@ -20,6 +20,7 @@ from hpsearch.driver.extent import Extent
 from hpsearch.driver.failfast import FailFast
 from hpsearch.driver.warm_start import load as load_warm_start
 from hpsearch.executors.base import Executor
+from hpsearch.executors.registry import facts
 from hpsearch.ingest.output_watch import OutputWatch, open_watch
 from hpsearch.launch.attempt import build_launch
 from hpsearch.pruning.promoter import Promoter
@@ -86,7 +87,7 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
 def _sacct(spec: Spec, executor: Executor):
     """Where each attempt is a Slurm job of its own: sacct's usage of jobs, as `hpsearch
     report` reads it (the executor's Slurm, so a test's stand-in answers); else None."""
-    if spec.executor.type != "slurm" or spec.executor.pilots is not None:
+    if not facts(spec.executor).job_per_attempt:
         return None
     slurm = getattr(executor, "slurm", None)
     return slurm.sacct_usage if slurm is not None else None

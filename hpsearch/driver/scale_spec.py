@@ -11,7 +11,7 @@ The child is the parent's spec as it was submitted, with
 - `workdir`, `runs_dir` and `placement.topology` made absolute, so the child reads the same
   files although its spec file lives in its own experiment folder;
 - a first comment line naming the parent and trial (PARENT_MARK), kept in the child's store.
-Pure: text in, text out; validating it is the caller's (hpsearch.spec.validate.parse_spec).
+Pure: text in, text out; validating it is the caller's (hpsearch.preflight.parse_spec).
 """
 
 from __future__ import annotations

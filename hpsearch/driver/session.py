@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 
 from hpsearch.driver import slurm_job
 from hpsearch.driver.slurm_job import DRIVER_JOB_FILE
-from hpsearch.errors import BadInput, Conflict, HpsearchError, StorageError
+from hpsearch.errors import Conflict, HpsearchError, StorageError
 from hpsearch.executors.base import Executor
+from hpsearch.executors.registry import facts
+from hpsearch.preflight import check_here, load_spec, parse_spec
+from hpsearch.preflight.cluster import slurm_would_take
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
-from hpsearch.spec.validate import check_here, load_spec, parse_spec
 from hpsearch.store import rows as r
 from hpsearch.store import runs
 from hpsearch.store.private import make_private
@@ -45,30 +47,10 @@ def driver_for(spec: Spec, store: Store, executor: Executor, search: Search,
 
 
 def make_executor(spec: Spec, store: Store | None = None) -> Executor:
-    """The spec's executor. Pilots keep their jobs in the store: without one (the check
-    before anything is created) the plain Slurm executor stands in."""
-    ex = spec.executor
-    if ex.type == "local":
-        from hpsearch.executors.local import LocalExecutor, detect_gpus
-        gpus = None
-        if ex.gpus == "auto":
-            gpus = detect_gpus() or None
-        elif ex.gpus:
-            gpus = list(ex.gpus)
-        per_trial = spec.resources.gpus_per_node or 1  # the largest trial's
-        if gpus is not None and len(gpus) < per_trial:
-            raise BadInput(f"executor.gpus lists {len(gpus)} device(s) but a trial needs "
-                           f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
-                           key="executor.gpus")
-        return LocalExecutor(spec.search.parallel, gpus, spec.least_gpus_per_node() or 1,
-                             ex.timeout, ex.grace,
-                             spec.checkpoints.signal, spec.checkpoints.signal_before,
-                             ahead=1 if asks_ahead(spec.search) else 0)
-    if ex.pilots is not None and store is not None:
-        from hpsearch.executors.pilots import PilotExecutor
-        return PilotExecutor(spec.slurm_job(), store)
-    from hpsearch.executors.slurm import SlurmExecutor
-    return SlurmExecutor(spec.slurm_job())
+    """The spec's executor (executors/registry.py). Without a store (the check before
+    anything is created), an executor that keeps its jobs there builds what it can."""
+    from hpsearch.executors.registry import chosen
+    return chosen(spec.executor).cls().from_spec(spec, store, asks_ahead(spec.search))
 
 
 def asks_ahead(search: SearchSpec) -> bool:
@@ -77,7 +59,8 @@ def asks_ahead(search: SearchSpec) -> bool:
     learn from results (grid, random, qmc: a seeded search asks the same points in the same
     order), no promotion decides at each free slot, trials are asked in no fixed order
     (search.reproducible), and no search.timeout could pass while the trial waits."""
-    return (search.strategy in ("grid", "random", "qmc") and not search.pruner.promotion
+    from hpsearch.search.registry import strategy
+    return (not strategy(search.strategy).facts.learns and not search.pruner.promotion
             and not search.reproducible and search.timeout is None)
 
 
@@ -126,8 +109,8 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
     for other in spec.search.warm_start:  # exit 2 (with did-you-mean) for a missing one
         runs.existing_experiment_dir(spec.runs_dir, other)
     make_executor(spec).close()  # fail now on an executor that cannot run
-    if spec.executor.type == "slurm":
-        _check_slurm_reachable(spec)
+    if facts(spec.executor).on_slurm:
+        slurm_would_take(spec)
     return spec, exists
 
 
@@ -162,34 +145,6 @@ def _start_over_if_never_started(exp_dir: Path) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{store}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(exp_dir / "trials", ignore_errors=True)
-
-
-def _check_slurm_reachable(spec: Spec) -> None:
-    """The controller answers, and would accept the first trial's job (`sbatch
-    --test-only`): a partition, account or size Slurm refuses for good is bad input now,
-    before anything is written. A limit or a passing outage is left to the driver."""
-    from hpsearch.launch.attempt import build_launch
-    from hpsearch.search import make_search
-    from hpsearch.slurm.commands import Slurm, SlurmError
-    from hpsearch.slurm.failures import PERMANENT
-    from hpsearch.slurm.sbatch import batch_script
-    slurm = Slurm(timeout=30)
-    try:
-        slurm.ping()
-    except SlurmError as exc:
-        raise BadInput(f"executor slurm: cannot reach the Slurm controller from here ({exc}); "
-                       "run on a login node, set SLURM_CONF, or use --executor local",
-                       str(spec.source or ""), key="executor.type") from None
-    asked = make_search(spec.search, spec.objectives).ask()
-    if asked is None:
-        return
-    try:
-        launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
-        slurm.sbatch_test(batch_script(spec.slurm_job(), launch))
-    except SlurmError as exc:
-        if exc.kind == PERMANENT:
-            raise BadInput(f"Slurm would refuse the trials' jobs: {exc}",
-                           str(spec.source or ""), key="resources") from None
 
 
 def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> Spec:
@@ -302,7 +257,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
 def _note_cold_starts(spec: Spec, store: Store, on_event: Callable[[str], None]) -> None:
     """executor.warm on this node without a private folder for its servers (another user
     made it first, in a shared /tmp): the trials run cold, and the events say why."""
-    if spec.executor.warm is None or spec.executor.type != "local":
+    if spec.executor.warm is None or facts(spec.executor).on_slurm:
         return  # on Slurm nodes each trial's stderr says it (hpsearch.warm.client)
     from hpsearch.warm import private_dir_problem, runtime_dir
     problem = private_dir_problem(runtime_dir())

@@ -46,7 +46,7 @@ def signal_lead(time_limit: str | None) -> int:
     """Seconds before the driver job's time limit at which Slurm sends SIGUSR1: a fifth of
     the limit, at least MIN_LEAD and at most MAX_LEAD (DEFAULT_LEAD when the partition's
     limit applies). Slurm may send it up to a minute earlier than asked."""
-    from hpsearch.slurm.parse import parse_time_limit
+    from hpsearch.spec.durations import parse_time_limit
     seconds = parse_time_limit(time_limit) if time_limit else None
     if not seconds:
         return DEFAULT_LEAD

@@ -13,8 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpsearch.launch.attempt import Launch  # noqa: F401 - re-exported: part of the seam
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Spec
+    from hpsearch.store.store import Store
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,17 @@ class Adoptable:
 
 
 class Executor(ABC):
+    """One executor; each is registered in executors/registry.py by name, with its facts."""
+
     wake_fd: int | None = None  # wake_on()
+
+    @classmethod
+    @abstractmethod
+    def from_spec(cls, spec: Spec, store: Store | None, ask_ahead: bool) -> Executor:
+        """The executor a spec asks for. `store`: None for the check before anything is
+        created (an executor that keeps its jobs in the store then builds what it can);
+        `ask_ahead`: the driver may ask the next trial while every slot is busy
+        (driver/session.asks_ahead)."""
 
     @abstractmethod
     def free_slots(self) -> int:

@@ -29,8 +29,10 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpsearch import procs
+from hpsearch.errors import BadInput
 from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
 from hpsearch.launch.attempt import (
     open_unlinked,
@@ -38,6 +40,10 @@ from hpsearch.launch.attempt import (
     read_exit_code,
     shell_body,
 )
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Spec
+    from hpsearch.store.store import Store
 
 
 @dataclass
@@ -95,6 +101,23 @@ def detect_gpus() -> list[str]:
 
 
 class LocalExecutor(Executor):
+    @classmethod
+    def from_spec(cls, spec: Spec, store: Store | None, ask_ahead: bool) -> LocalExecutor:
+        ex = spec.executor
+        gpus = None
+        if ex.gpus == "auto":
+            gpus = detect_gpus() or None
+        elif ex.gpus:
+            gpus = list(ex.gpus)
+        per_trial = spec.resources.gpus_per_node or 1  # the largest trial's
+        if gpus is not None and len(gpus) < per_trial:
+            raise BadInput(f"executor.gpus lists {len(gpus)} device(s) but a trial needs "
+                           f"{per_trial} (resources.gpus_per_node)", str(spec.source or ""),
+                           key="executor.gpus")
+        return cls(spec.search.parallel, gpus, spec.least_gpus_per_node() or 1,
+                   ex.timeout, ex.grace, spec.checkpoints.signal, spec.checkpoints.signal_before,
+                   ahead=1 if ask_ahead else 0)
+
     def __init__(self, parallel: int, gpus: list[str] | None = None, gpus_per_trial: int = 1,
                  timeout: float | None = None, grace: float = 10.0,
                  signal_name: str | None = None, signal_before: float = 120.0,

@@ -25,7 +25,8 @@ from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
-from hpsearch.slurm.parse import JobRecord, parse_time_limit
+from hpsearch.slurm.parse import JobRecord
+from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import Pilots, SlurmJob, memory_mb
 from hpsearch.store import rows as r
 

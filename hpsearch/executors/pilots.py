@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hpsearch.executors.base import (
     Adoptable,
@@ -31,15 +32,20 @@ from hpsearch.executors.base import (
     nap,
 )
 from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
+from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.pilot import protocol as p
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
 from hpsearch.pilot.supply import Supply
-from hpsearch.slurm.parse import parse_time_limit
+from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import PILOT_RESERVE, SlurmJob, slot_width
 from hpsearch.store.trusted import present
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Spec
+    from hpsearch.store.store import Store
 
 TICK = 0.02  # seconds between looks at the pilots' files while waiting (part of the gap)
 RELEASE_WAIT = 15.0  # seconds release() waits for the pilots to leave
@@ -56,6 +62,14 @@ class _Bound:
 
 
 class PilotExecutor(Executor):
+    @classmethod
+    def from_spec(cls, spec: Spec, store: Store | None, ask_ahead: bool) -> Executor:
+        """Pilots keep their jobs in the store: without one (the check before anything is
+        created) the plain Slurm executor stands in."""
+        if store is None:
+            return SlurmExecutor(spec.slurm_job())
+        return cls(spec.slurm_job(), store)
+
     def __init__(self, job: SlurmJob, store, slurm=None) -> None:
         if slurm is None:
             from hpsearch.slurm.commands import Slurm

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpsearch.executors.base import (
     Adoptable,
@@ -40,6 +41,10 @@ from hpsearch.slurm.commands import SlurmError
 from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
 from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import SlurmJob
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Spec
+    from hpsearch.store.store import Store
 
 MAX_BACKOFF = 30.0  # seconds between queries when nothing changes
 ADOPT_TRIES = 20  # Slurm queries tried while adopting a job on resume (back-off up to 60 s)
@@ -77,6 +82,10 @@ class _Job:
 
 
 class SlurmExecutor(Executor):
+    @classmethod
+    def from_spec(cls, spec: Spec, store: Store | None, ask_ahead: bool) -> SlurmExecutor:
+        return cls(spec.slurm_job())
+
     def __init__(self, job: SlurmJob, slurm=None) -> None:
         if slurm is None:
             from hpsearch.slurm.commands import Slurm

@@ -24,6 +24,7 @@ from hpsearch.errors import HpsearchError
 from hpsearch.interop import follow as following
 from hpsearch.interop.optuna_trials import TRIAL_ATTR, frozen_trials, optuna
 from hpsearch.interop.store_view import StoreView, read_view  # noqa: F401 - optuna_cmds uses it
+from hpsearch.search import optuna_compat as compat
 
 JOURNAL_PREFIX = "journal:"
 JOURNAL_SUFFIXES = (".log", ".jsonl")
@@ -88,15 +89,15 @@ def _update(storage, old, new) -> int:
     changed = False
     for step, value in new.intermediate_values.items():
         if step not in old.intermediate_values or not _same(old.intermediate_values[step], value):
-            storage.set_trial_intermediate_value(old._trial_id, step, value)
+            storage.set_trial_intermediate_value(compat.trial_id(old), step, value)
             changed = True
     for key, value in new.user_attrs.items():
         if key not in old.user_attrs or not _same(old.user_attrs[key], value):
-            storage.set_trial_user_attr(old._trial_id, key, value)
+            storage.set_trial_user_attr(compat.trial_id(old), key, value)
             changed = True
     # A requeued trial (store: queued again) stays RUNNING in the mirror: no way back.
     if new.state != old.state and not (new.state == TrialState.WAITING):
-        storage.set_trial_state_values(old._trial_id, new.state, values=new.values)
+        storage.set_trial_state_values(compat.trial_id(old), new.state, values=new.values)
         changed = True
     return int(changed)
 

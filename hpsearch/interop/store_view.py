@@ -135,8 +135,8 @@ def stored_spec(exp: r.ExperimentRow, runs_dir: Path) -> Spec:
     import yaml
 
     from hpsearch.errors import BadInput
-    from hpsearch.spec.checks import missing_module
-    from hpsearch.spec.validate import parse_spec
+    from hpsearch.preflight import parse_spec
+    from hpsearch.preflight.run_checks import missing_module
 
     args = (exp.spec_file, Path(exp.base_dir), runs_dir)
     try:

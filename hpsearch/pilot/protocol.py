@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.executors.base import Launch
-from hpsearch.slurm.parse import parse_time_limit
+from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import memory_mb
 from hpsearch.store.trusted import Untrusted, read_trusted
 from hpsearch.trial import write_json_atomic

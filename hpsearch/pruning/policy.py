@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hpsearch.pruning.pruners import build, describe
+from hpsearch.search import optuna_compat as compat
 from hpsearch.store import rows as r
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class EarlyStopping:
         self.study = optuna.create_study(study_name=study_name,
                                          direction=objective.direction,
                                          pruner=build(self.pruner_spec))
-        self.storage = self.study._storage
+        self.storage = compat.storage(self.study)
         self.ids: list[int] = []      # hpsearch trial id (the index) -> Optuna's _trial_id
         self.judged: dict[int, int] = {}  # trial id -> the highest step the pruner judged
         self.decided: set[int] = set()    # trials told to stop (never judged again)
@@ -88,7 +89,7 @@ class EarlyStopping:
             if row.stop_request is not None:
                 self.decided.add(row.id)
         self.study.add_trials(frozen)
-        self.ids = [t._trial_id for t in self.study.get_trials(deepcopy=False)]
+        self.ids = [compat.trial_id(t) for t in self.study.get_trials(deepcopy=False)]
 
     def add(self, trial_id: int) -> None:
         """A new trial (ids come dense, in order)."""
@@ -96,7 +97,7 @@ class EarlyStopping:
             raise RuntimeError(f"trial {trial_id} added out of order (expected {len(self.ids)})")
         self.study.add_trial(_optuna().trial.create_trial(
             state=_optuna().trial.TrialState.RUNNING))
-        self.ids.append(self.study.get_trials(deepcopy=False)[-1]._trial_id)
+        self.ids.append(compat.trial_id(self.study.get_trials(deepcopy=False)[-1]))
 
     # -- deciding --------------------------------------------------------------------------
     def observe(self, trial_id: int, records: list[dict]) -> tuple[StopDecision | None,

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hpsearch.search import optuna_compat as compat
 from hpsearch.search.base import Asked, Search, WarmTrial
 from hpsearch.spec.model import Objective, Param
 from hpsearch.spec.model import Search as SearchSpec
@@ -25,6 +26,8 @@ from hpsearch.store import rows as r
 
 if TYPE_CHECKING:
     import optuna
+
+    from hpsearch.search.registry import SamplerStrategy
 
 
 @functools.cache
@@ -59,30 +62,6 @@ def suggest(trial, name: str, dist) -> Any:
     return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
 
 
-def make_sampler(strategy: str, seed: int | None, parallel: int, multi: bool,
-                 conditional: bool = False):
-    samplers = _optuna().samplers
-    if strategy == "random":
-        return samplers.RandomSampler(seed=seed)
-    if strategy == "tpe":
-        # constant_liar keeps parallel workers from sampling next to each other; group
-        # models each set of parameters that occur together (a conditional space), where
-        # plain multivariate TPE would fall back to independent sampling.
-        return samplers.TPESampler(seed=seed, multivariate=True, constant_liar=parallel > 1,
-                                   group=conditional)
-    if strategy == "gp":
-        return samplers.GPSampler(seed=seed)
-    if strategy == "cmaes":
-        return samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if strategy == "qmc":
-        return samplers.QMCSampler(seed=seed, scramble=seed is not None,
-                                   warn_asynchronous_seeding=False,
-                                   warn_independent_sampling=False)
-    if strategy == "nsga2":
-        return samplers.NSGAIISampler(seed=seed)
-    raise ValueError(f"unknown strategy {strategy}")
-
-
 def resumed_seed(seed: int | None, trials_so_far: int) -> int | None:
     """A seed for a sampler rebuilt after `trials_so_far` trials: the same run restarted
     does not replay the random stream it already used (which would repeat params)."""
@@ -93,8 +72,9 @@ def resumed_seed(seed: int | None, trials_so_far: int) -> int | None:
 
 
 class OptunaSearch(Search):
-    def __init__(self, search: SearchSpec, objectives: tuple[Objective, ...]) -> None:
-        self.spec = search
+    def __init__(self, search: SearchSpec, objectives: tuple[Objective, ...],
+                 strategy: SamplerStrategy) -> None:
+        self.spec, self.strategy = search, strategy
         self.total = search.trials
         self.directions = [o.direction for o in objectives]
         self.distributions = {p.name: distribution(p) for p in search.tuned}
@@ -110,11 +90,10 @@ class OptunaSearch(Search):
                 warm: Sequence[WarmTrial] = ()) -> None:
         optuna = _optuna()
         TrialState = optuna.trial.TrialState
-        sampler = make_sampler(self.spec.strategy, resumed_seed(self.spec.seed, len(trials)),
-                               self.spec.parallel, len(self.directions) > 1,
-                               self.spec.conditional)
+        sampler = self.strategy.sampler(resumed_seed(self.spec.seed, len(trials)),
+                                        self.spec.parallel, self.spec.conditional)
         study = self.study = optuna.create_study(directions=self.directions, sampler=sampler)
-        storage, study_id = study._storage, study._study_id
+        storage, study_id = compat.storage(study), compat.study_id(study)
         for key, value in study_attrs.items():
             storage.set_study_system_attr(study_id, key, value)
         frozen = [optuna.trial.create_trial(
@@ -154,21 +133,22 @@ class OptunaSearch(Search):
             study.enqueue_trial(fixed)  # the next ask takes these values
         trial = study.ask()
         self.n_asked += 1
-        storage = study._storage
+        storage = compat.storage(study)
         for key, value in (mark or {}).items():  # kept with the trial, told or rebuilt
-            storage.set_trial_system_attr(trial._trial_id, key, value)
+            storage.set_trial_system_attr(compat.trial_id(trial), key, value)
         params = self.spec.active(lambda p: suggest(trial, p.name, self.distributions[p.name]))
         return Asked(trial.number - self.offset, params,
-                     dict(storage.get_trial_system_attrs(trial._trial_id)),
-                     dict(storage.get_study_system_attrs(study._study_id)))
+                     dict(storage.get_trial_system_attrs(compat.trial_id(trial))),
+                     dict(storage.get_study_system_attrs(compat.study_id(study))))
 
     def tell(self, trial_id: int, state: str, values: list[float] | None,
              intermediate: dict[int, float] | None = None) -> dict | None:
         TrialState = _optuna().trial.TrialState
         study = self.built_study()
-        storage = study._storage
+        storage = compat.storage(study)
         number = trial_id + self.offset
-        internal = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        internal = storage.get_trial_id_from_study_id_trial_number(compat.study_id(study),
+                                                                   number)
         if intermediate and not storage.get_trial(internal).state.is_finished():
             for step, value in intermediate.items():  # TPE ranks pruned trials by them
                 storage.set_trial_intermediate_value(internal, step, value)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpsearch.search.base import Asked, Search, WarmTrial
-from hpsearch.search.optuna_search import OptunaSearch, _pruned_curve, make_sampler
+from hpsearch.search.optuna_search import OptunaSearch, _pruned_curve
 from hpsearch.store import rows as r
 
 _Result = tuple[str, "list[float] | None", "dict[int, float] | None"]
@@ -75,15 +75,14 @@ class OrderedSearch(Search):
         for tid in sorted(t for t in self.held if t in due):
             self.inner.tell(tid, *self.held.pop(tid))
         spec = self.inner.spec
-        if spec.strategy == "qmc":
+        if self.inner.strategy.fixed_seed:
             seed = spec.seed
         elif spec.seed is None:  # validate() refuses a reproducible search without a seed
             raise ValueError("a reproducible search needs search.seed")
         else:
             seed = ask_seed(spec.seed, k)
-        self.inner.built_study().sampler = make_sampler(spec.strategy, seed, spec.parallel,
-                                                        len(self.inner.directions) > 1,
-                                                        spec.conditional)
+        self.inner.built_study().sampler = self.inner.strategy.sampler(seed, spec.parallel,
+                                                                       spec.conditional)
         return self.inner.ask(fixed, mark)
 
     def tell(self, trial_id: int, state: str, values: list[float] | None,

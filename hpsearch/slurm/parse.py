@@ -147,30 +147,6 @@ def normalize_state(raw: str) -> str:
     return match.group(0).upper()
 
 
-def parse_time_limit(text: str) -> float | None:
-    """A Slurm time limit as sbatch --time takes it ("30" minutes, "MM:SS", "HH:MM:SS",
-    "D-HH", "D-HH:MM", "D-HH:MM:SS") -> seconds; None for "UNLIMITED" or what it cannot read."""
-    text = text.strip()
-    if not re.fullmatch(r"(?:[0-9]+-)?[0-9]+(?::[0-9]+){0,2}", text):
-        return None
-    days, _, rest = text.rpartition("-") if "-" in text else ("", "", text)
-    try:
-        parts = [int(p) for p in rest.split(":")]
-        day_count = int(days) if days else 0
-    except ValueError:
-        return None
-    if days:  # D-HH[:MM[:SS]]
-        parts += [0] * (3 - len(parts))
-        hours, minutes, seconds = parts[:3]
-    elif len(parts) == 1:
-        hours, minutes, seconds = 0, parts[0], 0
-    elif len(parts) == 2:
-        hours, minutes, seconds = 0, parts[0], parts[1]
-    else:
-        hours, minutes, seconds = parts[:3]
-    return float(((day_count * 24 + hours) * 60 + minutes) * 60 + seconds)
-
-
 def parse_time(text: str) -> datetime | None:
     """"2026-11-26T05:08:54" -> datetime; Unknown/None/empty -> None."""
     text = text.strip()

@@ -6,17 +6,16 @@ value's file, line and key path.
 
 from __future__ import annotations
 
-import importlib.util
-import math
 import re
 import unicodedata
 from typing import TYPE_CHECKING
 
 from hpsearch.errors import shown  # noqa: F401 - re-exported for the validators
+from hpsearch.spec.durations import time_limit_seconds
 from hpsearch.spec.model import PILOT_RESERVE, slot_width
 
 if TYPE_CHECKING:
-    from hpsearch.spec.model import Pilots, Resources, Spec
+    from hpsearch.spec.model import Pilots, Resources
 
 # Partition, account and qos names: what Slurm accepts, without whitespace, quotes or shell
 # metacharacters (a comma separates several partitions).
@@ -31,13 +30,6 @@ OWN_SBATCH_OPTIONS = {"--job-name": "hpsearch names each job to find it again",
                       "--open-mode": "hpsearch appends to each trial's logs",
                       "--wrap": "hpsearch writes the batch script",
                       "--chdir": "set `workdir` instead"}
-# Optional packages each strategy imports when it samples (pyproject.toml extras).
-STRATEGY_MODULES = {"gp": (("torch", "pip install 'hpsearch[gp]'"),
-                           ("scipy", "pip install scipy")),
-                    "cmaes": (("cmaes", "pip install cmaes"),),
-                    "qmc": (("scipy", "pip install scipy"),)}
-
-
 def control_character(text: str, allowed: str = "") -> str | None:
     """The first control character (C0, DEL, C1) in `text` that is not in `allowed`, as a
     problem: such a character in a name or an option can end a line of a batch script or
@@ -87,70 +79,6 @@ def sbatch_option(text: str) -> str | None:
     if name in OWN_SBATCH_OPTIONS:
         return f"{name} is set by hpsearch: {OWN_SBATCH_OPTIONS[name]}"
     return None
-
-
-def missing_module(strategy: str) -> str | None:
-    """A problem if a package the strategy needs is not installed here, or None."""
-    for module, install in STRATEGY_MODULES.get(strategy, ()):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            return (f"strategy {strategy} needs the Python package {module}, which is not "
-                    f"installed here ({install}), or choose another strategy such as tpe")
-    return None
-
-
-def run_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
-    """(key path, problem) for what would stop a valid spec only when `submit` starts it
-    here: a missing package, too few GPU slots, a path that cannot go into a batch script,
-    a launcher the executor cannot run, a command too long to exec or submit; or None."""
-    missing = missing_module(spec.search.strategy)
-    if missing:
-        return ("search", "strategy"), missing
-    gpus, per_trial = spec.executor.gpus, spec.resources.gpus_per_node or 1
-    if spec.executor.type == "local" and isinstance(gpus, tuple) and len(gpus) < per_trial:
-        who = "the largest trial" if any(k == "gpus_per_node" for k, _ in
-                                         spec.resources.per_trial) else "each trial"
-        return ("executor", "gpus"), (f"lists {len(gpus)} device(s) but {who} needs "
-                                      f"{per_trial} (resources.gpus_per_node)")
-    for key, where in (("workdir", spec.workdir), ("runs_dir", spec.runs_dir)):
-        problem = control_character(str(where))
-        if problem:  # it becomes --chdir= or --output= in a batch script
-            return (key,), (f"{problem}: {str(where)!r} (from {key}, --runs-dir, "
-                            "HPSEARCH_RUNS_DIR or the spec's folder)")
-    from hpsearch.spec.command_size import command_size_problem
-    return launch_problem(spec) or command_size_problem(spec)
-
-
-def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
-    """(key path, problem) if the launcher, container and executor cannot start a trial
-    together, found by building the first trial's launch as the driver would; or None."""
-    from hpsearch.launch import LaunchError
-    from hpsearch.launch.attempt import build_launch
-
-    params = {p.name: p.value if p.kind == "fixed" else p.choices[0] if p.choices else p.low
-              for p in spec.search.space}
-    try:
-        build_launch(spec.trial_recipe(), 1, 1, params)
-    except LaunchError as exc:
-        key, _, message = str(exc).partition(": ")
-        if not message or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", key):
-            return ("launcher",), str(exc)
-        return tuple(key.split(".")), message
-    return None
-
-
-def time_limit_seconds(text: str) -> float | None:
-    """The seconds of a Slurm time limit as sbatch --time takes it ("90" minutes,
-    "01:30:00", "2-00:00:00"), or None for "UNLIMITED", zero, or what is not one."""
-    from hpsearch.slurm.parse import parse_time_limit
-    try:
-        seconds = parse_time_limit(text)
-    except OverflowError:  # more digits than a float holds
-        return None
-    return seconds if seconds and seconds < math.inf else None
 
 
 def pilot_heartbeat(pilots: Pilots, heartbeat_given: bool) -> tuple[str, str] | None:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from hpsearch.spec.model import Spec
 
 
-def cost_problem(spec: Spec) -> tuple[tuple, str] | None:
+def cost_problem(spec: Spec, on_slurm: bool) -> tuple[tuple, str] | None:
     """(key path, problem) for a cost objective the spec cannot serve, or None."""
     listed = isinstance(spec.raw.get("objective"), list)
     first = spec.objectives[0]
@@ -31,17 +31,17 @@ def cost_problem(spec: Spec) -> tuple[tuple, str] | None:
             f"{first.metric} is a cost hpsearch measures only when the trial ends; put a "
             "metric the trial reports first in objective, or use keep_last")
     for i, objective in enumerate(spec.objectives):
-        if objective.metric == "gpu_hours" and (why := _no_gpus(spec)):
+        if objective.metric == "gpu_hours" and (why := _no_gpus(spec, on_slurm)):
             at = ("objective", i, "metric") if listed else where
             return at, (f"gpu_hours is GPUs x hours, and {why}: every trial's would be 0; "
                         "give trials GPUs, or use node_hours or wall_s")
     return None
 
 
-def _no_gpus(spec: Spec) -> str | None:
+def _no_gpus(spec: Spec, on_slurm: bool) -> str | None:
     """Why no trial of this spec gets a GPU, or None where some may."""
     res = spec.resources
-    if spec.executor.type == "local":
+    if not on_slurm:
         if spec.executor.gpus is None:
             return ("the local executor gives trials no GPU slots without executor.gpus "
                     "(auto, or device ids such as [0, 1])")

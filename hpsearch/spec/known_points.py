@@ -14,15 +14,15 @@ import difflib
 import math
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.spec import model as m
+from hpsearch.spec.model import Param
+from hpsearch.spec.names import NAME_RE
 from hpsearch.spec.yamlpos import KeyPath
-from hpsearch.store.runs import NAME_RE
 
 if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator
 
 
-def point_problem(space: tuple[m.Param, ...], point: dict) -> tuple[str | None, str | None]:
+def point_problem(space: tuple[Param, ...], point: dict) -> tuple[str | None, str | None]:
     """(the key at fault, what is wrong) with a point for the search, or (None, None)."""
     tuned = {p.name: p for p in space if p.kind != "fixed"}
     if not point:
@@ -42,7 +42,7 @@ def point_problem(space: tuple[m.Param, ...], point: dict) -> tuple[str | None, 
     return None, None
 
 
-def _value_problem(p: m.Param, value: Any) -> str | None:
+def _value_problem(p: Param, value: Any) -> str | None:
     if p.kind == "categorical":
         same = any(type(value) is type(c) and value == c for c in p.choices)
         return None if same else f"{value!r} is not one of the choices {list(p.choices)}"
@@ -54,9 +54,9 @@ def _value_problem(p: m.Param, value: Any) -> str | None:
     return None
 
 
-def enqueue(v: _Validator, value: Any, path: KeyPath, space: tuple[m.Param, ...],
+def enqueue(v: _Validator, value: Any, path: KeyPath, space: tuple[Param, ...],
             strategy: str) -> tuple[dict, ...]:
-    if strategy == "grid":
+    if v.enumerates(strategy):
         raise v.fail(path, "a grid runs every point of its space; enqueue is for the samplers "
                            "(random, tpe, gp, cmaes, qmc, nsga2)")
     v.typed(value, path, lambda x: isinstance(x, list), "a list of points (mappings of "
@@ -74,7 +74,7 @@ def enqueue(v: _Validator, value: Any, path: KeyPath, space: tuple[m.Param, ...]
 
 def warm_start(v: _Validator, value: Any, path: KeyPath, strategy: str,
                name: str) -> tuple[str, ...]:
-    if strategy == "grid":
+    if v.enumerates(strategy):
         raise v.fail(path, "a grid has no sampler to warm-start; use a sampler (tpe, gp, ...)")
     if isinstance(value, str):
         value = [value]

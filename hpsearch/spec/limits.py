@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.spec import model as m
+from hpsearch.spec.durations import parse_time_limit
+from hpsearch.spec.model import MaxFailures, Pruner
 from hpsearch.spec.yamlpos import KeyPath
 
 if TYPE_CHECKING:
@@ -25,20 +26,19 @@ if TYPE_CHECKING:
 KEYS = ("first", "fraction")
 
 
-def max_failures(v: _Validator, value: Any, path: KeyPath) -> m.MaxFailures:
+def max_failures(v: _Validator, value: Any, path: KeyPath) -> MaxFailures:
     if value is False:
-        return m.MaxFailures(first=0, fraction=None)
+        return MaxFailures(first=0, fraction=None)
     d = v.mapping(value, path, KEYS)
     first = v.optional(d, "first", path, lambda x, p: v.integer(x, p, 0), 5)
     fraction = v.optional(d, "fraction", path, lambda x, p: v.typed(
         x, p, lambda f: isinstance(f, (int, float)) and not isinstance(f, bool)
         and math.isfinite(f) and 0 <= f < 1, "a fraction of trials, 0 <= x < 1"), None)
-    return m.MaxFailures(first=first, fraction=None if fraction is None else float(fraction))
+    return MaxFailures(first=first, fraction=None if fraction is None else float(fraction))
 
 
 def timeout(v: _Validator, value: Any, path: KeyPath) -> float:
     """`search.timeout`: seconds (a number), or a Slurm time limit ("2:00:00", "1-12")."""
-    from hpsearch.slurm.parse import parse_time_limit
     seconds: float | None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
@@ -53,7 +53,7 @@ def timeout(v: _Validator, value: Any, path: KeyPath) -> float:
 
 
 def reproducible(v: _Validator, value: Any, path: KeyPath, seed: int | None,
-                 pruner: m.Pruner) -> bool:
+                 pruner: Pruner) -> bool:
     """`search.reproducible`: needs a seed; not with a pruner, whose decisions depend on
     which trials reported first (hpsearch.search.ordered)."""
     v.typed(value, path, lambda x: isinstance(x, bool), "true or false")

@@ -8,11 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-STRATEGIES = ("grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2")
 DIRECTIONS = ("minimize", "maximize")
-EXECUTORS = ("local", "slurm")
-LAUNCHERS = ("none", "srun", "torchrun", "mpirun", "horovodrun")
-RUNTIMES = ("none", "apptainer", "singularity", "pyxis", "charliecloud", "podman")
 PLACEMENT_POLICIES = ("leaf-switch", "any")
 PLACEMENT_MODES = ("auto", "switches", "nodelist")
 SHARES = ("private", "group")  # who may read an experiment's folder (docs/security.md)

@@ -29,6 +29,10 @@ OPTUNA_CLASSES = {
 }
 
 
+# An experiment's name: it names its folder under the runs dir (hpsearch.store.runs).
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
 def choose(v: _Validator, value: Any, path: KeyPath, allowed: tuple[str, ...],
            what: str) -> str:
     """The name in `allowed` that `value` is, ignoring case; else BadInput at `path` with

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.spec import model as m
+from hpsearch.spec.model import PROMOTING, PRUNER_ALIASES, PRUNER_MODES, PRUNERS, Pruner
 from hpsearch.spec.names import choose
 from hpsearch.spec.yamlpos import KeyPath
 
@@ -41,25 +41,25 @@ OPTIONS: dict[str, dict[str, tuple[str, Any]]] = {
     "threshold": {"lower": ("number", None), "upper": ("number", None),
                   "n_warmup_steps": ("count", 0), "interval_steps": ("positive", 1)},
 }
-assert set(OPTIONS) == set(m.PRUNERS)
-TYPES = m.PRUNERS + tuple(m.PRUNER_ALIASES)
+assert set(OPTIONS) == set(PRUNERS)
+TYPES = PRUNERS + tuple(PRUNER_ALIASES)
 
 
-def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> m.Pruner:
+def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> Pruner:
     """`search.pruner`: a type name, or a mapping with `type` and that pruner's options."""
     if isinstance(value, str):
         value = {"type": value}
     v.typed(value, path, lambda x: isinstance(x, dict), "a pruner type or a mapping with "
                                                        "'type' and its options")
     kind = choose(v, value.get("type", "none"), path + ("type",), TYPES, "pruner")
-    kind = m.PRUNER_ALIASES.get(kind, kind)
-    if "mode" in value and kind not in m.PROMOTING:
+    kind = PRUNER_ALIASES.get(kind, kind)
+    if "mode" in value and kind not in PROMOTING:
         raise v.fail(path + ("mode",), f"the {kind} pruner only stops trials; mode: promotion "
                                        "is for successive_halving (asha) and hyperband")
     promoting = ("mode", "max_resource") if kind == "successive_halving" else ("mode",)
     d = v.mapping(value, path, ("type",) + tuple(OPTIONS[kind])
-                  + (promoting if kind in m.PROMOTING else ()))
-    mode = v.choice(d.get("mode", "stop"), path + ("mode",), m.PRUNER_MODES, "pruner mode")
+                  + (promoting if kind in PROMOTING else ()))
+    mode = v.choice(d.get("mode", "stop"), path + ("mode",), PRUNER_MODES, "pruner mode")
     max_resource = None
     if kind == "successive_halving" and (mode == "promotion" or "max_resource" in d):
         if mode != "promotion":
@@ -96,7 +96,7 @@ def pruner(v: _Validator, value: Any, path: KeyPath, objectives: int) -> m.Prune
     if max_resource is not None:
         given["max_resource"] = max_resource
     _relations(v, kind, given, path)
-    return m.Pruner(type=kind, options=tuple(options), wrapped=wrapped, mode=mode,
+    return Pruner(type=kind, options=tuple(options), wrapped=wrapped, mode=mode,
                     max_resource=max_resource)
 
 

@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import checks
-from hpsearch.spec import model as m
+from hpsearch.spec.model import Condition, Param, same_value
 from hpsearch.spec.problems import FAILED
 from hpsearch.spec.yamlpos import KeyPath
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
@@ -39,12 +39,12 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def space(v: _Validator, value: Any, path: KeyPath, strategy: str) -> tuple[m.Param, ...]:
+def space(v: _Validator, value: Any, path: KeyPath, strategy: str) -> tuple[Param, ...]:
     """The parameters of `search.space`, in spec order, each checked on its own: those
     without a problem (v.problems says which failed)."""
     v.typed(value, path, lambda x: isinstance(x, dict) and x,
             "a non-empty mapping of parameter name to its range")
-    params: list[m.Param] = []
+    params: list[Param] = []
     for name, spec in value.items():
         ppath = path + (name,)
         when = spec.get("when") if isinstance(spec, dict) else None
@@ -59,7 +59,7 @@ def space(v: _Validator, value: Any, path: KeyPath, strategy: str) -> tuple[m.Pa
 
 
 def _one(v: _Validator, name: Any, spec: Any, ppath: KeyPath, strategy: str,
-         earlier: list[m.Param], raw: dict) -> m.Param:
+         earlier: list[Param], raw: dict) -> Param:
     if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
         raise v.fail(ppath, "expected a parameter name made of letters, digits and "
                             f"'_' (it is used as {{name}} in command); got "
@@ -74,8 +74,8 @@ def _one(v: _Validator, name: Any, spec: Any, ppath: KeyPath, strategy: str,
     return param
 
 
-def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: list[m.Param],
-               raw: dict) -> m.Condition:
+def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: list[Param],
+               raw: dict) -> Condition:
     """`when` of parameter `name`, checked against the parameters before it (`earlier`) and
     the whole space as written (`raw`, to name a later parameter or a cycle)."""
     if not isinstance(value, dict) or not value:
@@ -108,14 +108,14 @@ def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: lis
         raise v.fail(ppath, f"expected at least one of {parent}'s choices; got an empty list")
     values: list[Any] = []
     for i, item in enumerate(listed):
-        match = [c for c in gate.choices if m.same_value(c, item)]
+        match = [c for c in gate.choices if same_value(c, item)]
         if not match:
             where = ppath + (i,) if isinstance(wanted, list) else ppath
             shown = ", ".join(map(_yaml, gate.choices))
             raise v.fail(where, f"{_yaml(item)} is not one of {parent}'s choices ({shown})")
-        if not any(m.same_value(match[0], seen) for seen in values):
+        if not any(same_value(match[0], seen) for seen in values):
             values.append(match[0])
-    return m.Condition(parent, tuple(values))
+    return Condition(parent, tuple(values))
 
 
 def _yaml(value: Any) -> str:
@@ -143,12 +143,12 @@ def _cycle(raw: dict, start: str, target: str) -> list[str] | None:
         seen.add(name)
 
 
-def _param(v: _Validator, name: str, spec: Any, path: KeyPath, strategy: str) -> m.Param:
+def _param(v: _Validator, name: str, spec: Any, path: KeyPath, strategy: str) -> Param:
     if isinstance(spec, list):
         raise v.fail(path, "a list is ambiguous: write {choices: [...]} to search over "
                            "it, or {value: [...]} to fix it")
     if not isinstance(spec, dict):
-        return m.Param(name, "fixed", value=v.plain(spec, path))
+        return Param(name, "fixed", value=v.plain(spec, path))
     d = v.mapping(spec, path, PARAM_KEYS)
     kind = d.get("type")
     if kind is None:
@@ -168,7 +168,7 @@ def _param(v: _Validator, name: str, spec: Any, path: KeyPath, strategy: str) ->
     if kind == "fixed":
         if "value" not in d:
             raise v.fail(path, "missing required key 'value'")
-        return m.Param(name, "fixed", value=v.plain(d["value"], path + ("value",)))
+        return Param(name, "fixed", value=v.plain(d["value"], path + ("value",)))
     if kind == "categorical":
         choices = d.get("choices")
         v.typed(choices, path + ("choices",), lambda x: isinstance(x, list),
@@ -182,12 +182,12 @@ def _param(v: _Validator, name: str, spec: Any, path: KeyPath, strategy: str) ->
             v.plain(c, path + ("choices", i))
         if len(set(map(repr, choices))) != len(choices):
             raise v.fail(path + ("choices",), "duplicate choices; each may appear once")
-        return m.Param(name, "categorical", choices=tuple(choices))
+        return Param(name, "categorical", choices=tuple(choices))
     return _numeric(v, name, kind, d, path, strategy)
 
 
 def _numeric(v: _Validator, name: str, kind: str, d: dict, path: KeyPath,
-             strategy: str) -> m.Param:
+             strategy: str) -> Param:
     check = is_int if kind == "int" else is_number
     what = "an integer" if kind == "int" else "a number"
     for key in ("low", "high"):
@@ -214,7 +214,7 @@ def _numeric(v: _Validator, name: str, kind: str, d: dict, path: KeyPath,
         if abs(span - round(span)) > 1e-9:
             raise v.fail(path + ("step",), f"expected a step that divides high - low "
                                            f"({high} - {low}); got {step}")
-    if strategy == "grid":
+    if v.enumerates(strategy):
         if kind == "float" and d.get("step") is None:  # (a bad step is reported already)
             raise v.fail(path, "a grid search needs a finite set: give this float "
                                "range a 'step', or use 'choices'")
@@ -223,10 +223,10 @@ def _numeric(v: _Validator, name: str, kind: str, d: dict, path: KeyPath,
                                           "list the values with 'choices'")
         if kind == "int" and step is None:
             step = 1
-    return m.Param(name, kind, low=low, high=high, log=log, step=step)
+    return Param(name, kind, low=low, high=high, log=log, step=step)
 
 
-def template_problem(command: str, params: tuple[m.Param, ...]) -> tuple[KeyPath, str] | None:
+def template_problem(command: str, params: tuple[Param, ...]) -> tuple[KeyPath, str] | None:
     """(key path, problem) if the command cannot pass a conditional parameter; else None.
 
     A conditional parameter is absent from the trials where its condition does not hold, so

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpsearch.errors import BadInput
 from hpsearch.spec import checks
-from hpsearch.spec import model as m
+from hpsearch.spec.model import PER_TRIAL_FIELDS, Param, memory_mb
 from hpsearch.spec.yamlpos import KeyPath
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 REFERENCE_RE = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
-def per_trial(v: _Validator, d: dict, path: KeyPath, space: tuple[m.Param, ...],
+def per_trial(v: _Validator, d: dict, path: KeyPath, space: tuple[Param, ...],
               field_check: Callable[[str], Callable[[Any, KeyPath], Any]]
               ) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
     """({field: the largest value its parameter takes}, ((field, parameter), ...)) for the
@@ -43,16 +43,16 @@ def per_trial(v: _Validator, d: dict, path: KeyPath, space: tuple[m.Param, ...],
     for key, written in d.items():
         found = REFERENCE_RE.fullmatch(written) if isinstance(written, str) else None
         if found is None:
-            if isinstance(written, str) and "{" in written and key in m.PER_TRIAL_FIELDS:
+            if isinstance(written, str) and "{" in written and key in PER_TRIAL_FIELDS:
                 raise v.fail(path + (key,), f"expected a value, or exactly \"{{name}}\" naming "
                                             f"a parameter of search.space; got "
                                             f"{checks.shown(written)}")
             continue
         name = found.group(1)
         kpath = path + (key,)
-        if key not in m.PER_TRIAL_FIELDS:
+        if key not in PER_TRIAL_FIELDS:
             raise v.fail(kpath, f"{key} cannot take a parameter's value; per-trial values "
-                                f"are for {', '.join(m.PER_TRIAL_FIELDS)}")
+                                f"are for {', '.join(PER_TRIAL_FIELDS)}")
         param = params.get(name)
         if param is None:
             close = difflib.get_close_matches(name, list(params), n=1)
@@ -73,7 +73,7 @@ def per_trial(v: _Validator, d: dict, path: KeyPath, space: tuple[m.Param, ...],
     return largest, tuple(named)
 
 
-def _values(v: _Validator, p: m.Param, ppath: KeyPath) -> list[tuple[Any, KeyPath]]:
+def _values(v: _Validator, p: Param, ppath: KeyPath) -> list[tuple[Any, KeyPath]]:
     """Every value the parameter takes that the field's rule must pass, with its key path:
     each choice, the fixed value, or an int range's two ends."""
     if p.kind == "categorical":
@@ -101,5 +101,5 @@ def _magnitude(key: str, value: Any) -> float:
     if key == "time":
         return checks.time_limit_seconds(value) or math.inf
     if key == "mem":
-        return m.memory_mb(value)
+        return memory_mb(value)
     return float(value)

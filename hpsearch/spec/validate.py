@@ -4,18 +4,38 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hpsearch.errors import BadInput
-from hpsearch.spec import checks, known_points, limits, trial_resources
-from hpsearch.spec import model as m
+from hpsearch.spec import checks, durations, known_points, limits, trial_resources
 from hpsearch.spec.cost import cost_problem
-from hpsearch.spec.loading import read_spec_text
+from hpsearch.spec.model import (
+    DIRECTIONS,
+    FAILURE_CLASSES,
+    PER_TRIAL_FIELDS,
+    PLACEMENT_MODES,
+    PLACEMENT_POLICIES,
+    SHARES,
+    Checkpoints,
+    Container,
+    Executor,
+    Launcher,
+    MaxFailures,
+    Objective,
+    Param,
+    Pilots,
+    Placement,
+    Pruner,
+    Resources,
+    Retries,
+    RetryRule,
+    Search,
+    Spec,
+)
+from hpsearch.spec.names import NAME_RE
 from hpsearch.spec.names import choose as choose_name
 from hpsearch.spec.problems import FAILED, Problems
 from hpsearch.spec.pruner import pruner as pruner_spec
@@ -23,14 +43,12 @@ from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES, template_prob
 from hpsearch.spec.space import is_int as _is_int
 from hpsearch.spec.space import is_number as _is_number
 from hpsearch.spec.space import space as space_spec
-from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines
-from hpsearch.store.runs import default_runs_dir
+from hpsearch.spec.vocabulary import Vocabulary
+from hpsearch.spec.yamlpos import KeyPath, dotted, load_yaml_with_lines, nearest_line
 from hpsearch.template import BUILTIN_PLACEHOLDERS, placeholders
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ENV_NAME_RE = PARAM_RE
 SLURM_TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 
 TOP_KEYS = ("name", "command", "workdir", "runs_dir", "search", "objective", "resources",
             "retries", "checkpoints", "executor", "launcher", "container", "env",
@@ -40,7 +58,7 @@ SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
                  "partition", "account", "qos", "sbatch_extra")
-RETRY_KEYS = ("max",) + m.FAILURE_CLASSES
+RETRY_KEYS = ("max",) + FAILURE_CLASSES
 RETRY_RULE_KEYS = ("max", "mem_factor", "time_factor", "exclude_node")
 EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
 CHECKPOINT_KEYS = ("keep_last", "keep_best", "keep_trials", "signal", "signal_before")
@@ -55,111 +73,35 @@ PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
 MAX_INT = 2 ** 31 - 1
 
 
-def load_spec(path: str | Path, runs_dir: str | Path | None = None,
-              executor: str | None = None) -> m.Spec:
-    """Read and validate the spec at `path`. Relative paths in it are relative to its folder.
-    `executor` overrides executor.type (submit --executor), and is checked like it."""
-    path = Path(path)
-    return parse_spec(read_spec_text(path), str(path), path.resolve().parent, runs_dir,
-                      executor)
-
-
-def check_here(spec: m.Spec, file: str | Path) -> None:
-    """What `submit`, `validate` and `plan` check on this machine before the first trial,
-    so that a typo does not fail every launch (issue 38): the workdir is a folder here, and
-    on the local executor a script the command runs through `{python}` is in it. BadInput
-    at the key's line. Not for specs read back from a store (another host may lack them).
-    A command that starts with a path (`./train.sh`) must be an executable file there too
-    (missing_here)."""
-    lines = load_yaml_with_lines(spec.text, str(file))[1] if spec.text else {}
-    if not spec.workdir.is_dir():
-        given = ("workdir",) in lines
-        raise BadInput(f"{spec.workdir} is not a folder here: every trial runs its command "
-                       "there; make it, or fix " + ("workdir" if given else
-                                                     "the spec's location (the default)"),
-                       str(file), lines.get(("workdir",)), "workdir" if given else None)
-    problem = missing_here(spec)
-    if problem and spec.executor.type == "local":
-        raise BadInput(problem, str(file), lines.get(("command",)), "command")
-
-
-def missing_here(spec: m.Spec) -> str | None:
-    """What the command names that this machine's workdir lacks: a script it runs through
-    `{python}`, or a program it starts with by path (`./train.sh`: an executable file;
-    not in a container, where the path may be the image's). An error on the local executor
-    (check_here); on Slurm a warning (the nodes may see another filesystem)."""
-    match = re.search(r"\{python\}\s+([^\s{};|&<>'\"$`]+\.py)(?=\s|$)", spec.command)
-    if match and not (spec.workdir / match.group(1)).is_file():
-        return (f"{match.group(1)} is not a file in {spec.workdir}, where the trials run "
-                "`{python} " + match.group(1) + "`; check its name and workdir")
-    program = _PROGRAM.match(spec.command)
-    if program is None or spec.container.runtime != "none":  # a path in the image, maybe
-        return None
-    path = spec.workdir / program.group(1)
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        what = "not executable" if path.is_file() else "not a file"
-        return (f"{program.group(1)} is {what} in {spec.workdir}, where the trials start "
-                "their command with it; check its name, its mode (chmod +x) and workdir")
-    return None
-
-
-# A command that starts with a path of its own (`./train.sh`, `/opt/x/bin/train`), no
-# placeholder or shell character in it: the local executor runs it from the workdir.
-_PROGRAM = re.compile(r"\s*((?:\.{1,2}/|/)[^\s{};|&<>'\"$`()*?\[\]]+)(?=\s|$)")
-
-
-def parse_spec(text: str, file: str, base_dir: Path, runs_dir: str | Path | None = None,
-               executor: str | None = None) -> m.Spec:
+def build(text: str, file: str, base_dir: Path, vocabulary: Vocabulary, default_runs: Path,
+          runs_dir: str | Path | None = None, executor: str | None = None) -> Spec:
     """The validated Spec of `text`, or a BadInput (BadInputs: every problem found, in file
-    order). Checks also that this machine can run it: the strategy's optional packages, and
-    the launcher with the executor."""
+    order). `vocabulary`: the seams' names and facts (hpsearch.preflight.vocabulary);
+    `default_runs`: where experiments go when neither the spec nor `runs_dir` says;
+    `executor` overrides executor.type (submit --executor), and is checked like it.
+    What needs this machine or the cluster to check is preflight's (hpsearch.preflight)."""
     raw, lines = load_yaml_with_lines(text, file)
-    spec = _Validator(file, lines, base_dir).spec(raw, runs_dir, executor)
+    spec = _Validator(file, lines, base_dir, vocabulary).spec(raw, runs_dir, executor,
+                                                              default_runs)
     return dataclasses.replace(spec, text=text)
 
 
-def parse_duration(value: Any) -> float:
-    """90 | '90s' | '10m' | '2h' | '1d' | 'HH:MM:SS' -> seconds. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError
-    if isinstance(value, (int, float)):
-        if not 0 < value < math.inf:  # NaN and infinity too: no limit is written so
-            raise ValueError
-        return float(value)
-    text = str(value).strip()
-    if ":" in text:
-        parts = [float(p) for p in text.split(":")]
-        seconds = 0.0
-        for p in parts:
-            if not 0 <= p < math.inf:  # '1:nan', '1:-30', '1:inf'
-                raise ValueError
-            seconds = seconds * 60 + p
-        if not 0 < seconds < math.inf:
-            raise ValueError
-        return seconds
-    match = DURATION_RE.fullmatch(text)
-    if not match:
-        raise ValueError
-    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2) or "s"]
-    seconds = float(match.group(1)) * scale
-    if not 0 < seconds < math.inf:
-        raise ValueError
-    return seconds
-
-
 class _Validator:
-    def __init__(self, file: str, lines: dict[KeyPath, int], base_dir: Path) -> None:
+    def __init__(self, file: str, lines: dict[KeyPath, int], base_dir: Path,
+                 vocabulary: Vocabulary) -> None:
         self.file, self.lines, self.base_dir = file, lines, base_dir
+        self.vocabulary = vocabulary
         self.problems = Problems()
+
+    def enumerates(self, strategy: str) -> bool:
+        """Whether `strategy` (a known one, or "" where it had a problem) searches a finite
+        set of points (grid)."""
+        return strategy in self.vocabulary.strategy_names() and \
+            self.vocabulary.strategy(strategy).enumerates
 
     # -- helpers ---------------------------------------------------------------------------
     def fail(self, path: KeyPath, message: str) -> BadInput:
-        line = None
-        for n in range(len(path), -1, -1):  # nearest enclosing key that has a line
-            if path[:n] in self.lines:
-                line = self.lines[path[:n]]
-                break
-        return BadInput(message, self.file, line, dotted(path) or None)
+        return BadInput(message, self.file, nearest_line(self.lines, path), dotted(path) or None)
 
     def mapping(self, value: Any, path: KeyPath, allowed: tuple[str, ...]) -> dict:
         if not isinstance(value, dict):
@@ -237,7 +179,8 @@ class _Validator:
                                      fallback=default)
 
     # -- sections --------------------------------------------------------------------------
-    def spec(self, raw: Any, runs_dir: str | Path | None, executor: str | None) -> m.Spec:
+    def spec(self, raw: Any, runs_dir: str | Path | None, executor: str | None,
+             default_runs: Path) -> Spec:
         if raw is None:
             raise BadInput("the spec is empty; expected a mapping with at least name, command, "
                            "search and objective", self.file, 1)
@@ -252,7 +195,7 @@ class _Validator:
             v, p, len(written) if isinstance(written, list) else 1,
             "" if name is FAILED else name))
         resources = self.optional(top, "resources", (), lambda v, p: self.resources(
-            v, p, None if broken(("search",)) else search.space), m.Resources())
+            v, p, None if broken(("search",)) else search.space), Resources())
         if not broken(("command",), ("search",), ("resources",)):
             recover(("command",), self.check_template, command, search,
                     {param for _, param in resources.per_trial})
@@ -270,28 +213,29 @@ class _Validator:
         if runs_dir is not None:
             runs = Path(runs_dir).absolute()
         else:
-            runs = self.optional(top, "runs_dir", (), self.path, default_runs_dir())
+            runs = self.optional(top, "runs_dir", (), self.path, default_runs)
         env = self.optional(top, "env", (), self.env, ())
-        parts = {key: self.optional(top, key, (), getattr(self, key), getattr(m, key.title())())
-                 for key in ("retries", "checkpoints", "executor", "launcher", "container",
-                             "placement")}
+        parts = {key: self.optional(top, key, (), getattr(self, key), section())
+                 for key, section in (("retries", Retries), ("checkpoints", Checkpoints),
+                                      ("executor", Executor), ("launcher", Launcher),
+                                      ("container", Container), ("placement", Placement))}
         share = recover(("share",), self.choice, top.get("share", "private"), ("share",),
-                        m.SHARES, "share")
+                        SHARES, "share")
         self.problems.raise_found()  # the checks below read the spec as a whole
-        spec = m.Spec(name=name, command=command, workdir=workdir, runs_dir=runs,
+        spec = Spec(name=name, command=command, workdir=workdir, runs_dir=runs,
                       search=search, objectives=objectives, resources=resources, env=env,
                       raw=raw, share=share, **parts)
         found = checks.pilots_fit(spec.resources, spec.executor.pilots, spec.slot())
         if found:
             keys, problem = found
             unwritten = "" if keys in self.lines else \
-                f"; {keys[-1]} is not given, and its default is {getattr(m.Pilots, keys[-1])}"
+                f"; {keys[-1]} is not given, and its default is {getattr(Pilots, keys[-1])}"
             raise self.fail(keys, problem + unwritten)
         if executor is not None:  # submit --executor
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))
-        found = checks.run_problem(spec)  # what `submit` would find only when it starts
-        found = found or cost_problem(spec)  # objectives that are a trial's cost
+        # objectives that are a trial's cost
+        found = cost_problem(spec, self.vocabulary.executor(spec.executor.type).on_slurm)
         if found:
             raise self.fail(*found)
         return spec
@@ -320,13 +264,13 @@ class _Validator:
             out.append((key, str(val)))
         return tuple(out)
 
-    def search(self, value: Any, path: KeyPath, objectives: int, name: str = "") -> m.Search:
+    def search(self, value: Any, path: KeyPath, objectives: int, name: str = "") -> Search:
         """FAILED where the strategy or the space is (each other key is still checked)."""
         d = self.mapping(value, path, SEARCH_KEYS)
         self.require(d, path, ("strategy", "space"))
         broken, problems = self.problems.broken, self.problems
         strategy = self.take(d, "strategy", path, lambda v, p: choose_name(
-            self, self.string(v, p), p, m.STRATEGIES, "strategy"))
+            self, self.string(v, p), p, self.vocabulary.strategy_names(), "strategy"))
         space = self.take(d, "space", path, lambda v, p: space_spec(
             self, v, p, "" if strategy is FAILED else strategy))
         parallel = self.optional(d, "parallel", path, lambda v, p: self.integer(v, p, 1), 1)
@@ -334,16 +278,16 @@ class _Validator:
         trials = self.optional(d, "trials", path, lambda v, p: self.integer(v, p, 1), None)
         pruner = self.optional(d, "pruner", path, lambda v, p: pruner_spec(self, v, p,
                                                                              objectives),
-                               m.Pruner())
+                               Pruner())
         failures = self.optional(d, "max_failures", path,
                                  lambda v, p: limits.max_failures(self, v, p),
-                                 m.MaxFailures())
+                                 MaxFailures())
         budget = self.optional(d, "timeout", path, lambda v, p: limits.timeout(self, v, p))
         if strategy is FAILED or space is FAILED or broken(path + ("space",)):
             return FAILED  # enqueue, warm_start and the rest read them
-        if strategy == "grid":
-            from hpsearch.search.grid import grid_size  # only the combinations that exist
-            size = grid_size(space)
+        count = self.vocabulary.strategy(strategy).count
+        if count is not None:  # an enumerating strategy: only the points that exist
+            size = count(space)
             trials = size if trials is None else min(trials, size)
         elif trials is None and not broken(path + ("trials",)):
             problems.note(self.fail(path, f"missing required key 'trials' (how many trials the "
@@ -361,15 +305,15 @@ class _Validator:
         if not broken(path + ("seed",), path + ("pruner",)):
             reproducible = self.optional(d, "reproducible", path, lambda v, p: (
                 limits.reproducible(self, v, p, seed, pruner)), False)
-        return m.Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
+        return Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
                         space=space, pruner=pruner, max_failures=failures, timeout=budget,
                         enqueue=points, warm_start=warm, reproducible=reproducible)
 
-    def objectives(self, value: Any, path: KeyPath) -> tuple[m.Objective, ...]:
+    def objectives(self, value: Any, path: KeyPath) -> tuple[Objective, ...]:
         items = value if isinstance(value, list) else [value]
         if isinstance(value, list) and not value:
             raise self.fail(path, "expected at least one objective")
-        out: list[m.Objective] = []
+        out: list[Objective] = []
         for i, item in enumerate(items):
             ipath = path + (i,) if isinstance(value, list) else path
             found = self.problems.recover(ipath, self.objective, item, ipath, out)
@@ -377,20 +321,20 @@ class _Validator:
                 out.append(found)
         return tuple(out)
 
-    def objective(self, item: Any, ipath: KeyPath, earlier: list[m.Objective]) -> m.Objective:
+    def objective(self, item: Any, ipath: KeyPath, earlier: list[Objective]) -> Objective:
         d = self.mapping(item, ipath, OBJECTIVE_KEYS)
         if "metric" not in d:
             raise self.fail(ipath, "missing required key 'metric'")
         metric = self.string(d["metric"], ipath + ("metric",))
         direction = d.get("direction", "minimize")
-        if direction not in m.DIRECTIONS:
+        if direction not in DIRECTIONS:
             raise self.fail(ipath + ("direction",), f"expected minimize or maximize; "
                                                     f"got {checks.shown(direction)}")
         if any(o.metric == metric for o in earlier):
             raise self.fail(ipath + ("metric",), f"duplicate objective metric '{metric}'")
-        return m.Objective(metric, direction)
+        return Objective(metric, direction)
 
-    def check_template(self, command: str, search: m.Search, sizing: set[str]) -> None:
+    def check_template(self, command: str, search: Search, sizing: set[str]) -> None:
         """`sizing`: parameters that size a trial (resources), which the command may leave
         out."""
         used = set(placeholders(command))
@@ -421,13 +365,16 @@ class _Validator:
                 raise self.fail(("command",), f"placeholder {{{ph}}} names no parameter in "
                                               f"search.space{hint}")
 
-    def check_strategy_objectives(self, search: m.Search, objectives: tuple) -> None:
-        if len(objectives) > 1 and search.strategy == "cmaes":
-            raise self.fail(("search", "strategy"), "cmaes optimizes one objective; use nsga2, "
-                                                    "tpe or gp for several")
+    def check_strategy_objectives(self, search: Search, objectives: tuple) -> None:
+        if len(objectives) > 1 and not self.vocabulary.strategy(search.strategy).multi_objective:
+            several = [s.name for s in self.vocabulary.strategies
+                       if s.multi_objective and s.learns]
+            raise self.fail(("search", "strategy"), f"{search.strategy} optimizes one objective; "
+                                                    f"use {', '.join(several[:-1])} or "
+                                                    f"{several[-1]} for several")
 
     def resources(self, value: Any, path: KeyPath,
-                  space: tuple[m.Param, ...] | None = ()) -> m.Resources:
+                  space: tuple[Param, ...] | None = ()) -> Resources:
         """`space` None: search.space had a problem, so a "{name}" value is not checked."""
         d = self.mapping(value, path, RESOURCE_KEYS)
         if space is None:
@@ -436,12 +383,12 @@ class _Validator:
         sized, per_trial = trial_resources.per_trial(self, d, path, space or (),
                                                      self.resource_field)
         own = {k: sized[k] if k in sized else self.optional(d, k, path, self.resource_field(k),
-                                                            getattr(m.Resources, k))
-               for k in m.PER_TRIAL_FIELDS}
+                                                            getattr(Resources, k))
+               for k in PER_TRIAL_FIELDS}
         strings = {k: self.optional(d, k, path, lambda v, p, k=k: self.slurm_name(v, p, k))
                    for k in ("partition", "account", "qos")}
         extra = self.optional(d, "sbatch_extra", path, self.sbatch_extra, ())
-        return m.Resources(sbatch_extra=extra, per_trial=per_trial, **own, **strings)
+        return Resources(sbatch_extra=extra, per_trial=per_trial, **own, **strings)
 
     def resource_field(self, key: str) -> Callable[[Any, KeyPath], Any]:
         """The check (and conversion) of one value of a per-trial field of `resources`:
@@ -468,25 +415,25 @@ class _Validator:
             self.check(path + (i,), checks.sbatch_option(option))
         return tuple(value)
 
-    def retries(self, value: Any, path: KeyPath) -> m.Retries:
+    def retries(self, value: Any, path: KeyPath) -> Retries:
         if _is_int(value):
-            return m.Retries(max=self.integer(value, path, 0))
+            return Retries(max=self.integer(value, path, 0))
         codes = tuple(k for k in value if isinstance(k, str) and EXIT_CODE_RULE_RE.fullmatch(k)) \
             if isinstance(value, dict) else ()
         d = self.mapping(value, path, RETRY_KEYS + codes)
-        top = m.Retries(max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), 0))
+        top = Retries(max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), 0))
         rules = []
         for key in d:
             if key == "max" or d[key] is None:
                 continue
             base = top.rule("exit" if key in codes else key)[1]
             rules.append((key, self.retry_rule(d[key], path + (key,), base)))
-        return m.Retries(max=top.max, rules=tuple(rules))
+        return Retries(max=top.max, rules=tuple(rules))
 
-    def retry_rule(self, value: Any, path: KeyPath, base: m.RetryRule) -> m.RetryRule:
+    def retry_rule(self, value: Any, path: KeyPath, base: RetryRule) -> RetryRule:
         """`{max: 2, mem_factor: 1.5}` or just `2`; keys not given keep the class's default."""
         if _is_int(value):
-            return m.RetryRule(max=self.integer(value, path, 0), mem_factor=base.mem_factor,
+            return RetryRule(max=self.integer(value, path, 0), mem_factor=base.mem_factor,
                                time_factor=base.time_factor, exclude_node=base.exclude_node)
         d = self.mapping(value, path, RETRY_RULE_KEYS)
 
@@ -494,14 +441,14 @@ class _Validator:
             return float(self.typed(v, p, lambda x: _is_number(x) and 1 <= x <= 100,
                                     "a number from 1 to 100"))
 
-        return m.RetryRule(
+        return RetryRule(
             max=self.optional(d, "max", path, lambda v, p: self.integer(v, p, 0), base.max),
             mem_factor=self.optional(d, "mem_factor", path, factor, base.mem_factor),
             time_factor=self.optional(d, "time_factor", path, factor, base.time_factor),
             exclude_node=self.optional(d, "exclude_node", path, lambda v, p: self.typed(
                 v, p, lambda x: isinstance(x, bool), "true or false"), base.exclude_node))
 
-    def checkpoints(self, value: Any, path: KeyPath) -> m.Checkpoints:
+    def checkpoints(self, value: Any, path: KeyPath) -> Checkpoints:
         d = self.mapping(value, path, CHECKPOINT_KEYS)
         keep_all = d.get("keep_last") == "all"  # the default before issue 38: every one
         if keep_all:
@@ -516,17 +463,17 @@ class _Validator:
         if before > 65535:
             raise self.fail(path + ("signal_before",), "expected at most 65535 seconds (Slurm's "
                                                        f"limit for --signal); got {before:g}")
-        return m.Checkpoints(**counts, signal=signal, signal_before=before, keep_all=keep_all)
+        return Checkpoints(**counts, signal=signal, signal_before=before, keep_all=keep_all)
 
-    def executor(self, value: Any, path: KeyPath) -> m.Executor:
+    def executor(self, value: Any, path: KeyPath) -> Executor:
         if isinstance(value, str):
             value = {"type": value}
         d = self.mapping(value, path, EXECUTOR_KEYS)
         kind = d.get("type", "local")
-        if kind not in m.EXECUTORS:
+        types = self.vocabulary.executor_types()
+        if kind not in types:
             raise self.fail(path + ("type",), f"unknown executor {checks.shown(kind)}; "
-                                              "expected one of "
-                                              f"{', '.join(m.EXECUTORS)}")
+                                              f"expected one of {', '.join(types)}")
         gpus = d.get("gpus")
         if gpus is not None and gpus != "auto":
             self.typed(gpus, path + ("gpus",), lambda v: isinstance(v, list) and v and all(
@@ -540,12 +487,13 @@ class _Validator:
         poll = self.optional(d, "poll_interval", path, self.duration, 5.0)
         lost_after = self.optional(d, "lost_after", path, self.duration, 300.0)
         pilots = self.optional(d, "pilots", path, self.pilots)
-        if pilots is not None and kind != "slurm":  # `submit --executor local` comes later
+        if pilots is not None and not self.vocabulary.executor(kind).on_slurm:
+            # (`submit --executor local` comes later)
             written = f"it is {kind}" if "type" in d else f"without it, it is {kind}"
             raise self.fail(path + ("pilots",), "pilots run on Slurm: set executor.type: slurm "
                                                 f"({written})")
         warm = self.optional(d, "warm", path, self.warm)
-        return m.Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
+        return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
                           array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
                           pilots=pilots, warm=warm)
 
@@ -563,10 +511,10 @@ class _Validator:
                                              f"sklearn.datasets; got {checks.shown(name)}")
         return modules
 
-    def pilots(self, value: Any, path: KeyPath) -> m.Pilots | None:
+    def pilots(self, value: Any, path: KeyPath) -> Pilots | None:
         """`true` or a mapping: pilot jobs, a default for each key not given; `false`: none."""
         if isinstance(value, bool):
-            return m.Pilots() if value else None
+            return Pilots() if value else None
         self.typed(value, path, lambda v: isinstance(v, dict), "true, false or a mapping with "
                                                               f"keys {', '.join(PILOT_KEYS)}")
         d = self.mapping(value, path, PILOT_KEYS)
@@ -574,11 +522,11 @@ class _Validator:
         def count(v: Any, p: KeyPath) -> int:
             return self.integer(v, p, 1)
 
-        pilots = m.Pilots(
-            time=self.optional(d, "time", path, self.slurm_time_limit, m.Pilots.time),
-            **{k: self.optional(d, k, path, count, getattr(m.Pilots, k))
+        pilots = Pilots(
+            time=self.optional(d, "time", path, self.slurm_time_limit, Pilots.time),
+            **{k: self.optional(d, k, path, count, getattr(Pilots, k))
                for k in ("nodes", "max", "slots_per_node")},
-            **{k: self.optional(d, k, path, self.duration, getattr(m.Pilots, k))
+            **{k: self.optional(d, k, path, self.duration, getattr(Pilots, k))
                for k in ("idle_timeout", "grace", "heartbeat")})
         found = checks.pilot_heartbeat(pilots, d.get("heartbeat") is not None)
         if found:
@@ -588,21 +536,23 @@ class _Validator:
     def slurm_time_limit(self, value: Any, path: KeyPath) -> str:
         """A finite Slurm time limit as sbatch --time takes it, as written."""
         text = str(value).strip() if _is_int(value) or isinstance(value, str) else ""
-        if not checks.time_limit_seconds(text):
+        if not durations.time_limit_seconds(text):
             raise self.fail(path, "expected a Slurm time limit such as 90 (minutes), 01:30:00 "
                                   f"or 2-00:00:00; got {_kind(value)} {checks.shown(value)}")
         return text
 
-    def launcher(self, value: Any, path: KeyPath) -> m.Launcher:
+    def launcher(self, value: Any, path: KeyPath) -> Launcher:
         if isinstance(value, str):
             value = {"type": value}
         d = self.mapping(value, path, LAUNCHER_KEYS)
-        kind = self.choice(d.get("type", "none"), path + ("type",), m.LAUNCHERS, "launcher")
-        return m.Launcher(type=kind, args=self.optional(d, "args", path, self.strings, ()))
+        kind = self.choice(d.get("type", "none"), path + ("type",), self.vocabulary.launchers,
+                           "launcher")
+        return Launcher(type=kind, args=self.optional(d, "args", path, self.strings, ()))
 
-    def container(self, value: Any, path: KeyPath) -> m.Container:
+    def container(self, value: Any, path: KeyPath) -> Container:
         d = self.mapping(value, path, CONTAINER_KEYS)
-        runtime = self.choice(d.get("runtime", "none"), path + ("runtime",), m.RUNTIMES,
+        runtime = self.choice(d.get("runtime", "none"), path + ("runtime",),
+                              self.vocabulary.runtimes,
                               "container runtime")
         image = self.optional(d, "image", path, self.string)
         if runtime != "none" and d.get("image") is None:
@@ -612,20 +562,20 @@ class _Validator:
             if not ENV_NAME_RE.fullmatch(name):
                 raise self.fail(path + ("env", i), f"expected an environment variable name; "
                                                    f"got {checks.shown(name)}")
-        return m.Container(runtime=runtime, image=image, env=env,
+        return Container(runtime=runtime, image=image, env=env,
                            binds=self.optional(d, "binds", path, self.strings, ()),
                            args=self.optional(d, "args", path, self.strings, ()))
 
-    def placement(self, value: Any, path: KeyPath) -> m.Placement:
+    def placement(self, value: Any, path: KeyPath) -> Placement:
         if isinstance(value, str):
             value = {"policy": value}
         d = self.mapping(value, path, PLACEMENT_KEYS)
-        return m.Placement(
+        return Placement(
             policy=self.choice(d.get("policy", "leaf-switch"), path + ("policy",),
-                               m.PLACEMENT_POLICIES, "placement policy"),
+                               PLACEMENT_POLICIES, "placement policy"),
             max_wait=self.optional(d, "max_wait", path, self.duration, 300.0),
             topology=self.optional(d, "topology", path, self.path),
-            mode=self.choice(d.get("mode", "auto"), path + ("mode",), m.PLACEMENT_MODES,
+            mode=self.choice(d.get("mode", "auto"), path + ("mode",), PLACEMENT_MODES,
                              "placement mode"),
             replan_after=self.optional(d, "replan_after", path, self.duration, 30.0))
 
@@ -644,7 +594,7 @@ class _Validator:
 
     def duration(self, value: Any, path: KeyPath) -> float:
         try:
-            return parse_duration(value)
+            return durations.parse_duration(value)
         except (ValueError, TypeError):
             raise self.fail(path, f"expected a positive duration such as 90, '90s', '10m', '2h' "
                                   f"or '01:30:00'; got {checks.shown(value)}") from None

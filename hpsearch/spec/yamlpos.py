@@ -31,6 +31,14 @@ def dotted(path: KeyPath) -> str:
     return out
 
 
+def nearest_line(lines: dict[KeyPath, int], path: KeyPath) -> int | None:
+    """The line of `path`, or of the nearest key enclosing it that has one."""
+    for n in range(len(path), -1, -1):
+        if path[:n] in lines:
+            return lines[path[:n]]
+    return None
+
+
 def load_yaml_with_lines(text: str, file: str) -> tuple[Any, dict[KeyPath, int]]:
     """Parse `text`; return (value, {key path: 1-based line}). Raises BadInput on bad YAML."""
     try:

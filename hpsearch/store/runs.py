@@ -10,14 +10,13 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from hpsearch.errors import BadInput, NotFound
+from hpsearch.spec.names import NAME_RE
 from hpsearch.store.lockfile import DriverLock  # noqa: F401 - the lock lives with the layout
 
 STORE_FILE = "store.sqlite"
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 DEFAULT_RUNS_DIR = "hpsearch-runs"
 
 

@@ -139,8 +139,8 @@ def promotion_of(spec_yaml: str, spec_file: str, base_dir: str, name: str
     from pathlib import Path
 
     from hpsearch.errors import HpsearchError
+    from hpsearch.preflight import parse_spec
     from hpsearch.pruning.promotion import Promotion
-    from hpsearch.spec.validate import parse_spec
     try:
         spec = parse_spec(spec_yaml, spec_file, Path(base_dir))
     except (HpsearchError, ValueError):

@@ -253,8 +253,8 @@ def test_a_job_slurm_refuses_for_good_ends_its_attempt_as_a_launch_error(
     from hpsearch.executors.base import Ended
     from hpsearch.executors.slurm import SlurmExecutor
     from hpsearch.launch.attempt import build_launch
+    from hpsearch.preflight import parse_spec
     from hpsearch.slurm.commands import Slurm
-    from hpsearch.spec.validate import parse_spec
     text = SPEC.format(name=f"fault-perm-{RUN}", trials=1, sleep=0).replace(
         'nodes: 2, time: "00:05:00"', 'nodes: 1, time: "00:05:00", partition: gone')
     spec = parse_spec(text, "spec.yaml", tmp_path, tmp_path / "runs")

@@ -30,6 +30,7 @@ import shlex
 from typing import Any
 
 from hpsearch.errors import shown
+from hpsearch.executors.registry import facts
 from hpsearch.launch.attempt import Launch, build_launch, shell_body
 from hpsearch.spec.model import Param, Spec
 from hpsearch.template import shell_value
@@ -53,7 +54,7 @@ def command_size_problem(spec: Spec) -> Problem | None:
             "$HPSEARCH_TRIAL_DIR/params.json" if params_fit else
             "use fewer parameters or shorter values (as JSON in $HPSEARCH_PARAMS, which "
             "every trial gets, they are too long as well)")
-    if spec.executor.type == "local":
+    if not facts(spec.executor).on_slurm:
         shell = shell_body(spec.checkpoints.signal, launch.command)  # as the local executor runs it
         problem = _local_problem(shell, where, hint)
     else:

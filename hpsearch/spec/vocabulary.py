@@ -1,0 +1,61 @@
+"""What the spec needs to know about each seam's pieces to check a spec: their names and a few
+facts, handed down by the seams' registries (hpsearch.preflight.vocabulary builds one from
+search/registry.py, executors/registry.py and launch/registry.py).
+
+The spec is the bottom step: it imports nothing of the system above it, so it cannot ask the
+registries itself; whoever parses a spec passes their Vocabulary in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StrategyFacts:
+    """A search strategy, as the spec and the driver see it."""
+
+    name: str
+    enumerates: bool = False       # a finite set of points (grid): `trials` may be omitted,
+                                   # numeric parameters need a step, known points must lie on it
+    learns: bool = True            # its next point depends on results (TPE, GP, CMA-ES, NSGA-II)
+    multi_objective: bool = True   # it can optimize several objectives at once
+    seeded_order: bool = False     # with a seed it asks the same points in the same order
+                                   # whatever the results (random, qmc): `plan` can show them
+    # How many points an enumerating strategy has in a space (a tuple of Params): only the
+    # combinations that exist, counted without listing them (the search package knows how).
+    count: Callable[[Any], int] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ExecutorFacts:
+    """An executor, as the spec and the driver see it."""
+
+    name: str
+    on_slurm: bool = False         # trials run as Slurm jobs or steps, not on this machine
+    job_per_attempt: bool = False  # each attempt is a Slurm job (or array task) of its own
+    section: str | None = None     # chosen where this key of `executor:` is set (pilots)
+    refines: str | None = None     # ... and executor.type is this one (slurm)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    strategies: tuple[StrategyFacts, ...]
+    executors: tuple[ExecutorFacts, ...]
+    launchers: tuple[str, ...]
+    runtimes: tuple[str, ...]
+
+    def strategy(self, name: str) -> StrategyFacts:
+        return next(s for s in self.strategies if s.name == name)
+
+    def strategy_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.strategies)
+
+    def executor_types(self) -> tuple[str, ...]:
+        """What `executor.type` may say."""
+        return tuple(e.name for e in self.executors if e.refines is None)
+
+    def executor(self, name: str) -> ExecutorFacts:
+        return next(e for e in self.executors if e.name == name)

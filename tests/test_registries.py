@@ -1,0 +1,147 @@
+"""One registry per seam (issue 39): the spec schema, `validate`, the CLI and the docs take their
+names from the registries, and a piece added to a registry is accepted everywhere with no
+other edit. The launch registries have their own file (tests/test_launch_registry.py)."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hpsearch.driver import session
+from hpsearch.errors import BadInput
+from hpsearch.executors.local import LocalExecutor
+from hpsearch.executors.registry import EXECUTORS, ExecutorEntry, chosen
+from hpsearch.preflight import parse_spec
+from hpsearch.preflight import vocabulary as vocabulary_module
+from hpsearch.search.registry import STRATEGIES, SamplerStrategy
+from hpsearch.spec.vocabulary import ExecutorFacts, StrategyFacts
+
+DOC = (Path(__file__).resolve().parent.parent / "docs" / "spec.md").read_text()
+
+SPEC = """
+name: reg
+command: "echo {{x}}"
+search:
+  strategy: {strategy}
+  trials: 3
+  space:
+    x: {{type: float, low: 0, high: 1}}
+objective: {{metric: loss}}
+executor: {executor}
+"""
+
+
+def _spec(tmp_path: Path, strategy: str = "tpe", executor: str = "local"):
+    return parse_spec(textwrap.dedent(SPEC.format(strategy=strategy, executor=executor)),
+                      "spec.yaml", tmp_path, tmp_path / "runs")
+
+
+@pytest.fixture
+def fresh_vocabulary():
+    """The vocabulary is read once per process; a test that adds a piece reads it again."""
+    vocabulary_module.vocabulary.cache_clear()
+    yield
+    vocabulary_module.vocabulary.cache_clear()
+
+
+def _docs_row_names(heading: str) -> list[str]:
+    """The first column of the table under `heading` in docs/spec.md."""
+    section = DOC.split(heading, 1)[1].split("\n#", 1)[0]
+    return re.findall(r"^\| `([a-z0-9]+)` \|", section, re.M)
+
+
+def test_the_docs_strategy_table_lists_the_registry_in_its_order():
+    assert _docs_row_names("### Strategies") == list(STRATEGIES.names())
+
+
+def test_the_docs_name_every_strategy_and_executor_type_where_the_keys_are_listed():
+    strategies = re.search(r"\| `strategy` \| yes \| string \| (.*?) in any case", DOC).group(1)
+    assert re.findall(r"`([a-z0-9]+)`", strategies) == list(STRATEGIES.names())
+    assert re.search(r"strategy: tpe +# (.*)", DOC).group(1).split(" | ") == \
+        list(STRATEGIES.names())
+    types = re.search(r"\| `type` \| (.*?) \| `local` \|", DOC).group(1)
+    assert re.findall(r"`([a-z]+)`", types) == list(vocabulary_module.vocabulary()
+                                                    .executor_types())
+
+
+def test_facts_in_the_docs_agree_with_the_registry():
+    """docs/spec.md: 'Every strategy except `cmaes` accepts several objectives.'"""
+    single = [s.name for s in STRATEGIES if not s.facts.multi_objective]
+    assert single == ["cmaes"]
+    assert "Every strategy except `cmaes` accepts several objectives." in DOC
+
+
+def test_an_unknown_strategy_names_the_registry_in_the_message(tmp_path):
+    with pytest.raises(BadInput) as err:
+        _spec(tmp_path, strategy="tpee")
+    assert f"expected one of {', '.join(STRATEGIES.names())}" in str(err.value)
+    assert "did you mean 'tpe'" in str(err.value)
+
+
+def test_a_strategy_added_to_the_registry_is_a_strategy_everywhere(tmp_path, monkeypatch,
+                                                                    fresh_vocabulary):
+    """A new Optuna sampler is one entry: the spec accepts its name, `plan`'s facts come
+    from it, and its search samples with it."""
+    entry = SamplerStrategy(StrategyFacts("halton", learns=False, seeded_order=True),
+                            lambda s, seed, parallel, conditional: s.QMCSampler(
+                                qmc_type="halton", seed=seed, scramble=seed is not None,
+                                warn_asynchronous_seeding=False),
+                            needs=(("scipy", "pip install scipy"),), fixed_seed=True)
+    monkeypatch.setitem(STRATEGIES._entries, "halton", entry)
+    spec = _spec(tmp_path, strategy="halton")
+    assert spec.search.strategy == "halton"
+    assert session.asks_ahead(spec.search)  # learns=False: the driver may ask ahead
+    from hpsearch.search import make_search
+    search = make_search(spec.search, spec.objectives)
+    search.rebuild([], {})
+    asked = search.ask()
+    assert asked is not None and 0 <= asked.params["x"] <= 1
+    assert type(search.study.sampler).__name__ == "QMCSampler"
+
+
+def test_a_strategy_that_needs_a_missing_package_is_refused_at_its_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(STRATEGIES.get("tpe"), "needs", (("no_such_module_x", "pip x"),))
+    with pytest.raises(BadInput) as err:
+        _spec(tmp_path)
+    assert err.value.line == 5 and "needs the Python package no_such_module_x" in str(err.value)
+
+
+class _Twice(LocalExecutor):
+    """A new executor: the local one under another name (what a plugin package would add)."""
+
+    built: list[str] = []
+
+    @classmethod
+    def from_spec(cls, spec, store, ask_ahead):
+        cls.built.append(spec.name)
+        return super().from_spec(spec, store, ask_ahead)
+
+
+def test_an_executor_added_to_the_registry_is_chosen_by_its_name(tmp_path, monkeypatch,
+                                                                 fresh_vocabulary):
+    monkeypatch.setitem(EXECUTORS._entries, "twice", ExecutorEntry(
+        ExecutorFacts("twice"), f"{__name__}:_Twice"))
+    spec = _spec(tmp_path, executor="twice")
+    assert chosen(spec.executor).facts.name == "twice"
+    executor = session.make_executor(spec)
+    try:
+        assert isinstance(executor, _Twice) and _Twice.built == ["reg"]
+    finally:
+        executor.close()
+
+
+def test_an_unknown_executor_lists_the_registered_types(tmp_path):
+    with pytest.raises(BadInput) as err:
+        _spec(tmp_path, executor="slurmm")
+    assert "unknown executor 'slurmm'; expected one of local, slurm" in str(err.value)
+
+
+def test_pilots_refine_the_slurm_type_and_the_local_override_runs_them_here(tmp_path):
+    """`executor: {type: slurm, pilots: ...}` chooses the pilots' executor; `submit
+    --executor local` the local one for the same spec."""
+    spec = _spec(tmp_path, executor="{type: slurm, pilots: true}")
+    assert chosen(spec.executor).facts.name == "pilots"
+    assert chosen(session.with_executor(spec, "local").executor).facts.name == "local"
