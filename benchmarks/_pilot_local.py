@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 from hpsearch.driver import session
-from hpsearch.executors.pilots import PilotExecutor
 from hpsearch.pilot import program
 from hpsearch.pilot import protocol as p
+from hpsearch.pilot.executor import PilotExecutor
 from hpsearch.search import make_search
 from hpsearch.spec.validate import load_spec
 

@@ -39,8 +39,8 @@ from _pilot_gaps import gaps, median_p95, read_runs  # noqa: E402
 from _slurm_busy import OtherUsers, foreign_jobs  # noqa: E402
 
 from hpsearch.driver.session import driver_for  # noqa: E402
-from hpsearch.executors.pilots import PilotExecutor  # noqa: E402
 from hpsearch.executors.slurm import SlurmExecutor  # noqa: E402
+from hpsearch.pilot.executor import PilotExecutor  # noqa: E402
 from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402

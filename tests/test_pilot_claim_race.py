@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from hpsearch.executors.base import Adoptable, Ended, Launch
-from hpsearch.executors.pilots import PilotExecutor
 from hpsearch.pilot import program
 from hpsearch.pilot import protocol as p
+from hpsearch.pilot.executor import PilotExecutor
 from hpsearch.procs import environ
 from hpsearch.slurm.parse import JobRecord
 from hpsearch.spec import parse_spec

@@ -18,7 +18,7 @@ from hpsearch.report.pilot_usage import busy_node_seconds
 from hpsearch.slurm.parse import JobUsage
 from hpsearch.store import rows as r
 from hpsearch.store.store import STORE_FILE, Reader
-from hpsearch.tui.pilots import pilot_line
+from hpsearch.views.pilots import pilot_line
 from tests.tui.conftest import build_pilot_store
 
 

@@ -272,8 +272,8 @@ def test_a_left_out_figure_gets_a_note_saying_why(searches, tmp_path: Path):
 def test_the_scaling_figure_says_dashed_ideal_only_where_it_draws_one():
     """Issue 38 item 14: trials timed at one size each (no configuration at two sizes) get
     no ideal line, and the title did say '(dashed: ideal)' all the same."""
+    from hpsearch.accounting.efficiency import TrialEfficiency, add_scaling
     from hpsearch.report.figures.scaling import scaling
-    from hpsearch.store.efficiency import TrialEfficiency, add_scaling
     data = report_data.ReportData("s", "grid", "local", "completed", ("loss",), ("minimize",),
                                   [], {}, [])
     data.timing = {0: TrialEfficiency(0, 1, 5, 0.1, 0.1, 0.1),

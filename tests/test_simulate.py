@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hpsearch.placement.simulate import (
+from hpsearch.placement.sim.simulate import (
     POLICIES,
     Cluster,
     SimConfig,

@@ -8,16 +8,17 @@ import sys
 import time
 from pathlib import Path
 
+from hpsearch.accounting import efficiency
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
-from hpsearch.store import STORE_FILE, efficiency, runs
+from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
 from hpsearch.store.atomic import AS_OPEN, replace_file
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
-from hpsearch.tui.pilots import pilot_lines
+from hpsearch.views.pilots import pilot_lines
 
 
 def _reader(path):

@@ -179,9 +179,9 @@ def _reported_bytes(metrics: dict) -> float | None:
 
 
 def _curve(child, option: str, grad_bytes: float | None, bandwidth: float) -> str:
+    from hpsearch.accounting.efficiency import efficiency
     from hpsearch.driver.scale_spec import SIZE_FIELDS
     from hpsearch.report.scaling_curve import Point, table
-    from hpsearch.store.efficiency import efficiency
     from hpsearch.store.store import STORE_FILE, Reader
     reader = Reader(child.experiment_dir / STORE_FILE)
     try:

@@ -1,6 +1,6 @@
 """An attempt that failed, and the next one: the driver's side of the retry rules.
 
-hpsearch.executors.retry decides from a trial's history (pure); this module reads that history from
+hpsearch.driver.retry decides from a trial's history (pure); this module reads that history from
 the store, records the decision (write-ahead, like every state change) and builds the next
 attempt's launch. The driver keeps what is its own: its queue, its live trials, and telling
 the pruner, the promoter and the failure budget.
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors import retry
+from hpsearch.driver import retry
 from hpsearch.executors.base import Ended, Launch, Requeued
 from hpsearch.faults import fault_point
 from hpsearch.ingest.outcome import cause

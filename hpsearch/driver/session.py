@@ -65,7 +65,7 @@ def make_executor(spec: Spec, store: Store | None = None) -> Executor:
                              spec.checkpoints.signal, spec.checkpoints.signal_before,
                              ahead=1 if asks_ahead(spec.search) else 0)
     if ex.pilots is not None and store is not None:
-        from hpsearch.executors.pilots import PilotExecutor
+        from hpsearch.pilot.executor import PilotExecutor
         return PilotExecutor(spec.slurm_job(), store)
     from hpsearch.executors.slurm import SlurmExecutor
     return SlurmExecutor(spec.slurm_job())

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpsearch.accounting.efficiency import TrialEfficiency, efficiency
 from hpsearch.spec.model import Spec
 from hpsearch.store import STORE_FILE
 from hpsearch.store import rows as r
-from hpsearch.store.efficiency import TrialEfficiency, efficiency
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class AttemptRow:
     job_id: str | None
     exit_code: int | None
     reason: str | None       # why it began or how it ended, as the driver wrote it
-    failure: str | None      # its failure class (hpsearch.executors.retry), if it failed
+    failure: str | None      # its failure class (hpsearch.driver.retry), if it failed
     nodes: str | None
     startup_s: float | None = None  # before its code first called hpsearch.trial, if known
 

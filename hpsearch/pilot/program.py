@@ -318,7 +318,7 @@ class Pilot:
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
 
     def _node_cpus(self) -> int:
-        """The pilot's CPUs on each node: its slots' (pilot_fleet asks Slurm for these)."""
+        """The pilot's CPUs on each node: its slots' (pilot.fleet asks Slurm for these)."""
         return int(self.cfg["trial_cpus"]) * int(self.cfg["slots_per_node"])
 
     def _cancel_asked(self) -> None:

@@ -1,6 +1,6 @@
 """What a report shows, read from the store (read-only) and, on Slurm, from sacct.
 
-Resources are counted per attempt (hpsearch.store.usage, whose definition the cost
+Resources are counted per attempt (hpsearch.accounting.usage, whose definition the cost
 objectives share): node-hours = nodes x hours it ran, GPU-hours = GPUs x hours. On
 Slurm they come from sacct (ElapsedRaw, NNodes, AllocTRES of each attempt's job);
 elsewhere, or where sacct knows nothing, from the store's start and end times, with one
@@ -23,16 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpsearch.accounting.efficiency import TrialEfficiency, efficiency
+from hpsearch.accounting.usage import AttemptUsage, attempt_usage, gpu_count
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report.gpu_use import GpuUse, pilot_gpu_use, pilot_gpus_per_node, trial_gpu_use
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
 from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
-from hpsearch.store.efficiency import TrialEfficiency, efficiency
-from hpsearch.store.usage import AttemptUsage, attempt_usage, gpu_count
-from hpsearch.tui.model import spec_facts
-from hpsearch.tui.pilots import heartbeat_of
+from hpsearch.views.pilots import heartbeat_of
+from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.driver.cost import PilotShare

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpsearch.store import rows as r
-from hpsearch.tui.pilots import pilot_line
+from hpsearch.views.pilots import pilot_line
 
 Span = tuple[tuple[str, ...], float, float]  # (nodes, start, end) of one attempt
 

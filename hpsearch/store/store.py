@@ -495,7 +495,7 @@ class Store(Reader):
                        error: str | None, values: list[float] | None = None,
                        requeue: bool = False, sampler_attrs: dict | None = None,
                        failure: str | None = None) -> None:
-        """Record how an attempt ended (`failure`: its class, hpsearch.executors.retry). With
+        """Record how an attempt ended (`failure`: its class, hpsearch.driver.retry). With
         requeue the trial goes back to `queued`."""
         now = self.end_time()
         trial_state = r.QUEUED if requeue else state

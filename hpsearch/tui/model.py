@@ -22,7 +22,8 @@ from hpsearch.ingest import outcome
 from hpsearch.store import STORE_FILE, runs
 from hpsearch.store import rows as r
 from hpsearch.tui import eta as clock
-from hpsearch.tui.pilots import PilotLine, ended_count, pilot_lines
+from hpsearch.views.pilots import PilotLine, ended_count, pilot_lines
+from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.placement.topology import Topology
@@ -78,7 +79,7 @@ class Snapshot:
     cluster: tuple[LeafLine, ...] | None = None  # Slurm only; None: not known (yet)
     cluster_note: str | None = None
     slurm_trouble: str | None = None  # "Slurm unreachable since ...", while it lasts
-    pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.tui.pilots)
+    pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.views.pilots)
     pilots_ended: int = 0
     work: clock.Progress | None = None  # what the ETA is estimated from (hpsearch.tui.eta)
     taken: float = field(default_factory=time.time)
@@ -87,17 +88,6 @@ class Snapshot:
     def finished(self) -> int:
         """Trials finished for good or for now (paused), as `hpsearch status` counts them."""
         return sum(self.counts.get(s, 0) for s in r.DONE)
-
-
-def spec_facts(spec_yaml: str) -> tuple[tuple[str, ...], str]:
-    """(objective metric names, executor type) from the stored spec text."""
-    import yaml
-    raw = yaml.safe_load(spec_yaml) or {}
-    objective = raw.get("objective") or []
-    objectives = objective if isinstance(objective, list) else [objective]
-    metrics = tuple(str(o.get("metric")) for o in objectives if isinstance(o, dict))
-    executor = raw.get("executor") or {}
-    return metrics, str(executor.get("type", "local")) if isinstance(executor, dict) else "local"
 
 
 def _signed(values, directions) -> tuple[float, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpsearch.store import rows as r
-from hpsearch.tui.pilots import PilotLine
+from hpsearch.views.pilots import PilotLine
 
 
 def format_duration(seconds: float | None) -> str:

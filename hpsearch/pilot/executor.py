@@ -30,11 +30,11 @@ from hpsearch.executors.base import (
     Update,
     nap,
 )
-from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.pilot import protocol as p
+from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
 from hpsearch.pilot.supply import Supply
 from hpsearch.slurm.parse import parse_time_limit

@@ -29,7 +29,7 @@ from hpsearch.slurm.parse import JobRecord, parse_time_limit
 from hpsearch.spec.model import Pilots, SlurmJob, memory_mb
 from hpsearch.store import rows as r
 
-# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.executors.retry).
+# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.driver.retry).
 TRIAL_END_BY_PILOT_STATE = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
                             "TIMEOUT": "preempted", "BOOT_FAIL": "boot_fail"}
 
