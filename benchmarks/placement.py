@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hpsearch.placement.sim.simulate import POLICIES, SimConfig, SimResult, simulate  # noqa: E402
+from hpsearch.placement.sim.cluster import SimConfig  # noqa: E402
+from hpsearch.placement.sim.simulate import POLICIES, SimResult, simulate  # noqa: E402
 
 SPAN_GOAL = 0.05
 WAIT_GOAL = 1.10

@@ -45,11 +45,9 @@ from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402
 from hpsearch.spec import load_spec  # noqa: E402
-from hpsearch.store import (  # noqa: E402
-    STORE_FILE,
-    Store,
-    runs,  # noqa: E402
-)
+from hpsearch.store import runs  # noqa: E402
+from hpsearch.store.runs import STORE_FILE  # noqa: E402
+from hpsearch.store.store import Store  # noqa: E402
 
 MODES = {"jobs": "job per trial", "arrays": "job arrays", "pilots": "pilots"}
 SLOTS_PER_NODE = 4  # the emulated nodes have 4 CPUs; a trial takes one

@@ -23,10 +23,10 @@ from hpsearch.executors.base import Executor
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
 from hpsearch.spec.validate import check_here, load_spec, parse_spec
-from hpsearch.store import rows as r
-from hpsearch.store import runs
+from hpsearch.store import rows, runs
 from hpsearch.store.private import make_private
-from hpsearch.store.store import STORE_FILE, Reader, Store
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader, Store
 
 if TYPE_CHECKING:
     from hpsearch.driver.loop import Driver
@@ -112,11 +112,8 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
                        f"command, workdir, env or resources: `hpsearch resume {spec.name} "
                        f"--spec {spec_path}`), or give the spec another name")
     if exists:
-        stored = Reader(exp_dir / STORE_FILE)
-        try:
+        with Reader(exp_dir / STORE_FILE) as stored:
             old = stored.experiment().spec_yaml
-        finally:
-            stored.close()
         if old != spec.text:
             raise Conflict(f"experiment '{spec.name}' exists with a different spec; give the "
                            "changed spec another name, resume the old one with "
@@ -143,15 +140,14 @@ def never_started(exp_dir: Path) -> bool:
         reader = Reader(exp_dir / STORE_FILE)
     except (sqlite3.Error, HpsearchError, OSError):
         return False
-    try:
-        trials = reader.trials()
-        return not any(t.state in (r.SUBMITTING, r.RUNNING) or any(
-            a["started"] is not None or a["job_id"] for a in reader.attempts(t.id))
-            for t in trials)
-    except (sqlite3.Error, HpsearchError, OSError):
-        return False
-    finally:
-        reader.close()
+    with reader:
+        try:
+            trials = reader.trials()
+            return not any(t.state in (rows.SUBMITTING, rows.RUNNING) or any(
+                a["started"] is not None or a["job_id"] for a in reader.attempts(t.id))
+                for t in trials)
+        except (sqlite3.Error, HpsearchError, OSError):
+            return False
 
 
 def _start_over_if_never_started(exp_dir: Path) -> None:
@@ -170,8 +166,8 @@ def _check_slurm_reachable(spec: Spec) -> None:
     before anything is written. A limit or a passing outage is left to the driver."""
     from hpsearch.launch.attempt import build_launch
     from hpsearch.search import make_search
-    from hpsearch.slurm.commands import Slurm, SlurmError
-    from hpsearch.slurm.failures import PERMANENT
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.failures import PERMANENT, SlurmError
     from hpsearch.slurm.sbatch import batch_script
     slurm = Slurm(timeout=30)
     try:
@@ -195,11 +191,8 @@ def _check_slurm_reachable(spec: Spec) -> None:
 def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> Spec:
     """The spec an existing experiment was submitted with."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
-    reader = Reader(exp_dir / STORE_FILE)
-    try:
+    with Reader(exp_dir / STORE_FILE) as reader:
         exp = reader.experiment()
-    finally:
-        reader.close()
     spec = parse_spec(exp.spec_yaml, exp.spec_file, Path(exp.base_dir), runs_dir)
     return with_executor(dataclasses.replace(spec, source=Path(exp.spec_file)), executor_type)
 
@@ -249,11 +242,8 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
                 _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
                 create_store(spec, make_search(spec.search, spec.objectives).total).close()
-            reader = Reader(exp_dir / STORE_FILE)
-            try:
+            with Reader(exp_dir / STORE_FILE) as reader:
                 spec = with_instance(spec, reader)
-            finally:
-                reader.close()
         finally:
             lock.release()
     slurm_job.clear_cancel(exp_dir)

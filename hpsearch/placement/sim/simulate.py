@@ -36,14 +36,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hpsearch.placement.sim.cluster import (  # noqa: F401  (the simulator's public names)
-    BACKGROUND_SIZES,
-    TRIAL_SIZES,
-    Cluster,
+from hpsearch.placement.sim.cluster import (
     SimConfig,
     TrialRecord,
     effective_bandwidth,
-    ring_allreduce_time,
     trial_record,
 )
 from hpsearch.placement.sim.engine import Engine, Job, wake, workload
