@@ -22,7 +22,8 @@ from pathlib import Path
 
 from hpsearch.report import budget
 from hpsearch.report.data import collect
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 from hpsearch.driver import session
-from hpsearch.executors.pilots import PilotExecutor
-from hpsearch.pilot import program
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import program, protocol
+from hpsearch.pilot.executor import PilotExecutor
 from hpsearch.preflight import load_spec
 from hpsearch.search import make_search
 
@@ -61,9 +60,9 @@ def run(spec_path: Path, runs_dir: Path) -> int:
     store.add_pilot(1, f"hps.{spec.name}.bench.pilot.1")
     store.update_pilot(1, job_id=JOB_ID, state="running")
     executor = PilotExecutor(spec.slurm_job(), store, _NoSlurm())
-    paths = p.PilotPaths(p.pilots_dir(spec.experiment_dir) / "1")
+    paths = protocol.PilotPaths(protocol.pilots_dir(spec.experiment_dir) / "1")
     paths.make()
-    p.write_json(paths.config, executor.fleet._config(1))  # as Fleet.submit writes it
+    protocol.write_json(paths.config, executor.fleet._config(1))  # as Fleet.submit writes it
     # forked: the child never touches the store's connection, and leaves by os._exit
     pilot = multiprocessing.get_context("fork").Process(target=_pilot, args=(paths.root,))
     pilot.start()

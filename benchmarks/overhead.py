@@ -45,9 +45,12 @@ from hpsearch.driver.session import driver_for, make_executor  # noqa: E402
 from hpsearch.ingest.trial_files import STDOUT_PREFIX  # noqa: E402
 from hpsearch.preflight import load_spec  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
-from hpsearch.store import rows as r  # noqa: E402
-from hpsearch.store import runs  # noqa: E402
-from hpsearch.store.store import STORE_FILE, Store  # noqa: E402
+from hpsearch.store import (
+    rows,  # noqa: E402
+    runs,  # noqa: E402
+)
+from hpsearch.store.runs import STORE_FILE  # noqa: E402
+from hpsearch.store.store import Store  # noqa: E402
 
 LOW, HIGH = 0.0, 1.0  # the one tuned parameter, x; each trial reports loss = x
 
@@ -121,7 +124,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead
         driver = driver_for(spec, store, make_executor(spec, store), search, on_event)
         driver.run()
         outcome = cpu.stop(Outcome(time.perf_counter() - began, 0))
-        outcome.completed = store.state_counts().get(r.COMPLETED, 0)
+        outcome.completed = store.state_counts().get(rows.COMPLETED, 0)
         store.close()
     finally:
         lock.release()

@@ -1,6 +1,6 @@
 """Placement of trials on a fat tree: Slurm first-fit, Slurm tree best-fit, hpsearch, pilots.
 
-Runs the four policies of `hpsearch.placement.simulate` on one seeded workload (the same
+Runs the four policies of `hpsearch.placement.sim.simulate` on one seeded workload (the same
 background jobs and trial stream) and prints, side by side: the fraction of multi-node trials
 that span leaves, mean and p95 wait (ready to start), mean and p95 turnaround (wait + modeled
 run time), the modeled all-reduce time per step of multi-node trials, utilization, and the
@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hpsearch.placement.simulate import POLICIES, SimConfig, SimResult, simulate  # noqa: E402
+from hpsearch.placement.sim.cluster import SimConfig  # noqa: E402
+from hpsearch.placement.sim.simulate import POLICIES, SimResult, simulate  # noqa: E402
 
 SPAN_GOAL = 0.05
 WAIT_GOAL = 1.10

@@ -48,8 +48,9 @@ import _bench_run as run  # noqa: E402
 import _objectives as objectives  # noqa: E402
 import _sq_stats as st  # noqa: E402
 
-from hpsearch.store import rows as r  # noqa: E402
-from hpsearch.store.store import STORE_FILE, Reader  # noqa: E402
+from hpsearch.store.rows import COMPLETED  # noqa: E402
+from hpsearch.store.runs import STORE_FILE  # noqa: E402
+from hpsearch.store.store import Reader  # noqa: E402
 
 METHODS = ("random", "tpe", "gp", "cmaes", "qmc")
 TRIAL_SCRIPT = HERE / "_sq_trial.py"
@@ -98,7 +99,7 @@ def run_search(job: Job) -> RunResult:
     store = Reader(exp_dir / STORE_FILE)
     rows = sorted(store.trials(), key=lambda t: t.id)
     store.close()
-    values = [t.objective_values[0] if t.state == r.COMPLETED and t.objective_values
+    values = [t.objective_values[0] if t.state == COMPLETED and t.objective_values
               else float("inf") for t in rows]
     return RunResult(job, values, seconds)
 

@@ -39,17 +39,15 @@ from _pilot_gaps import gaps, median_p95, read_runs  # noqa: E402
 from _slurm_busy import OtherUsers, foreign_jobs  # noqa: E402
 
 from hpsearch.driver.session import driver_for  # noqa: E402
-from hpsearch.executors.pilots import PilotExecutor  # noqa: E402
 from hpsearch.executors.slurm import SlurmExecutor  # noqa: E402
+from hpsearch.pilot.executor import PilotExecutor  # noqa: E402
 from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
 from hpsearch.preflight import load_spec  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402
-from hpsearch.store import (  # noqa: E402
-    STORE_FILE,
-    Store,
-    runs,  # noqa: E402
-)
+from hpsearch.store import runs  # noqa: E402
+from hpsearch.store.runs import STORE_FILE  # noqa: E402
+from hpsearch.store.store import Store  # noqa: E402
 
 MODES = {"jobs": "job per trial", "arrays": "job arrays", "pilots": "pilots"}
 SLOTS_PER_NODE = 4  # the emulated nodes have 4 CPUs; a trial takes one

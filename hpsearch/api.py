@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from hpsearch.interop import optuna_trials
 from hpsearch.interop.store_view import AttemptRow, MetricRow, StoreView, read_view
 from hpsearch.spec.model import Spec
-from hpsearch.store import rows as r
-from hpsearch.store import runs
+from hpsearch.store import rows, runs
 from hpsearch.store.results import best as best_trials
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ class Experiment:
         return tuple(o.direction for o in self.view.spec.objectives)
 
     @property
-    def trials(self) -> tuple[r.TrialRow, ...]:
+    def trials(self) -> tuple[rows.TrialRow, ...]:
         """Every trial by id: state, params, objective_values, started, finished, error, ..."""
         return self.view.trials
 
@@ -71,12 +70,12 @@ class Experiment:
         return self.view.metrics
 
     @property
-    def checkpoints(self) -> tuple[r.CheckpointRow, ...]:
+    def checkpoints(self) -> tuple[rows.CheckpointRow, ...]:
         """Every registered checkpoint; those the checkpoint policy deleted have `deleted`."""
         return self.view.checkpoints
 
     @property
-    def best(self) -> r.TrialRow | None:
+    def best(self) -> rows.TrialRow | None:
         """The best completed trial (single objective), None before one completed. A
         multi-objective experiment has no single best: raises ValueError (see best_trials)."""
         if len(self.directions) > 1:
@@ -86,7 +85,7 @@ class Experiment:
         return top[0] if top else None
 
     @property
-    def best_trials(self) -> list[r.TrialRow]:
+    def best_trials(self) -> list[rows.TrialRow]:
         """The best trial as a list (single objective), or the Pareto front."""
         return best_trials(list(self.trials), list(self.directions), 1)
 

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 
 
 def read_store(runs: Path, name: str):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 
 SEGMENTED = textwrap.dedent("""
     import json, time

@@ -10,7 +10,7 @@ import pytest
 
 from hpsearch.ingest.checkpoints import doomed
 from hpsearch.spec.model import Checkpoints
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.store import Reader, Store
 from tests.helpers import read_store
 
@@ -113,26 +113,27 @@ def test_a_requeued_trial_keeps_and_resumes_from_its_latest_checkpoint(cli):
 
 def test_policy_never_deletes_the_latest_of_a_trial_that_may_run_again():
     def row(trial, step, metric):
-        return r.CheckpointRow(trial, step, f"/t{trial}/checkpoints/{step}", 1, float(step), 1,
-                               metric, None)
+        return rows.CheckpointRow(trial, step, f"/t{trial}/checkpoints/{step}", 1, float(step), 1,
+                                  metric, None)
 
     def trial(tid, state):
-        return r.TrialRow(tid, state, {}, [float(tid)] if state == r.COMPLETED else None, 1,
-                          0.0, None, None, None, None, None, None, None, None, f"/t{tid}", None,
-                          {})
+        return rows.TrialRow(tid, state, {}, [float(tid)] if state == rows.COMPLETED else None, 1,
+                             0.0, None, None, None, None, None, None, None, None, f"/t{tid}", None,
+                             {})
 
     present = [row(t, s, m) for t in (0, 1, 2, 3) for s, m in ((0, 5.0), (1, 1.0), (2, 3.0))]
-    trials = [trial(0, r.RUNNING), trial(1, r.QUEUED), trial(2, r.COMPLETED),
-              trial(3, r.CANCELLED)]
+    trials = [trial(0, rows.RUNNING), trial(1, rows.QUEUED), trial(2, rows.COMPLETED),
+              trial(3, rows.CANCELLED)]
     gone = doomed(Checkpoints(keep_best=1), present, trials, ["minimize"])
     kept = {(c.trial, c.step) for c in present} - {(c.trial, c.step) for c in gone}
     # best (step 1) everywhere; the highest step (2) too unless the trial has finished
     assert kept == {(0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (3, 1), (3, 2)}
-    gone = doomed(Checkpoints(keep_trials=1), present, trials + [trial(4, r.COMPLETED)],
+    gone = doomed(Checkpoints(keep_trials=1), present, trials + [trial(4, rows.COMPLETED)],
                   ["minimize"])
     assert {c.trial for c in gone} == set()  # trial 2 is the best finished one
     gone = doomed(Checkpoints(keep_trials=1), present + [row(4, 0, 1.0)],
-                  trials[:2] + [trial(2, r.COMPLETED), trial(3, r.FAILED), trial(4, r.COMPLETED)],
+                  trials[:2] + [trial(2, rows.COMPLETED), trial(3, rows.FAILED),
+                                trial(4, rows.COMPLETED)],
                   ["maximize"])
     assert {c.trial for c in gone} == {2, 3}  # 4 is best when maximizing; 0 and 1 may run
 

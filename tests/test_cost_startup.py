@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 import hpsearch
+from hpsearch.accounting.usage import attempt_usage, trial_cost
 from hpsearch.ingest.first_call import first_call
 from hpsearch.report.data import collect
 from hpsearch.slurm.parse import JobUsage
 from hpsearch.store.store import Reader
-from hpsearch.store.usage import attempt_usage, trial_cost
 from tests.helpers import read_store
 
 # Sleeps before its first call of hpsearch.trial (a slow import, a wait for a warm server),

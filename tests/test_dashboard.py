@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.store import rows as r
-from hpsearch.store.store import STORE_FILE
+from hpsearch.store.rows import FINISHED
+from hpsearch.store.runs import STORE_FILE
 from tests.conftest import Cli
 from tests.helpers import read_store, wait_for_trials
 from tests.interop_search import SPEC, run_search
@@ -118,7 +118,7 @@ def test_dashboard_shows_a_search_while_its_driver_runs_it(cli):
         server = cli.popen("dashboard", "interop", "--port", port, "--interval", "0.2",
                            "--storage", cli.cwd / "mirror.log")
         rows = wait_for_trials(cli, "interop", lambda rows: len(rows) == 8 and [
-            t.id for t in rows if t.state not in r.FINISHED] == [1], timeout=60)
+            t.id for t in rows if t.state not in FINISHED] == [1], timeout=60)
         url = None
         while url is None:  # its first line: the first sync; then the address
             line = server.stdout.readline()

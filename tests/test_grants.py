@@ -15,7 +15,7 @@ import pytest
 
 from hpsearch.launch.attempt import Launch
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, step_cpus_per_task
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from hpsearch.pilot.program import Allocation, Pilot
 from hpsearch.pilot.slots import Slots
 from hpsearch.slurm.environment import GPU_VISIBILITY, for_pilot_trial, outside_allocation
@@ -52,7 +52,7 @@ def test_a_three_gpu_trial_on_two_gpu_slots_holds_three_not_four():
 
 
 def _pilot(tmp_path: Path, gpus_per_slot: int, slots_per_node: int) -> Pilot:
-    paths = p.PilotPaths(tmp_path / "pilots" / "1")
+    paths = protocol.PilotPaths(tmp_path / "pilots" / "1")
     paths.make()
     config = {"time_limit": 600, "slots_per_node": slots_per_node,
               "trial_gpus": gpus_per_slot, "trial_cpus": 1, "trial_tasks_per_node": 1,
@@ -73,7 +73,8 @@ def _assign(pilot: Pilot, tmp_path: Path, trial: int, gpus: int, width: int) -> 
     trial_dir.mkdir(parents=True)
     launch = Launch(trial, 1, "true", {}, trial_dir, tmp_path,
                     resources=Resources(gpus_per_node=gpus, time="00:05:00"))
-    p.write_json(pilot.paths.file("inbox", p.name_of(trial, 1)), p.launch_to_dict(launch, width))
+    protocol.write_json(pilot.paths.file("inbox", protocol.name_of(trial, 1)),
+                        protocol.launch_to_dict(launch, width))
 
 
 @pytest.mark.parametrize(("gpus", "width", "expected"), [(0, 1, ""), (3, 2, "0,1,2")],

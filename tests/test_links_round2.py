@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from hpsearch.cli.main import main
-from hpsearch.store import atomic
-from hpsearch.store import rows as r
-from hpsearch.store.store import STORE_FILE, Store
+from hpsearch.store import atomic, rows
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Store
 from tests.conftest import Cli
 from tests.test_other_users import _run_as, other_uid  # noqa: F401  (a fixture)
 
@@ -210,8 +210,8 @@ def test_a_checkpoints_folder_swapped_for_a_link_after_the_check_empties_nothing
         return wrapped
     for name in ("stat", "lstat", "open"):
         monkeypatch.setattr(os, name, swap_first(getattr(os, name)))
-    row = r.CheckpointRow(trial=0, step=5, path=str(target), bytes=1, time=0.0, attempt=1,
-                          metric=None, deleted=None)
+    row = rows.CheckpointRow(trial=0, step=5, path=str(target), bytes=1, time=0.0, attempt=1,
+                             metric=None, deleted=None)
     assert checkpoints.remove(row, trial_dir) is None
     monkeypatch.undo()
     assert swapped, "the checkpoint was never touched"
@@ -231,8 +231,8 @@ def test_removing_checkpoints_never_follows_a_link(tmp_path):
     (folder / "step-2").symlink_to(victim)                     # the checkpoint a link
     (folder / "step-3.pt").write_text("x")
 
-    def row(name: str) -> r.CheckpointRow:
-        return r.CheckpointRow(0, 1, str(folder / name), 1, 0.0, 1, None, None)
+    def row(name: str) -> rows.CheckpointRow:
+        return rows.CheckpointRow(0, 1, str(folder / name), 1, 0.0, 1, None, None)
     assert [checkpoints.remove(row(n), trial_dir) for n in ("step-1", "step-2", "step-3.pt",
                                                             "gone")] == [None] * 4
     assert list(folder.iterdir()) == []

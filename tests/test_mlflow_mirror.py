@@ -21,7 +21,7 @@ import pytest
 
 from hpsearch.cli.main import main
 from hpsearch.interop.mlflow_mirror import run_status
-from hpsearch.store.store import STORE_FILE
+from hpsearch.store.runs import STORE_FILE
 from tests.helpers import read_store, store_curves
 from tests.interop_search import run_search, write_spec
 from tests.test_dashboard import _browse, _free_port, _text

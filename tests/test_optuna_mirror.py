@@ -10,7 +10,8 @@ import time
 import optuna
 import pytest
 
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 from tests.helpers import read_store
 from tests.interop_search import run_search, write_spec
 

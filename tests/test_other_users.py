@@ -201,24 +201,24 @@ def test_an_assignment_another_user_drops_in_a_pilots_inbox_is_never_run(other_u
     """A pilot runs what its inbox holds as the owner: a group member who can write the
     folder must not get a command run that way. The owner's assignment runs; the other
     user's is left unclaimed, and the pilot's log names it."""
-    from hpsearch.pilot import protocol as p
+    from hpsearch.pilot import protocol
     from tests.test_pilot_protocol import REPORT, _driver_beat, _launch, _pilot, _wait_for
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, stderr=subprocess.PIPE, slots_per_node=2)
     os.chmod(paths.dir("inbox"), 0o777)  # as a group-writable project folder leaves it
     marker = tmp_path / "ran-as-the-owner"
-    theirs = p.name_of(1, 1)
+    theirs = protocol.name_of(1, 1)
     _write_as(other_uid, paths.dir("inbox"), theirs,
-              p.launch_to_dict(_launch(tmp_path, 1, command=f"touch {marker}")))
-    p.write_json(paths.file("inbox", p.name_of(0, 1)),
-                 p.launch_to_dict(_launch(tmp_path, 0, command=REPORT)))
-    _wait_for(lambda: p.names(paths.dir("ended")) == [p.name_of(0, 1)], beat)
+              protocol.launch_to_dict(_launch(tmp_path, 1, command=f"touch {marker}")))
+    protocol.write_json(paths.file("inbox", protocol.name_of(0, 1)),
+                        protocol.launch_to_dict(_launch(tmp_path, 0, command=REPORT)))
+    _wait_for(lambda: protocol.names(paths.dir("ended")) == [protocol.name_of(0, 1)], beat)
     for _ in range(20):  # the pilot looks at its inbox every few tenths of a second
         _wait_for(lambda: True, beat)
         time.sleep(0.1)
     assert not marker.exists()
-    assert p.names(paths.dir("inbox")) == [theirs]  # never claimed
-    assert p.names(paths.dir("claimed")) == [p.name_of(0, 1)]
+    assert protocol.names(paths.dir("inbox")) == [theirs]  # never claimed
+    assert protocol.names(paths.dir("claimed")) == [protocol.name_of(0, 1)]
     paths.stop.touch()
     assert proc.wait(timeout=30) == 0
     assert f"refused {paths.file('inbox', theirs)}: owned by uid {other_uid}" in \
@@ -287,30 +287,30 @@ def test_a_stop_and_a_cancel_another_user_plants_in_a_pilot_dir_are_not_obeyed(o
     trials: their `stop` and `cancel/T.A.json` are passed over, and so is a FIFO as `stop`
     (looked at with lstat, never opened); the pilot's log names each once. The owner's
     `stop` still works."""
-    from hpsearch.pilot import protocol as p
+    from hpsearch.pilot import protocol
     from tests.test_pilot_protocol import REPORT, _driver_beat, _launch, _pilot, _wait_for
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, stderr=subprocess.PIPE)
     for folder in (paths.root, paths.dir("cancel")):
         os.chmod(folder, 0o777)  # as a group-writable project folder leaves them
-    name = p.name_of(0, 1)
-    p.write_json(paths.file("inbox", name),
-                 p.launch_to_dict(_launch(tmp_path, 0, command="sleep 3; " + REPORT)))
-    _wait_for(lambda: p.names(paths.dir("started")) == [name], beat)
+    name = protocol.name_of(0, 1)
+    protocol.write_json(paths.file("inbox", name),
+                        protocol.launch_to_dict(_launch(tmp_path, 0, command="sleep 3; " + REPORT)))
+    _wait_for(lambda: protocol.names(paths.dir("started")) == [name], beat)
     _write_as(other_uid, paths.dir("cancel"), name, {})
     _write_as(other_uid, paths.root, "stop", {})
-    _wait_for(lambda: p.names(paths.dir("ended")) == [name], beat)
-    assert p.read_json(paths.file("ended", name))["reason"] == "exited"  # not cancelled
+    _wait_for(lambda: protocol.names(paths.dir("ended")) == [name], beat)
+    assert protocol.read_json(paths.file("ended", name))["reason"] == "exited"  # not cancelled
     os.unlink(paths.stop)
     _run_as(other_uid, paths.root, "mkfifo stop")
     for _ in range(10):  # the pilot looks at `stop` every few hundredths of a second
         _wait_for(lambda: True, beat)
         time.sleep(0.1)
-    assert proc.poll() is None and p.read_json(paths.heartbeat)["state"] == "running"
+    assert proc.poll() is None and protocol.read_json(paths.heartbeat)["state"] == "running"
     os.unlink(paths.stop)
     paths.stop.touch()  # the owner's
     assert proc.wait(timeout=30) == 0
-    assert p.read_json(paths.exit)["reason"] == "the driver asked it to stop"
+    assert protocol.read_json(paths.exit)["reason"] == "the driver asked it to stop"
     log = proc.stderr.read()
     for refused in (f"{paths.file('cancel', name)}: owned by uid {other_uid}",
                     f"{paths.stop}: owned by uid {other_uid}",

@@ -2,7 +2,7 @@
 compute times (hpsearch.trial.report_timing, the DDP hook, the Lightning callback), the
 driver adds them up per rank (hpsearch.ingest.timing_lines), and status, export and report
 show load balance, communication and parallel efficiency, and speedup across trial sizes
-(hpsearch.store.efficiency)."""
+(hpsearch.accounting.efficiency)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ import pytest
 
 import hpsearch
 from hpsearch import trial
-from hpsearch.ingest.timing_lines import TimingFiles
-from hpsearch.store.efficiency import (
+from hpsearch.accounting.efficiency import (
     add_scaling,
     describe,
     efficiency,
     size_params,
     trial_efficiency,
 )
+from hpsearch.ingest.timing_lines import TimingFiles
 from tests.conftest import EXAMPLES, Cli
 from tests.helpers import read_store
 from tests.test_digits_ddp import _require, _trial_env

@@ -29,15 +29,15 @@ from pathlib import Path
 import pytest
 
 from hpsearch.executors.base import Adoptable, Ended, Launch
-from hpsearch.executors.pilots import PilotExecutor
-from hpsearch.pilot import program
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import program, protocol
+from hpsearch.pilot.executor import PilotExecutor
 from hpsearch.preflight import parse_spec
 from hpsearch.procs import environ
 from hpsearch.slurm.parse import JobRecord
 from hpsearch.spec.model import SlurmJob
 from hpsearch.store import runs
-from hpsearch.store.store import STORE_FILE, Store
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Store
 
 ROUNDS = 20
 PER_ROUND = 12  # assignments in the killed pilot's inbox each round
@@ -91,7 +91,7 @@ def _job(tmp_path: Path) -> SlurmJob:
     return job
 
 
-def _add_pilot(job: SlurmJob, pilot_id: int, job_id: str, slots: int) -> p.PilotPaths:
+def _add_pilot(job: SlurmJob, pilot_id: int, job_id: str, slots: int) -> protocol.PilotPaths:
     """A pilot the store has running as `job_id`, with its dir and configuration, as the
     driver left them (before anything of it runs)."""
     store = Store(job.experiment_dir / STORE_FILE)
@@ -100,9 +100,9 @@ def _add_pilot(job: SlurmJob, pilot_id: int, job_id: str, slots: int) -> p.Pilot
         store.update_pilot(pilot_id, job_id=job_id, state="running")
     finally:
         store.close()  # closed before any fork: a child never uses the parent's connection
-    paths = p.PilotPaths(p.pilots_dir(job.experiment_dir) / str(pilot_id))
+    paths = protocol.PilotPaths(protocol.pilots_dir(job.experiment_dir) / str(pilot_id))
     paths.make()
-    p.write_json(paths.config, {
+    protocol.write_json(paths.config, {
         "pilot": pilot_id, "experiment": "race", "time_limit": 600, "nodes": 1,
         "slots_per_node": slots, "trial_nodes": 1, "trial_tasks_per_node": 1, "trial_cpus": 1,
         "trial_gpus": 0, "trial_time": None, "idle_timeout": 60, "grace": 60,
@@ -128,7 +128,7 @@ def _pilot_process(root: Path, job_id: str, ready) -> None:
     program.main(str(root))
 
 
-def _driver_process(job: SlurmJob, paths: p.PilotPaths, job_id: str, trials: list[int],
+def _driver_process(job: SlurmJob, paths: protocol.PilotPaths, job_id: str, trials: list[int],
                     after_claims: int, said: Path, ready) -> None:
     """A driver restarted while the pilot runs: once the pilot has claimed `after_claims`
     assignments, it adopts each attempt the store has bound to the pilot, in trial order as
@@ -137,7 +137,7 @@ def _driver_process(job: SlurmJob, paths: p.PilotPaths, job_id: str, trials: lis
     executor = PilotExecutor(job, store, _Slurm(set()))
     out = os.open(said, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     ready.wait()
-    _until(lambda: len(p.names(paths.dir("claimed"))) >= after_claims)
+    _until(lambda: len(protocol.names(paths.dir("claimed"))) >= after_claims)
     for trial in trials:
         outcome = executor.adopt(Adoptable(trial, 1, runs.trial_dir(job.experiment_dir, trial),
                                            job_id=job_id))
@@ -222,8 +222,8 @@ def test_claims_and_withdrawals_racing_with_crashes_run_each_attempt_in_one_plac
             trials = list(range(rnd * PER_ROUND, (rnd + 1) * PER_ROUND))
             paths = _add_pilot(job, pilot_id, job_id, PER_ROUND)
             for trial in trials:  # as the driver that was killed bound them
-                p.write_json(paths.file("inbox", p.name_of(trial, 1)), {
-                    **p.launch_to_dict(_launch(job, trial)), "slow": PADDING})
+                protocol.write_json(paths.file("inbox", protocol.name_of(trial, 1)), {
+                    **protocol.launch_to_dict(_launch(job, trial)), "slow": PADDING})
             said = tmp_path / f"said.{rnd}"
             assert spare_proc.is_alive(), "the live pilot left"
             killed = _race(job, paths, job_id, trials, said, rng, kill_driver=rnd % 2 == 1)
@@ -243,13 +243,13 @@ def test_claims_and_withdrawals_racing_with_crashes_run_each_attempt_in_one_plac
             spare_proc.kill()
     print(f"\n{ROUNDS} rounds of {PER_ROUND}: {seen}")
     assert spare_proc.exitcode == 0
-    assert p.read_json(spare.exit)["reason"] == "the driver asked it to stop"
+    assert protocol.read_json(spare.exit)["reason"] == "the driver asked it to stop"
     # the race and the crashes happened: not a test that passes by never racing
     assert seen["rounds both won"] >= ROUNDS // 3, seen
     assert seen["claimed, never started"] > 0 and seen["withdrawn"] > 0, seen
 
 
-def _race(job: SlurmJob, paths: p.PilotPaths, job_id: str, trials: list[int], said: Path,
+def _race(job: SlurmJob, paths: protocol.PilotPaths, job_id: str, trials: list[int], said: Path,
           rng: random.Random, kill_driver: bool) -> bool:
     """One round: the pilot claims; the restarted driver starts adopting once the pilot has
     claimed a random number of them; the pilot is SIGKILLed once it has claimed a random
@@ -269,8 +269,8 @@ def _race(job: SlurmJob, paths: p.PilotPaths, job_id: str, trials: list[int], sa
         deadline = time.monotonic() + 20
         while pilot.is_alive() or (driver_kill_at is not None and driver.is_alive()):
             assert time.monotonic() < deadline, "the round did not end"
-            if pilot.is_alive() and (len(p.names(paths.dir("claimed"))) >= pilot_kill_at
-                                     or not p.names(paths.dir("inbox"))):
+            if pilot.is_alive() and (len(protocol.names(paths.dir("claimed"))) >= pilot_kill_at
+                                     or not protocol.names(paths.dir("inbox"))):
                 time.sleep(rng.uniform(0, 0.002))  # anywhere in what it does next
                 pilot.kill()
                 pilot.join()
@@ -296,7 +296,7 @@ def _check_round(job, paths, spare, trials, job_id, first_said, adopted, ends, s
     recovered) agree. Returns how many the pilot and the driver each won."""
     won = {"claimed": 0, "withdrawn": 0}
     for trial in trials:
-        name = p.name_of(trial, 1)
+        name = protocol.name_of(trial, 1)
         claimed = paths.file("claimed", name).exists()
         withdrawn = paths.file("withdrawn", name).exists()
         ran_file = runs.trial_dir(job.experiment_dir, trial) / "ran"

@@ -6,33 +6,33 @@ from __future__ import annotations
 
 import os
 
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 
 
 def test_a_rename_whose_reply_was_lost_counts_as_done_and_the_other_sides_does_not(tmp_path):
-    paths = p.PilotPaths(tmp_path / "pilots" / "1")
+    paths = protocol.PilotPaths(tmp_path / "pilots" / "1")
     paths.make()
-    name = p.name_of(3, 1)
-    p.write_json(paths.file("inbox", name), {"trial_id": 3})
+    name = protocol.name_of(3, 1)
+    protocol.write_json(paths.file("inbox", name), {"trial_id": 3})
     # the pilot's claim went through but its reply was lost: the retried rename finds
     # no source. The claim happened, so the pilot must run the trial.
     os.rename(paths.file("inbox", name), paths.file("claimed", name))
-    assert p.move(paths, name, "inbox", "claimed") is True
+    assert protocol.move(paths, name, "inbox", "claimed") is True
     # the driver's withdraw of the same assignment now fails: the pilot has it
-    assert p.move(paths, name, "inbox", "withdrawn") is False
-    assert p.where(paths, name) == "claimed"
+    assert protocol.move(paths, name, "inbox", "withdrawn") is False
+    assert protocol.where(paths, name) == "claimed"
 
 
 def test_an_attempt_withdrawn_then_assigned_again_and_claimed_is_not_withdrawn_twice(tmp_path):
     """Withdrawn from a pilot, assigned to it again (the driver discards the old withdrawn/
     file first, as PilotExecutor._bind does), then claimed: a later withdraw fails, so the
     attempt runs once, in that pilot."""
-    paths = p.PilotPaths(tmp_path / "pilots" / "1")
+    paths = protocol.PilotPaths(tmp_path / "pilots" / "1")
     paths.make()
-    name = p.name_of(4, 1)
-    p.write_json(paths.file("inbox", name), {"trial_id": 4})
-    assert p.move(paths, name, "inbox", "withdrawn") is True
-    p.discard(paths, name, "withdrawn")  # assigned again
-    p.write_json(paths.file("inbox", name), {"trial_id": 4})
-    assert p.move(paths, name, "inbox", "claimed") is True
-    assert p.move(paths, name, "inbox", "withdrawn") is False
+    name = protocol.name_of(4, 1)
+    protocol.write_json(paths.file("inbox", name), {"trial_id": 4})
+    assert protocol.move(paths, name, "inbox", "withdrawn") is True
+    protocol.discard(paths, name, "withdrawn")  # assigned again
+    protocol.write_json(paths.file("inbox", name), {"trial_id": 4})
+    assert protocol.move(paths, name, "inbox", "claimed") is True
+    assert protocol.move(paths, name, "inbox", "withdrawn") is False

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.executors.base import Launch
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from hpsearch.pilot.slots import Slots
 from hpsearch.pilot.supply import Supply
 
@@ -94,15 +94,17 @@ def _launch(tmp_path: Path, trial: int, attempt: int = 1, command: str = "true")
 
 
 def test_an_assignment_round_trips_and_temporary_files_are_not_assignments(tmp_path):
-    paths = p.PilotPaths(tmp_path / "pilots" / "1")
+    paths = protocol.PilotPaths(tmp_path / "pilots" / "1")
     paths.make()
     launch = _launch(tmp_path, 7, 2)
-    p.write_json(paths.file("inbox", p.name_of(7, 2)), p.launch_to_dict(launch))
+    protocol.write_json(paths.file("inbox", protocol.name_of(7, 2)),
+                        protocol.launch_to_dict(launch))
     (paths.dir("inbox") / ".7.2.json.ab12.tmp").write_text("{")
-    assert p.names(paths.dir("inbox")) == ["7.2.json"]
-    back = p.launch_from_dict(p.read_json(paths.file("inbox", "7.2.json")))
+    assert protocol.names(paths.dir("inbox")) == ["7.2.json"]
+    back = protocol.launch_from_dict(protocol.read_json(paths.file("inbox", "7.2.json")))
     assert back == launch and back.time_factor == 1.5 and back.params == {"x": 7}
-    assert p.where(paths, "7.2.json") == "inbox" and p.where(paths, "8.1.json") is None
+    assert protocol.where(paths, "7.2.json") == "inbox"
+    assert protocol.where(paths, "8.1.json") is None
 
 
 def test_archive_moves_a_stored_attempts_files_to_done_even_in_a_pilot_dir_without_one(
@@ -111,26 +113,26 @@ def test_archive_moves_a_stored_attempts_files_to_done_even_in_a_pilot_dir_witho
     (the dirs listed every tick hold only attempts in flight); moving again, or an attempt
     whose started/ file is missing, is passed over; its cancel/ file goes; a pilot dir made
     before done/ existed gets it."""
-    paths = p.PilotPaths(tmp_path / "1")
-    for state in p.STATES:  # as an older version made it: no done/
+    paths = protocol.PilotPaths(tmp_path / "1")
+    for state in protocol.STATES:  # as an older version made it: no done/
         paths.dir(state).mkdir(parents=True)
     for name in ("3.1.json", "4.1.json"):
-        p.write_json(paths.file("ended", name), {"exit_code": 0})
-    p.write_json(paths.file("started", "3.1.json"), {"nodes": "node1"})
-    p.write_json(paths.file("cancel", "3.1.json"), {"time": 1.0})
-    p.archive(paths, "3.1.json")
-    p.archive(paths, "3.1.json")
-    p.archive(paths, "4.1.json")
-    assert p.names(paths.dir("started")) == p.names(paths.dir("ended")) == []
-    assert p.names(paths.dir("cancel")) == []  # the pilot lists it every tick
-    assert p.names(paths.dir("done/started")) == ["3.1.json"]
-    assert p.names(paths.dir("done/ended")) == ["3.1.json", "4.1.json"]
-    assert p.read_json(paths.file("done/ended", "4.1.json")) == {"exit_code": 0}
+        protocol.write_json(paths.file("ended", name), {"exit_code": 0})
+    protocol.write_json(paths.file("started", "3.1.json"), {"nodes": "node1"})
+    protocol.write_json(paths.file("cancel", "3.1.json"), {"time": 1.0})
+    protocol.archive(paths, "3.1.json")
+    protocol.archive(paths, "3.1.json")
+    protocol.archive(paths, "4.1.json")
+    assert protocol.names(paths.dir("started")) == protocol.names(paths.dir("ended")) == []
+    assert protocol.names(paths.dir("cancel")) == []  # the pilot lists it every tick
+    assert protocol.names(paths.dir("done/started")) == ["3.1.json"]
+    assert protocol.names(paths.dir("done/ended")) == ["3.1.json", "4.1.json"]
+    assert protocol.read_json(paths.file("done/ended", "4.1.json")) == {"exit_code": 0}
 
 
 def test_silence_is_measured_on_the_readers_clock_from_the_last_change(tmp_path):
     path = tmp_path / "beat.json"
-    beat, watch = p.Beat(path, 0.0), p.Watch(path)
+    beat, watch = protocol.Beat(path, 0.0), protocol.Watch(path)
     beat.write(state="running")
     assert watch.read()["state"] == "running" and watch.silent_for() < 0.5
     time.sleep(0.3)
@@ -153,16 +155,16 @@ def _seen(out: str) -> dict[str, str]:
     return dict(w.split("=", 1) for line in out.splitlines() for w in line.split() if "=" in w)
 
 
-def _pilot(tmp_path: Path, stderr=None, **config) -> tuple[p.PilotPaths, subprocess.Popen]:
+def _pilot(tmp_path: Path, stderr=None, **config) -> tuple[protocol.PilotPaths, subprocess.Popen]:
     """A pilot process for experiment dir tmp_path, as its job would start it, without Slurm
     (one node: this host); a driver heartbeat that the test keeps writing."""
-    paths = p.PilotPaths(p.pilots_dir(tmp_path) / "1")
+    paths = protocol.PilotPaths(protocol.pilots_dir(tmp_path) / "1")
     paths.make()
     cfg = {"pilot": 1, "experiment": "t", "time_limit": 600, "nodes": 1, "slots_per_node": 2,
            "trial_nodes": 1, "trial_tasks_per_node": 1, "trial_cpus": 1, "trial_gpus": 1,
            "trial_time": None, "idle_timeout": 30, "grace": 60, "heartbeat": 0.2,
            "signal": None, "signal_before": 0, "kill_grace": 2, **config}
-    p.write_json(paths.config, cfg)
+    protocol.write_json(paths.config, cfg)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["CUDA_VISIBLE_DEVICES"] = "5,7"  # two GPU ids: one per slot
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from hpsearch.pilot.program "
@@ -171,14 +173,14 @@ def _pilot(tmp_path: Path, stderr=None, **config) -> tuple[p.PilotPaths, subproc
     return paths, proc
 
 
-def _driver_beat(tmp_path: Path) -> p.Beat:
-    p.pilots_dir(tmp_path).mkdir(parents=True, exist_ok=True)
-    beat = p.Beat(p.pilots_dir(tmp_path) / p.DRIVER_HEARTBEAT, 0.1)
+def _driver_beat(tmp_path: Path) -> protocol.Beat:
+    protocol.pilots_dir(tmp_path).mkdir(parents=True, exist_ok=True)
+    beat = protocol.Beat(protocol.pilots_dir(tmp_path) / protocol.DRIVER_HEARTBEAT, 0.1)
     beat.write(state="running")
     return beat
 
 
-def _wait_for(predicate, beat: p.Beat | None, timeout: float = 30.0) -> None:
+def _wait_for(predicate, beat: protocol.Beat | None, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
@@ -191,12 +193,13 @@ def test_a_pilot_runs_its_assignments_two_at_a_time_each_on_its_own_gpu_then_lea
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path)
     for trial in range(4):
-        p.write_json(paths.file("inbox", p.name_of(trial, 1)),
-                     p.launch_to_dict(_launch(tmp_path, trial, command=REPORT)))
-    _wait_for(lambda: len(p.names(paths.dir("ended"))) == 4, beat)
-    ends = {n: p.read_json(paths.file("ended", n)) for n in p.names(paths.dir("ended"))}
+        protocol.write_json(paths.file("inbox", protocol.name_of(trial, 1)),
+                            protocol.launch_to_dict(_launch(tmp_path, trial, command=REPORT)))
+    _wait_for(lambda: len(protocol.names(paths.dir("ended"))) == 4, beat)
+    ends = {n: protocol.read_json(paths.file("ended", n))
+            for n in protocol.names(paths.dir("ended"))}
     assert all(e["exit_code"] == 0 and e["reason"] == "exited" for e in ends.values())
-    starts = [p.read_json(paths.file("started", n)) for n in sorted(ends)]
+    starts = [protocol.read_json(paths.file("started", n)) for n in sorted(ends)]
     assert all(s["nodes"] == os.uname().nodename for s in starts)
     seen = [_seen((tmp_path / "trials" / f"{trial:05d}" / "stdout.log").read_text())
             for trial in range(4)]
@@ -211,8 +214,8 @@ def test_a_pilot_runs_its_assignments_two_at_a_time_each_on_its_own_gpu_then_lea
     assert all(a[2] != b[2] for a, b in side_by_side), spans  # ... never on one GPU
     paths.stop.touch()  # the driver is done with it
     assert proc.wait(timeout=30) == 0
-    assert p.read_json(paths.exit)["reason"] == "the driver asked it to stop"
-    assert p.read_json(paths.heartbeat)["state"] == "exited"
+    assert protocol.read_json(paths.exit)["reason"] == "the driver asked it to stop"
+    assert protocol.read_json(paths.heartbeat)["state"] == "exited"
 
 
 def test_a_pilot_without_a_driver_takes_no_new_work_and_leaves_after_the_grace(tmp_path):
@@ -220,24 +223,24 @@ def test_a_pilot_without_a_driver_takes_no_new_work_and_leaves_after_the_grace(t
     assignment that came meanwhile is not claimed; after `grace` the pilot leaves."""
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, grace=4.0, heartbeat=0.2)
-    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(
+    protocol.write_json(paths.file("inbox", protocol.name_of(0, 1)), protocol.launch_to_dict(
         _launch(tmp_path, 0, command="sleep 3; echo @hpsearch step=0 loss=1")))
-    _wait_for(lambda: p.names(paths.dir("started")), beat)
+    _wait_for(lambda: protocol.names(paths.dir("started")), beat)
     time.sleep(2.5)  # the driver's heartbeat stops (3 beats and 1 s: absent)
-    p.write_json(paths.file("inbox", p.name_of(1, 1)),
-                 p.launch_to_dict(_launch(tmp_path, 1, command=REPORT)))
+    protocol.write_json(paths.file("inbox", protocol.name_of(1, 1)),
+                        protocol.launch_to_dict(_launch(tmp_path, 1, command=REPORT)))
     assert proc.wait(timeout=30) == 0
-    assert p.names(paths.dir("ended")) == ["0.1.json"]
-    assert p.read_json(paths.file("ended", "0.1.json"))["exit_code"] == 0
-    assert p.names(paths.dir("inbox")) == ["1.1.json"]  # left for the next driver
-    assert p.read_json(paths.exit)["reason"] == "no driver for 4 s"
+    assert protocol.names(paths.dir("ended")) == ["0.1.json"]
+    assert protocol.read_json(paths.file("ended", "0.1.json"))["exit_code"] == 0
+    assert protocol.names(paths.dir("inbox")) == ["1.1.json"]  # left for the next driver
+    assert protocol.read_json(paths.exit)["reason"] == "no driver for 4 s"
 
 
 def test_an_idle_pilot_leaves_after_its_idle_timeout(tmp_path):
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, idle_timeout=1.0)
     _wait_for(lambda: proc.poll() is not None, beat, timeout=20)
-    assert p.read_json(paths.exit)["reason"] == "idle for 1 s"
+    assert protocol.read_json(paths.exit)["reason"] == "idle for 1 s"
 
 
 @pytest.mark.slow  # over 5 s in the quick tier on 2026-11-28 (docs/testing.md#tiers)
@@ -246,12 +249,12 @@ def test_a_pilot_near_its_end_stops_its_trial_which_ends_as_preempted(tmp_path):
     preempted (the retry rules run it again elsewhere), and nothing more is claimed."""
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, time_limit=12, kill_grace=2)
-    p.write_json(paths.file("inbox", p.name_of(0, 1)),
-                 p.launch_to_dict(_launch(tmp_path, 0, command="sleep 60")))
+    protocol.write_json(paths.file("inbox", protocol.name_of(0, 1)),
+                        protocol.launch_to_dict(_launch(tmp_path, 0, command="sleep 60")))
     _wait_for(lambda: proc.poll() is not None, beat, timeout=40)
-    end = p.read_json(paths.file("ended", "0.1.json"))
+    end = protocol.read_json(paths.file("ended", "0.1.json"))
     assert end["reason"] == "preempted" and "stopped it before its own end" in end["detail"]
-    assert p.read_json(paths.exit)["reason"] == "its time limit is near"
+    assert protocol.read_json(paths.exit)["reason"] == "its time limit is near"
 
 
 def test_a_trial_that_exits_0_on_the_wind_down_signal_is_told_as_stopped(tmp_path):
@@ -261,10 +264,10 @@ def test_a_trial_that_exits_0_on_the_wind_down_signal_is_told_as_stopped(tmp_pat
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, time_limit=12, kill_grace=2, signal="USR1",
                          signal_before=4)
-    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(
+    protocol.write_json(paths.file("inbox", protocol.name_of(0, 1)), protocol.launch_to_dict(
         _launch(tmp_path, 0, command="trap 'exit 0' USR1; sleep 60 & wait")))
     _wait_for(lambda: proc.poll() is not None, beat, timeout=40)
-    end = p.read_json(paths.file("ended", "0.1.json"))
+    end = protocol.read_json(paths.file("ended", "0.1.json"))
     assert (end["reason"], end["exit_code"], end["stopped"]) == ("exited", 0, "preempted"), end
     assert "stopped it before its own end" in end["detail"]
 
@@ -272,12 +275,12 @@ def test_a_trial_that_exits_0_on_the_wind_down_signal_is_told_as_stopped(tmp_pat
 def test_a_cancel_file_stops_that_trial(tmp_path):
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path)
-    p.write_json(paths.file("inbox", p.name_of(3, 1)),
-                 p.launch_to_dict(_launch(tmp_path, 3, command="sleep 60")))
-    _wait_for(lambda: p.names(paths.dir("started")), beat)
-    p.write_json(paths.file("cancel", p.name_of(3, 1)), {})
-    _wait_for(lambda: p.names(paths.dir("ended")), beat)
-    assert p.read_json(paths.file("ended", "3.1.json"))["reason"] == "cancelled"
+    protocol.write_json(paths.file("inbox", protocol.name_of(3, 1)),
+                        protocol.launch_to_dict(_launch(tmp_path, 3, command="sleep 60")))
+    _wait_for(lambda: protocol.names(paths.dir("started")), beat)
+    protocol.write_json(paths.file("cancel", protocol.name_of(3, 1)), {})
+    _wait_for(lambda: protocol.names(paths.dir("ended")), beat)
+    assert protocol.read_json(paths.file("ended", "3.1.json"))["reason"] == "cancelled"
     paths.stop.touch()
     assert proc.wait(timeout=30) == 0
     json.loads(paths.heartbeat.read_text())
@@ -291,16 +294,16 @@ def test_a_pilot_too_short_for_another_trial_takes_no_more_and_leaves(tmp_path):
     # it ends at 25 s; an attempt needs 14 x 1.5 = 21 s: it claims one only in its first 4 s,
     # and takes nothing more from 11 s on
     paths, proc = _pilot(tmp_path, time_limit=30, trial_time=14)
-    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(
+    protocol.write_json(paths.file("inbox", protocol.name_of(0, 1)), protocol.launch_to_dict(
         _launch(tmp_path, 0, command="sleep 14; echo @hpsearch step=0 loss=1")))
-    _wait_for(lambda: p.names(paths.dir("started")), beat)
-    _wait_for(lambda: (p.read_json(paths.heartbeat) or {}).get("state") == "draining", beat)
-    p.write_json(paths.file("inbox", p.name_of(1, 1)),
-                 p.launch_to_dict(_launch(tmp_path, 1, command=REPORT)))
+    _wait_for(lambda: protocol.names(paths.dir("started")), beat)
+    _wait_for(lambda: (protocol.read_json(paths.heartbeat) or {}).get("state") == "draining", beat)
+    protocol.write_json(paths.file("inbox", protocol.name_of(1, 1)),
+                        protocol.launch_to_dict(_launch(tmp_path, 1, command=REPORT)))
     _wait_for(lambda: proc.poll() is not None, beat, timeout=40)
-    assert p.names(paths.dir("ended")) == ["0.1.json"]
-    assert p.names(paths.dir("inbox")) == ["1.1.json"]  # withdrawn by the driver, later
-    assert p.read_json(paths.exit)["reason"] == "too little time left for another trial"
+    assert protocol.names(paths.dir("ended")) == ["0.1.json"]
+    assert protocol.names(paths.dir("inbox")) == ["1.1.json"]  # withdrawn by the driver, later
+    assert protocol.read_json(paths.exit)["reason"] == "too little time left for another trial"
 
 
 # What a trial does on SIGTERM: `save` takes 1 s to write checkpoints/saved, then exits 0;
@@ -318,12 +321,12 @@ GRACEFUL = (
     "time.sleep(120)\n")
 
 
-def _graceful(tmp_path: Path, paths: p.PilotPaths, beat: p.Beat, mode: str) -> Path:
+def _graceful(tmp_path: Path, paths: protocol.PilotPaths, beat: protocol.Beat, mode: str) -> Path:
     """Start a GRACEFUL trial in the pilot; its trial dir once its handler is in place."""
     script = tmp_path / "graceful.py"
     script.write_text(GRACEFUL)
-    p.write_json(paths.file("inbox", p.name_of(0, 1)), p.launch_to_dict(_launch(
-        tmp_path, 0, command=f"{sys.executable} {script} {mode}")))
+    protocol.write_json(paths.file("inbox", protocol.name_of(0, 1)), protocol.launch_to_dict(
+        _launch(tmp_path, 0, command=f"{sys.executable} {script} {mode}")))
     tdir = tmp_path / "trials" / "00000"
     _wait_for(lambda: (tdir / "blocking").exists(), beat)
     return tdir
@@ -334,11 +337,11 @@ def test_a_cancelled_trial_gets_the_kill_grace_to_save_and_exit(tmp_path):
     paths, proc = _pilot(tmp_path, kill_grace=20)
     tdir = _graceful(tmp_path, paths, beat, "save")
     asked = time.monotonic()
-    p.write_json(paths.file("cancel", p.name_of(0, 1)), {})
-    _wait_for(lambda: p.names(paths.dir("ended")), beat)
+    protocol.write_json(paths.file("cancel", protocol.name_of(0, 1)), {})
+    _wait_for(lambda: protocol.names(paths.dir("ended")), beat)
     assert (tdir / "saved").exists(), "killed before its SIGTERM handler was done"
     assert time.monotonic() - asked < 20  # it exited by itself, before the grace was up
-    end = p.read_json(paths.file("ended", "0.1.json"))
+    end = protocol.read_json(paths.file("ended", "0.1.json"))
     assert (end["reason"], end["exit_code"]) == ("cancelled", 0)
     paths.stop.touch()
     assert proc.wait(timeout=30) == 0
@@ -350,17 +353,17 @@ def test_a_scancelled_pilot_gives_its_trials_the_kill_grace_to_save_and_exit(tmp
     beat = _driver_beat(tmp_path)
     paths, proc = _pilot(tmp_path, kill_grace=20)
     tdir = _graceful(tmp_path, paths, beat, "save")
-    leader = p.read_json(paths.file("started", "0.1.json"))["pid"]
+    leader = protocol.read_json(paths.file("started", "0.1.json"))["pid"]
     os.killpg(leader, signal.SIGTERM)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert (tdir / "saved").exists(), "killed before its SIGTERM handler was done"
-    end = p.read_json(paths.file("ended", "0.1.json"))
+    end = protocol.read_json(paths.file("ended", "0.1.json"))
     assert end["exit_code"] == 0
     # its exit 0 is Slurm's stop, not a finished trial: preempted (the pilot's wind-down
     # stopped it), or an exit the driver counts preempted when the objective is missing
     assert "preempted" in (end["reason"], end["stopped"]), end
-    assert p.read_json(paths.exit)["reason"] == "Slurm sent SIGTERM"
+    assert protocol.read_json(paths.exit)["reason"] == "Slurm sent SIGTERM"
 
 
 def test_a_trial_that_ignores_sigterm_is_killed_after_the_kill_grace(tmp_path):
@@ -368,10 +371,10 @@ def test_a_trial_that_ignores_sigterm_is_killed_after_the_kill_grace(tmp_path):
     paths, proc = _pilot(tmp_path, kill_grace=1)
     _graceful(tmp_path, paths, beat, "ignore")
     asked = time.monotonic()
-    p.write_json(paths.file("cancel", p.name_of(0, 1)), {})
-    _wait_for(lambda: p.names(paths.dir("ended")), beat)
+    protocol.write_json(paths.file("cancel", protocol.name_of(0, 1)), {})
+    _wait_for(lambda: protocol.names(paths.dir("ended")), beat)
     assert 1.0 <= time.monotonic() - asked < 20
-    end = p.read_json(paths.file("ended", "0.1.json"))
+    end = protocol.read_json(paths.file("ended", "0.1.json"))
     assert (end["reason"], end["exit_code"]) == ("cancelled", 128 + signal.SIGKILL)
     paths.stop.touch()
     assert proc.wait(timeout=30) == 0

@@ -16,9 +16,10 @@ import pytest
 from hpsearch.report import data as report_data
 from hpsearch.report.pilot_usage import busy_node_seconds
 from hpsearch.slurm.parse import JobUsage
-from hpsearch.store import rows as r
-from hpsearch.store.store import STORE_FILE, Reader
-from hpsearch.tui.pilots import pilot_line
+from hpsearch.store.rows import PilotRow
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
+from hpsearch.views.pilots import pilot_line
 from tests.tui.conftest import build_pilot_store
 
 
@@ -52,10 +53,10 @@ def test_status_of_a_search_without_pilots_prints_no_pilot_table(cli):
     assert "pilots:" not in out and "\npilot " not in out
 
 
-def _row(**kw) -> r.PilotRow:
+def _row(**kw) -> PilotRow:
     base = dict(id=1, job_name="j", job_id="7", state="running", nodes="node[1-2]",
                 leaves="leaf1", submitted=900.0, started=1000.0, ended=None, reason=None)
-    return r.PilotRow(**{**base, **kw})
+    return PilotRow(**{**base, **kw})
 
 
 def test_pilot_line_from_its_heartbeat():

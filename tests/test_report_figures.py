@@ -14,7 +14,7 @@ import pytest
 from hpsearch.report import data as report_data
 from hpsearch.report import figures, html
 from hpsearch.report.figures.slices import BAND
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from tests.conftest import Cli
 
 pytestmark = pytest.mark.slow
@@ -184,8 +184,8 @@ def test_trial_numbers_and_steps_have_integer_ticks(searches):
 
 def test_trials_without_a_value_are_not_drawn_among_the_values(searches):
     data = searches["fails"]
-    done = sorted(t.id for t in data.trials if t.state == r.COMPLETED)
-    failed = sorted(t.id for t in data.trials if t.state == r.FAILED)
+    done = sorted(t.id for t in data.trials if t.state == rows.COMPLETED)
+    failed = sorted(t.id for t in data.trials if t.state == rows.FAILED)
     assert done and failed  # the search has both (lr > 0.01 fails)
     fig = _drawn(figures.history(data)).figure
     main, strip = fig.axes[0], fig.axes[-1]
@@ -209,7 +209,7 @@ def test_trials_without_a_value_are_not_drawn_among_the_values(searches):
 
 def test_a_diverged_failed_curve_does_not_set_the_value_range(searches):
     data = searches["fails"]
-    failed = [t.id for t in data.trials if t.state == r.FAILED]
+    failed = [t.id for t in data.trials if t.state == rows.FAILED]
     assert failed and all(data.curves[t] == [(0, 1e6)] for t in failed)
     drawn = _drawn(figures.learning_curves(data))
     ax = drawn.figure.axes[0]
@@ -272,8 +272,8 @@ def test_a_left_out_figure_gets_a_note_saying_why(searches, tmp_path: Path):
 def test_the_scaling_figure_says_dashed_ideal_only_where_it_draws_one():
     """Issue 38 item 14: trials timed at one size each (no configuration at two sizes) get
     no ideal line, and the title did say '(dashed: ideal)' all the same."""
+    from hpsearch.accounting.efficiency import TrialEfficiency, add_scaling
     from hpsearch.report.figures.scaling import scaling
-    from hpsearch.store.efficiency import TrialEfficiency, add_scaling
     data = report_data.ReportData("s", "grid", "local", "completed", ("loss",), ("minimize",),
                                   [], {}, [])
     data.timing = {0: TrialEfficiency(0, 1, 5, 0.1, 0.1, 0.1),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hpsearch.executors import retry
+from hpsearch.driver import retry
 from hpsearch.executors.base import Ended
 from hpsearch.preflight import parse_spec
 from hpsearch.store.store import Reader

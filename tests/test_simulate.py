@@ -8,15 +8,14 @@ import math
 
 import pytest
 
-from hpsearch.placement.simulate import (
-    POLICIES,
+from hpsearch.placement.sim.cluster import (
     Cluster,
     SimConfig,
     effective_bandwidth,
     ring_allreduce_time,
-    simulate,
     trial_record,
 )
+from hpsearch.placement.sim.simulate import POLICIES, simulate
 
 TINY = SimConfig(nodes=16, leaves=4, oversubscription=4.0)   # 4 leaves of 4 nodes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from hpsearch.pilot.program import MARGIN, Allocation, Pilot
 from hpsearch.slurm.environment import for_pilot_trial, job_end, outside_allocation
 
@@ -40,7 +40,7 @@ def test_a_trial_in_a_pilot_gets_the_slurm_variables_of_its_own_size():
 def test_a_pilot_ends_by_its_jobs_clock_when_slurm_tells_it(tmp_path):
     assert job_end({"SLURM_JOB_END_TIME": "1800000000"}) == 1800000000.0
     assert job_end({}) is None
-    paths = p.PilotPaths(tmp_path / "1")
+    paths = protocol.PilotPaths(tmp_path / "1")
     config = {"time_limit": 600, "slots_per_node": 1, "trial_gpus": 0, "kill_grace": 1,
               "signal_before": 0, "heartbeat": 1, "trial_time": None}
     pilot = Pilot(paths, config, Allocation("7", ("n1",), "n1", (), time.time() + 100))

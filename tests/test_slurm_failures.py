@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from hpsearch.executors.slurm_health import SlurmHealth
-from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT, Backoff, classify, retrying
+from hpsearch.slurm.failures import (
+    LIMIT,
+    PERMANENT,
+    TRANSIENT,
+    Backoff,
+    SlurmError,
+    classify,
+    retrying,
+)
 
 CAPTURED = Path(__file__).parent / "slurm" / "captured" / "failures"
 KINDS = {"transient": TRANSIENT, "limit": LIMIT, "permanent": PERMANENT}

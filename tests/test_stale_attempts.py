@@ -18,11 +18,11 @@ import pytest
 
 from hpsearch.executors.base import Ended, Launch
 from hpsearch.launch import attempt as attempt_files
-from hpsearch.pilot import program
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import program, protocol
 from hpsearch.pilot.slots import Grant
 from hpsearch.store import trusted
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 
 
 class NfsClientCache:
@@ -60,7 +60,7 @@ class NfsClientCache:
 
 def _pilot(tmp_path: Path) -> program.Pilot:
     """A pilot of two nodes, its batch script on n1, in this process; nothing is run."""
-    paths = p.PilotPaths(p.pilots_dir(tmp_path) / "1")
+    paths = protocol.PilotPaths(protocol.pilots_dir(tmp_path) / "1")
     paths.make()
     cfg = {"pilot": 1, "experiment": "t", "time_limit": 600, "nodes": 2, "slots_per_node": 1,
            "trial_nodes": 1, "trial_tasks_per_node": 1, "trial_cpus": 1, "trial_gpus": 0,
@@ -77,7 +77,7 @@ def _run_on_n2(pilot: program.Pilot, tmp_path: Path, attempt: int = 1) -> Path:
     tdir.mkdir(parents=True, exist_ok=True)
     launch = Launch(3, attempt, "true", {"HPSEARCH_TRIAL_DIR": str(tdir),
                                          "HPSEARCH_ATTEMPT": str(attempt)}, tdir, tmp_path)
-    pilot._start(p.name_of(3, attempt), launch, Grant(("n2",), 1), {})
+    pilot._start(protocol.name_of(3, attempt), launch, Grant(("n2",), 1), {})
     assert 3 in pilot.remote
     return tdir
 
@@ -85,7 +85,7 @@ def _run_on_n2(pilot: program.Pilot, tmp_path: Path, attempt: int = 1) -> Path:
 def _told(pilot: program.Pilot, attempt: int = 1) -> dict:
     """What the pilot tells the driver of trial 3's end, once it has told it."""
     pilot._tell_held_ends(all_now=True)
-    told = p.read_json(pilot.paths.file("ended", p.name_of(3, attempt)))
+    told = protocol.read_json(pilot.paths.file("ended", protocol.name_of(3, attempt)))
     assert told is not None
     return told
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.store.store import STORE_FILE
+from hpsearch.store.runs import STORE_FILE
 from tests.helpers import read_store, store_curves
 from tests.interop_search import run_search, write_spec
 

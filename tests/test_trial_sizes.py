@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from hpsearch.driver import retry
 from hpsearch.errors import BadInput
-from hpsearch.executors import retry
-from hpsearch.executors.pilot_fleet import pilot_job_parameters
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import build_launch
 from hpsearch.pilot import protocol
+from hpsearch.pilot.fleet import pilot_job_parameters
 from hpsearch.placement.planner import Planner
 from hpsearch.preflight import parse_spec
 from hpsearch.slurm.sbatch import batch_script

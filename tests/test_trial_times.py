@@ -13,7 +13,7 @@ import pytest
 import hpsearch
 from hpsearch.interop.store_view import AttemptRow
 from hpsearch.interop.trial_times import trial_times
-from hpsearch.store import rows as r
+from hpsearch.store.rows import FAILED, PAUSED, RUNNING, TrialRow
 from tests.promotion_search import attempts, promotion_spec
 
 
@@ -56,13 +56,13 @@ def test_export_and_dataframe_times_span_every_segment(cli):
 
 
 def test_a_segment_in_flight_counts_until_now_and_the_trial_has_no_end_yet():
-    trial = r.TrialRow(id=0, state=r.RUNNING, params={}, objective_values=None, attempt=3,
+    trial = TrialRow(id=0, state=RUNNING, params={}, objective_values=None, attempt=3,
                        created=90.0, started=150.0, finished=None, host=None, pid=None,
                        pid_start=None, gpus=None, exit_code=None, error=None, trial_dir="t",
                        job_id=None, sampler_attrs={})
-    rows = [AttemptRow(0, 1, r.PAUSED, 100.0, 110.0, None, None, 0, None, None, None),
-            AttemptRow(0, 2, r.FAILED, 120.0, None, None, None, None, None, None, None),
-            AttemptRow(0, 3, r.RUNNING, 150.0, None, None, None, None, None, None, None)]
+    rows = [AttemptRow(0, 1, PAUSED, 100.0, 110.0, None, None, 0, None, None, None),
+            AttemptRow(0, 2, FAILED, 120.0, None, None, None, None, None, None, None),
+            AttemptRow(0, 3, RUNNING, 150.0, None, None, None, None, None, None, None)]
     times = trial_times(trial, rows, now=160.0)
     # attempt 2's end was never seen: it counts nothing rather than a guess
     assert (times.started, times.finished, times.duration, times.run_seconds,

@@ -18,7 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from hpsearch.store.store import STORE_FILE, Reader, Store
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader, Store
 from tests.helpers import junk_commits, read_store
 
 NETWORK = {"HPSEARCH_STORAGE": "network"}

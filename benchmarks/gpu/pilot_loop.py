@@ -46,7 +46,7 @@ from pilot_stats import TrialRecord, concurrent_devices, gap_spans, phase_spans,
 
 from hpsearch.executors.base import Launch  # noqa: E402
 from hpsearch.launch.attempt import prepare_trial_dir  # noqa: E402
-from hpsearch.pilot import protocol as p  # noqa: E402
+from hpsearch.pilot import protocol  # noqa: E402
 from hpsearch.store import runs  # noqa: E402
 
 DRIVER_TICK = 0.05  # seconds between the driver's looks at ended/ (PilotExecutor's TICK)
@@ -73,7 +73,7 @@ def trial_launch(exp_dir: Path, trial_id: int, command: str) -> Launch:
     return Launch(trial_id, 0, command, env, tdir, exp_dir, {"trial": trial_id})
 
 
-def start_pilot(paths: p.PilotPaths, gpus: list[str]) -> subprocess.Popen:
+def start_pilot(paths: protocol.PilotPaths, gpus: list[str]) -> subprocess.Popen:
     """The real pilot program in its own process, outside Slurm: no SLURM_* variables, the
     GPUs it may hand out in CUDA_VISIBLE_DEVICES (empty: none)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
@@ -86,42 +86,42 @@ def start_pilot(paths: p.PilotPaths, gpus: list[str]) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL)
 
 
-def drive(paths: p.PilotPaths, exp_dir: Path, pilot: subprocess.Popen, trials: int,
+def drive(paths: protocol.PilotPaths, exp_dir: Path, pilot: subprocess.Popen, trials: int,
           slots: int, command: str, heartbeat: float, timeout: float,
           plan: dict[int, tuple[float, int | None]]) -> None:
     """Run `trials` trials through the pilot with late binding, filling `plan`: for each trial
     assigned, when and which trial's end freed its slot (None: the first wave). It is filled
     as it goes, so what ran is there also when this raises RuntimeError (the loop broke)."""
-    beat = p.Beat(p.pilots_dir(exp_dir) / p.DRIVER_HEARTBEAT, heartbeat)
+    beat = protocol.Beat(protocol.pilots_dir(exp_dir) / protocol.DRIVER_HEARTBEAT, heartbeat)
     unfinished: dict[str, int] = {}  # assignment name -> trial id
     freed_by: list[int] = []  # trials whose end freed a slot not yet given out again
     deadline = time.monotonic() + timeout
     while len(plan) < trials or unfinished:
         if beat.due():
             beat.write(state="running")
-        ended = set(p.names(paths.dir("ended")))
+        ended = set(protocol.names(paths.dir("ended")))
         for name in [n for n in unfinished if n in ended]:
             freed_by.append(unfinished.pop(name))
         while len(unfinished) < slots and len(plan) < trials:
             launch = trial_launch(exp_dir, len(plan), command)
             prepare_trial_dir(launch)
-            data = p.launch_to_dict(launch)
-            name = p.name_of(launch.trial_id, 0)
-            p.write_json(paths.file("inbox", name), data)
+            data = protocol.launch_to_dict(launch)
+            name = protocol.name_of(launch.trial_id, 0)
+            protocol.write_json(paths.file("inbox", name), data)
             plan[launch.trial_id] = (data["assigned"], freed_by.pop(0) if freed_by else None)
             unfinished[name] = launch.trial_id
         if pilot.poll() is not None:
-            raise RuntimeError(f"the pilot exited early: {p.read_json(paths.exit)}; see "
+            raise RuntimeError(f"the pilot exited early: {protocol.read_json(paths.exit)}; see "
                                f"{paths.root / 'pilot.log'}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"not done after {timeout:g} s: {len(unfinished)} unfinished")
         time.sleep(DRIVER_TICK)
 
 
-def wait_running(paths: p.PilotPaths, pilot: subprocess.Popen, timeout: float) -> None:
+def wait_running(paths: protocol.PilotPaths, pilot: subprocess.Popen, timeout: float) -> None:
     """Until the pilot's first heartbeat: the driver binds trials to running pilots only."""
     deadline = time.monotonic() + timeout
-    while p.read_json(paths.heartbeat) is None:
+    while protocol.read_json(paths.heartbeat) is None:
         if pilot.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the pilot never sent a heartbeat; see "
                                f"{paths.root / 'pilot.log'}")
@@ -140,17 +140,17 @@ def rename_sets_ctime(directory: Path) -> bool:
     return after - before >= 0.04
 
 
-def collect(paths: p.PilotPaths, exp_dir: Path, plan: dict[int, tuple[float, int | None]],
+def collect(paths: protocol.PilotPaths, exp_dir: Path, plan: dict[int, tuple[float, int | None]],
             ctime_is_claim: bool) -> list[TrialRecord]:
     records = []
     for tid, (assigned, replaces) in sorted(plan.items()):
-        name = p.name_of(tid, 0)
-        started = p.read_json(paths.file("started", name)) or {}
-        ended = p.read_json(paths.file("ended", name)) or {}
+        name = protocol.name_of(tid, 0)
+        started = protocol.read_json(paths.file("started", name)) or {}
+        ended = protocol.read_json(paths.file("ended", name)) or {}
         claimed_file = paths.file("claimed", name)
         claimed = claimed_file.stat().st_ctime if ctime_is_claim and \
             claimed_file.exists() else None
-        timing = p.read_json(runs.trial_dir(exp_dir, tid) / "timing.json") or {}
+        timing = protocol.read_json(runs.trial_dir(exp_dir, tid) / "timing.json") or {}
         records.append(TrialRecord(tid, assigned, claimed, started.get("time"),
                                    ended.get("time"), ended.get("exit_code"), replaces,
                                    started.get("gpus") or "", timing))
@@ -192,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else []
     slots = len(gpus) or args.cpu_slots
     exp_dir = (args.dir or Path(tempfile.mkdtemp(prefix="pilot-loop-"))) / EXPERIMENT
-    paths = p.PilotPaths(p.pilots_dir(exp_dir) / "0")
+    paths = protocol.PilotPaths(protocol.pilots_dir(exp_dir) / "0")
     paths.make()
-    p.write_json(paths.config, pilot_config(slots, 1 if gpus else 0, args.heartbeat))
+    protocol.write_json(paths.config, pilot_config(slots, 1 if gpus else 0, args.heartbeat))
     command = shlex.join([sys.executable, str(TRIAL_SCRIPT), "--device",
                           "cuda" if gpus else "cpu", "--train-seconds", str(args.train_seconds)])
     print(machine_line())
@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({'GPUs ' + ','.join(gpus) if gpus else 'CPU'}), {args.train_seconds:g} s of "
           f"training each; runs dir {exp_dir}", flush=True)
     ctime_is_claim = rename_sets_ctime(paths.dir("claimed"))
-    p.Beat(p.pilots_dir(exp_dir) / p.DRIVER_HEARTBEAT, args.heartbeat).write(state="running")
+    protocol.Beat(protocol.pilots_dir(exp_dir) / protocol.DRIVER_HEARTBEAT,
+                  args.heartbeat).write(state="running")
     pilot_began = time.time()
     pilot = start_pilot(paths, gpus)
     plan: dict[int, tuple[float, int | None]] = {}
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     records = collect(paths, exp_dir, plan, ctime_is_claim)
     records = [r for r in records if r.ended is not None]  # all, unless the loop broke
     failed = [r.trial_id for r in records if r.exit_code != 0 or not r.timing]
-    print(f"pilot left: {(p.read_json(paths.exit) or {}).get('reason')}; "
+    print(f"pilot left: {(protocol.read_json(paths.exit) or {}).get('reason')}; "
           f"{len(records) - len(failed)}/{len(records)} trials exited 0 with a timing; "
           f"pilot up in {began - pilot_began:.2f} s; wall {wall:.1f} s from the "
           f"first assignment to the last trial's end")

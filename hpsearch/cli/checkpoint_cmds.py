@@ -6,7 +6,8 @@ import json
 import time
 
 from hpsearch.cli.common import add_command, add_runs_dir, format_value, runs_dir_of
-from hpsearch.store import STORE_FILE, runs
+from hpsearch.store import runs
+from hpsearch.store.runs import STORE_FILE
 
 
 def register(sub) -> None:
@@ -26,14 +27,11 @@ def register(sub) -> None:
 def checkpoints(args) -> int:
     from hpsearch.cli.inspect_cmds import _metric_names, _reader, _table
 
-    reader = _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
-    try:
+    with _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE) as reader:
         exp = reader.experiment()
         if args.trial is not None:
             _exists(reader, exp.name, args.trial)
         rows = reader.checkpoints(args.trial, include_deleted=args.all)
-    finally:
-        reader.close()
     metric = _metric_names(exp)[0]
     latest = latest_of(rows)
     if args.json:

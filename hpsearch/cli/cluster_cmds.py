@@ -74,15 +74,13 @@ def _load(args, slurm, runs_dir: Path, names: list[str]):
 def _trials_by_node(runs_dir: Path, names: list[str]) -> dict[str, set[str]]:
     """node -> {"experiment#trial"} for trials running now (from each store, read-only)."""
     from hpsearch.slurm.hostlist import expand
-    from hpsearch.store import STORE_FILE, Reader
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
 
     found: dict[str, set[str]] = {}
     for name in names:
-        reader = Reader(runs.existing_experiment_dir(runs_dir, name) / STORE_FILE)
-        try:
+        with Reader(runs.existing_experiment_dir(runs_dir, name) / STORE_FILE) as reader:
             trials = reader.trials(["running"])
-        finally:
-            reader.close()
         for t in trials:
             for node in expand(t.nodes) if t.nodes else ():
                 found.setdefault(node, set()).add(f"{name}#{t.id}")

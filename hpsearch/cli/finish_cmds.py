@@ -53,18 +53,16 @@ def finish(args) -> int:
     from hpsearch.driver import requests, session
     from hpsearch.pruning import finishing
     from hpsearch.store import rows, runs
-    from hpsearch.store.store import STORE_FILE, Reader
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
 
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
     pruner = spec.search.pruner
     if not pruner.promotion:
         raise BadInput(f"experiment {spec.name} pauses no trials: finish is for promotion "
                        "searches (search.pruner.mode: promotion)")
-    reader = Reader(spec.experiment_dir / STORE_FILE)
-    try:
+    with Reader(spec.experiment_dir / STORE_FILE) as reader:
         trials = reader.trials()
-    finally:
-        reader.close()
     objective = spec.objectives[0]
     try:
         picked = (finishing.top(trials, objective.direction, args.top) if args.top else

@@ -8,20 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+from hpsearch.accounting import efficiency
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
-from hpsearch.store import STORE_FILE, efficiency, runs
-from hpsearch.store import rows as r
+from hpsearch.store import runs
 from hpsearch.store.atomic import AS_OPEN, replace_file
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
-from hpsearch.tui.pilots import pilot_lines
+from hpsearch.store.rows import DONE
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.views.pilots import pilot_lines
 
 
 def _reader(path):
-    from hpsearch.store import Reader  # loads sqlite-utils on first use (see hpsearch.store)
+    from hpsearch.store.store import Reader  # loads sqlite-utils on first use (see hpsearch.store)
     return Reader(path)
 
 
@@ -68,8 +70,7 @@ def _metric_names(exp) -> list[str]:
 def status(args) -> int:
     if args.name is None:
         return _status_all(runs_dir_of(args))
-    reader = _open(args)
-    try:
+    with _open(args) as reader:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
         ran, startup = _run_seconds(trials, reader.all_attempts())
         trouble = reader.slurm_trouble() if exp.status == "running" else None
@@ -78,8 +79,6 @@ def status(args) -> int:
         timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                                        exp.spec_yaml)  # docs/scaling.md
         restarts = reader.events(limit=None, kind=resume_check.KIND)
-    finally:
-        reader.close()
     driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
@@ -183,15 +182,12 @@ def _where(t) -> str:
 def _status_all(runs_dir: Path) -> int:
     rows = []
     for exp_dir in runs.list_experiments(runs_dir):
-        reader = _reader(exp_dir / STORE_FILE)
-        try:
+        with _reader(exp_dir / STORE_FILE) as reader:
             exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
-        finally:
-            reader.close()
         top = best_trials(trials, exp.directions, 1)
         best_text = f"front of {len(top):d}" if len(exp.directions) > 1 else \
             (format_value(top[0].values[0]) if top else "")
-        finished = sum(counts.get(s, 0) for s in r.DONE)
+        finished = sum(counts.get(s, 0) for s in DONE)
         driver = runs.DriverLock(exp_dir).holder()
         rows.append([exp.name, outcome.experiment_status(exp.status, driver), exp.strategy,
                      f"{finished}/{exp.trials_requested}",
@@ -215,11 +211,8 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def best(args) -> int:
-    reader = _open(args)
-    try:
+    with _open(args) as reader:
         exp, trials, saved = reader.experiment(), reader.trials(), reader.checkpoints()
-    finally:
-        reader.close()
     metrics = _metric_names(exp)
     top = best_trials(trials, exp.directions, args.k)
     checkpoint = {t.id: best_checkpoint([c for c in saved if c.trial == t.id],

@@ -22,7 +22,8 @@ from typing import TextIO
 
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import EXIT_INCOMPLETE, Conflict
-from hpsearch.store import STORE_FILE, runs
+from hpsearch.store import runs
+from hpsearch.store.runs import STORE_FILE
 
 TRASH = ".deleting"  # <runs_dir>/.deleting/<name>-<pid>-<random>: folders being removed
 IN_FLIGHT = ("submitting", "running")  # states whose process or job may still write
@@ -144,12 +145,9 @@ def _refuse_if_in_flight(exp_dir: Path, force: bool) -> str | None:
     """Conflict (nothing deleted) while trials or pilot jobs are in flight with no driver to
     stop them; with `force`, what is in flight (None: nothing), for a warning."""
     from hpsearch.cli.inspect_cmds import _reader
-    reader = _reader(exp_dir / STORE_FILE)
-    try:
+    with _reader(exp_dir / STORE_FILE) as reader:
         busy = reader.trials(IN_FLIGHT)
         pilots = reader.pilots(live_only=True)
-    finally:
-        reader.close()
     if not busy and not pilots:
         return None
     what = ", ".join(filter(None, [
@@ -218,13 +216,10 @@ def events(args) -> int:
     from hpsearch.cli.checkpoint_cmds import _exists
     from hpsearch.cli.inspect_cmds import _reader
 
-    reader = _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE)
-    try:
+    with _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE) as reader:
         if args.trial is not None:
             _exists(reader, reader.experiment().name, args.trial)
         every = reader.events(args.trial, limit=None)
-    finally:
-        reader.close()
     matching = [e for e in every if not args.kind or e["kind"] in args.kind]
     shown = matching[-args.limit:] if args.limit else matching
     if len(shown) < len(matching):  # say so, first; on stderr: stdout stays one line an event

@@ -84,12 +84,13 @@ def _said(name: str, storage_url: str, study: str):
 
 def mirror(args) -> int:
     from hpsearch.interop import optuna_mirror
+    from hpsearch.interop.store_view import read_view
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
     storage = optuna_mirror.open_storage(args.storage)
     study = args.study_name or args.name
     say = _said(args.name, args.storage, study)
     if not args.follow:
-        say(optuna_mirror.sync(optuna_mirror.read_view(exp_dir), storage, study))
+        say(optuna_mirror.sync(read_view(exp_dir), storage, study))
         return 0
     lock = runs.DriverLock(exp_dir)
     optuna_mirror.follow(exp_dir, storage, study, args.interval,
@@ -168,9 +169,10 @@ def dashboard(args) -> int:
               file=sys.stderr)
         return EXIT_BAD_INPUT
     from hpsearch.interop import optuna_mirror
+    from hpsearch.interop.store_view import read_view
     storage = optuna_mirror.open_storage(url)
     say = _said(args.name, url, args.name)
-    say(optuna_mirror.sync(optuna_mirror.read_view(exp_dir), storage, args.name))
+    say(optuna_mirror.sync(read_view(exp_dir), storage, args.name))
     lock = runs.DriverLock(exp_dir)
     if lock.holder() is not None:
         threading.Thread(target=optuna_mirror.follow, daemon=True, name="mirror", args=(

@@ -141,12 +141,10 @@ def _extend(spec, total: int) -> bool:
     from hpsearch.driver import requests
     from hpsearch.errors import HpsearchError
     from hpsearch.store import runs
-    from hpsearch.store.store import STORE_FILE, Reader
-    reader = Reader(spec.experiment_dir / STORE_FILE)
-    try:
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
+    with Reader(spec.experiment_dir / STORE_FILE) as reader:
         asked = len(reader.trials())
-    finally:
-        reader.close()
     from hpsearch.driver.extent import MAX_TRIALS
     if not max(1, asked) <= total <= MAX_TRIALS:
         raise HpsearchError(f"--trials {total}: expected the number of trials in all, at "
@@ -163,14 +161,12 @@ def _tolerated(spec, code: int, allow_failures: bool) -> int:
     """With --allow-failures, a search that ran to its end with at least one completed trial
     exits 0 although some trials failed (diverged, out of memory); otherwise `code`."""
     from hpsearch.errors import EXIT_INCOMPLETE
-    from hpsearch.store.store import STORE_FILE, Reader
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
     if not allow_failures or code != EXIT_INCOMPLETE:
         return code
-    reader = Reader(spec.experiment_dir / STORE_FILE)
-    try:
+    with Reader(spec.experiment_dir / STORE_FILE) as reader:
         exp, counts = reader.experiment(), reader.state_counts()
-    finally:
-        reader.close()
     if exp.status != "completed" or not counts.get("completed"):
         return code
     print(f"{counts.get('failed', 0)} trial(s) failed; exit 0 as --allow-failures asks",
@@ -247,14 +243,12 @@ def _printer(quiet: bool):
 
 def _summary(spec, elapsed: float) -> None:
     from hpsearch.store.results import best
-    from hpsearch.store.store import STORE_FILE, Reader
-    reader = Reader(spec.experiment_dir / STORE_FILE)
-    try:
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
+    with Reader(spec.experiment_dir / STORE_FILE) as reader:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
         gave_up = [e["message"] for e in reader.events(limit=20)
                    if e["kind"] in ("max_failures", "gave_up")]
-    finally:
-        reader.close()
     print(f"\nexperiment {spec.name}: {exp.status} in {elapsed:.1f}s; " +
           ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     if exp.status == "failed" and gave_up:

@@ -78,18 +78,16 @@ def scale(args) -> int:
     from hpsearch.driver import scale_spec, session
     from hpsearch.preflight import parse_spec
     from hpsearch.store import runs
-    from hpsearch.store.store import STORE_FILE, Reader
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
 
     runs_dir = runs_dir_of(args)
     parent = session.stored_spec(runs_dir, args.name, args.executor)
     option, sizes = _option(args)
-    reader = Reader(parent.experiment_dir / STORE_FILE)
-    try:
+    with Reader(parent.experiment_dir / STORE_FILE) as reader:
         trials = {t.id: t for t in reader.trials()}
         reported = reader.last_metrics(args.trial) if args.trial in trials else {}
         timed = any(row.get("steps") for row in reader.rank_timing())
-    finally:
-        reader.close()
     if args.trial not in trials:
         known = f"trials 0 to {max(trials)}" if trials else "no trials yet"
         raise HpsearchError(f"--trial {args.trial}: no trial {args.trial} in experiment "
@@ -154,12 +152,10 @@ def _untimed(parent: str, trial: int, option: str, sizes: list[int]) -> str:
 
 
 def _stored_text(child_dir) -> str:
-    from hpsearch.store.store import STORE_FILE, Reader
-    reader = Reader(child_dir / STORE_FILE)
-    try:
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
+    with Reader(child_dir / STORE_FILE) as reader:
         return reader.experiment().spec_yaml
-    finally:
-        reader.close()
 
 
 def _write_private(child_dir, spec_file, text: str) -> None:
@@ -180,19 +176,17 @@ def _reported_bytes(metrics: dict) -> float | None:
 
 
 def _curve(child, option: str, grad_bytes: float | None, bandwidth: float) -> str:
+    from hpsearch.accounting.efficiency import efficiency
     from hpsearch.driver.scale_spec import SIZE_FIELDS
     from hpsearch.report.scaling_curve import Point, table
-    from hpsearch.store.efficiency import efficiency
-    from hpsearch.store.store import STORE_FILE, Reader
-    reader = Reader(child.experiment_dir / STORE_FILE)
-    try:
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
+    with Reader(child.experiment_dir / STORE_FILE) as reader:
         trials = reader.trials()
         found = efficiency(reader.rank_timing(), {t.id: t.params for t in trials}, child.text)
         if grad_bytes is None:
             grad_bytes = next((b for t in trials if (b := _reported_bytes(
                 reader.last_metrics(t.id))) is not None), None)
-    finally:
-        reader.close()
     size_param = dict(child.resources.per_trial)[SIZE_FIELDS[option]]
     points = sorted((Point(int(t.params[size_param]), t.id, t.state, found.get(t.id))
                      for t in trials), key=lambda p: (p.size, p.trial))

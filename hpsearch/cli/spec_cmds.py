@@ -230,7 +230,7 @@ def _pilot_line(spec) -> str:
 
 def _pilot_script(spec) -> str:
     """What `plan` shows of a pilot search's jobs: the batch script of its first pilot."""
-    from hpsearch.executors.pilot_fleet import pilot_job_parameters
+    from hpsearch.pilot.fleet import pilot_job_parameters
     from hpsearch.pilot.protocol import pilots_dir
     from hpsearch.slurm.pilot_jobs import batch_script
     from hpsearch.slurm.sbatch import pilot_name

@@ -1,6 +1,6 @@
 """An attempt that failed, and the next one: the driver's side of the retry rules.
 
-hpsearch.executors.retry decides from a trial's history (pure); this module reads that history from
+hpsearch.driver.retry decides from a trial's history (pure); this module reads that history from
 the store, records the decision (write-ahead, like every state change) and builds the next
 attempt's launch. The driver keeps what is its own: its queue, its live trials, and telling
 the pruner, the promoter and the failure budget.
@@ -13,14 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors import retry
+from hpsearch.driver import retry
 from hpsearch.executors.base import Ended, Launch, Requeued
 from hpsearch.faults import fault_point
 from hpsearch.ingest.outcome import cause
 from hpsearch.ingest.trial_files import rotate_logs
 from hpsearch.search.base import Search
 from hpsearch.spec.model import Resources, Retries
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.store import Store
 
 Launches = Callable[[int, int, dict], Launch]  # (trial id, attempt, params) -> Launch
@@ -53,12 +53,12 @@ class Attempts:
                                                    ended.nodes))
         first = cause(error)
         if decision.retry:
-            state = "lost" if failure == "lost" else r.FAILED
+            state = "lost" if failure == "lost" else rows.FAILED
             self.store.finish_attempt(tid, attempt, state, ended.exit_code, error, requeue=True,
                                       failure=failure)
             return Verdict(True, f"trial {tid} {failure} ({first}); {decision.describe()}")
-        attrs = self.search.tell(tid, r.FAILED, None)
-        self.store.finish_attempt(tid, attempt, r.FAILED, ended.exit_code, error,
+        attrs = self.search.tell(tid, rows.FAILED, None)
+        self.store.finish_attempt(tid, attempt, rows.FAILED, ended.exit_code, error,
                                   sampler_attrs=attrs, failure=failure)
         return Verdict(False, f"trial {tid} failed: {first} ({failure}; "
                               f"{decision.describe()})")
@@ -80,12 +80,12 @@ class Attempts:
                                             event.leaves)
             decision = self._decide(tid, retry.Attempt(attempt, failure, None, event.nodes))
             if not decision.retry:
-                attrs = self.search.tell(tid, r.FAILED, None)
-                self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
+                attrs = self.search.tell(tid, rows.FAILED, None)
+                self.store.finish_attempt(tid, attempt, rows.FAILED, None, event.detail,
                                           sampler_attrs=attrs, failure=failure)
                 return Verdict(False, f"trial {tid} failed: {event.detail} ({failure}; "
                                       f"{decision.describe()}); job {event.job_id} cancelled")
-            self.store.finish_attempt(tid, attempt, r.FAILED, None, event.detail,
+            self.store.finish_attempt(tid, attempt, rows.FAILED, None, event.detail,
                                       requeue=True, failure=failure)
             self.store.begin_attempt(tid, attempt + 1, f"Slurm requeued job "
                                                        f"{event.job_id} ({event.reason})")
@@ -106,7 +106,7 @@ class Attempts:
                                     history, self.store.checkpoint_steps(trial_id))
         failure = history[-1].failure if history else None
         reason = ("launched again: the driver stopped before it was" if unlaunched else
-                  "re-run after interruption" if row.state != r.QUEUED else
+                  "re-run after interruption" if row.state != rows.QUEUED else
                   f"retry after {failure}" if failure else "retry")
         if not unlaunched:  # before the attempt is stored: the last one's exit_code must
             rotate_logs(Path(row.trial_dir), row.attempt)  # not pass for the new one's
@@ -116,7 +116,7 @@ class Attempts:
                                    sbatch_extra=plan.sbatch_extra,
                                    time_factor=plan.time_factor)
 
-    def withdrawn(self, row: r.TrialRow) -> bool:
+    def withdrawn(self, row: rows.TrialRow) -> bool:
         """A queued trial whose attempt was stored but never started (Store.withdraw)."""
-        return any(a["attempt"] == row.attempt and a["state"] == r.SUBMITTING
+        return any(a["attempt"] == row.attempt and a["state"] == rows.SUBMITTING
                    for a in self.store.attempts(row.id))

@@ -12,9 +12,10 @@ from hpsearch.driver.session import stored_spec, with_instance
 from hpsearch.errors import Conflict, HpsearchError
 from hpsearch.executors.registry import facts
 from hpsearch.spec.model import Executor as ExecutorSpec
-from hpsearch.store import rows as r
 from hpsearch.store import runs
-from hpsearch.store.store import STORE_FILE, Reader, Store
+from hpsearch.store.rows import CANCELLED, PILOT_ENDED, RUNNING, SUBMITTING
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader, Store
 
 
 def cancel_experiment(runs_dir: Path, name: str, wait: float = 60.0) -> str:
@@ -38,12 +39,12 @@ def cancel_experiment(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     lock.acquire(private=False)  # takes over a stale lock; refuses (Conflict) one it cannot judge
     try:
         store = Store(exp_dir / STORE_FILE)
-        rows = store.trials([r.SUBMITTING, r.RUNNING])
+        rows = store.trials([SUBMITTING, RUNNING])
         count = _stop_orphans(rows, _grace(runs_dir, name)) \
             + _cancel_unstored_jobs(runs_dir, name, store, rows) \
             + _cancel_pilots(runs_dir, name, store)
         for row in rows:
-            store.finish_attempt(row.id, row.attempt, r.CANCELLED, None, "cancelled")
+            store.finish_attempt(row.id, row.attempt, CANCELLED, None, "cancelled")
         store.set_experiment_status("cancelled", "cancelled with no driver running")
         store.close()
         return (f"no driver was running; stopped {count} trial process group(s) or job(s) "
@@ -93,7 +94,7 @@ def _cancel_pilots(runs_dir: Path, name: str, store: Store) -> int:
     for pilot in pilots:
         if not pilot.job_id:
             retrying(lambda: slurm.scancel_by_name(pilot.job_name))  # noqa: B023 - called at once
-        store.update_pilot(pilot.id, state=r.PILOT_ENDED, ended=time.time(),
+        store.update_pilot(pilot.id, state=PILOT_ENDED, ended=time.time(),
                            reason="cancelled by `hpsearch cancel` with no driver running")
     return len(pilots)
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from hpsearch.spec.model import Checkpoints
-    from hpsearch.store import rows as r
+    from hpsearch.store import rows
     from hpsearch.store.store import Store
 
 
@@ -25,9 +25,9 @@ class CheckpointKeeper:
         """policy: the spec's `checkpoints`; directions: each objective's, for keep_best."""
         self.policy, self.directions, self.exp_dir = policy, directions, exp_dir
         self.store, self.on_event = store, on_event
-        self.doomed: list[r.CheckpointRow] = []  # marked deleted; files go once committed
+        self.doomed: list[rows.CheckpointRow] = []  # marked deleted; files go once committed
 
-    def mark(self, trial_id: int | None) -> list[r.CheckpointRow]:
+    def mark(self, trial_id: int | None) -> list[rows.CheckpointRow]:
         """Mark what the checkpoint policy deletes, of one trial (None: every trial, as the
         experiment-wide keep_trials needs); the files go after the commit (remove)."""
         policy = self.policy
@@ -44,7 +44,7 @@ class CheckpointKeeper:
             self.store.mark_checkpoints_deleted(gone)
         return gone
 
-    def remove(self, gone: list[r.CheckpointRow]) -> None:
+    def remove(self, gone: list[rows.CheckpointRow]) -> None:
         for checkpoint in gone:
             warning = remove(checkpoint, runs.trial_dir(self.exp_dir,
                                                         checkpoint.trial))

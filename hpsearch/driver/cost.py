@@ -4,7 +4,7 @@ An objective may name what a trial cost (spec's COST_METRICS) beside the metrics
 reports, e.g. maximize val_acc against minimize gpu_hours. When an attempt exits cleanly,
 the driver sums every attempt of the trial so far (retries, requeues and promotion
 segments included, this one up to its recorded end) with the report's definition
-(hpsearch.store.usage), and those values go to the sampler and the store as the trial's
+(hpsearch.accounting.usage), and those values go to the sampler and the store as the trial's
 objective values. On Slurm, jobs of their own are read from sacct, as `hpsearch report`
 does (one sacct call per trial that completes); attempts in pilots, and any sacct cannot
 tell, are timed from the store. A pilot attempt is charged the share of each node it held
@@ -26,10 +26,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
+from hpsearch.accounting.usage import attempt_usage, gpu_count, trial_cost
 from hpsearch.errors import HpsearchError
 from hpsearch.executors.registry import facts
 from hpsearch.spec.model import COST_METRICS, Resources, Spec, slot_width
-from hpsearch.store.usage import attempt_usage, gpu_count, trial_cost
 
 if TYPE_CHECKING:
     from hpsearch.slurm.parse import JobUsage

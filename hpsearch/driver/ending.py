@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable
 
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.store import Store
 
 
@@ -33,7 +33,7 @@ def finish(store: Store, done_at: int, timed_out: bool, gave_up: str | None,
     timed_out: its time budget ran out; gave_up: why search.max_failures stopped it;
     stopped_by: the signal or request that stopped it."""
     counts = store.state_counts()
-    done = sum(counts.get(s, 0) for s in r.DONE)
+    done = sum(counts.get(s, 0) for s in rows.DONE)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if gave_up:
         store.set_experiment_status("failed", f"{gave_up} ({summary})")
@@ -41,12 +41,12 @@ def finish(store: Store, done_at: int, timed_out: bool, gave_up: str | None,
     if stopped_by:
         store.set_experiment_status("cancelled", f"stopped by {stopped_by}: {summary}")
         return EXIT_INCOMPLETE
-    if done and counts.get(r.FAILED, 0) == done:  # not one trial gave a value
+    if done and counts.get(rows.FAILED, 0) == done:  # not one trial gave a value
         store.set_experiment_status("failed", f"every trial failed ({summary})")
         return EXIT_INCOMPLETE
     status = "completed" if done >= done_at or timed_out else "incomplete"
     store.set_experiment_status(status, summary)
-    return EXIT_OK if status == "completed" and not counts.get(r.FAILED) else EXIT_INCOMPLETE
+    return EXIT_OK if status == "completed" and not counts.get(rows.FAILED) else EXIT_INCOMPLETE
 
 
 def handle_signals(handler: Callable[[int], None], leave: bool) -> dict:

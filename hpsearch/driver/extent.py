@@ -27,7 +27,7 @@ from hpsearch.search.base import Search
 from hpsearch.search.registry import strategy
 from hpsearch.spec.known_points import point_problem
 from hpsearch.spec.model import Search as SearchSettings
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 MAX_TRIALS = 10**9  # a total beyond this is a typo (and would not fit the store's integers)
 ENQUEUED = "hpsearch_enqueued"  # sampler attr: the id of the enqueued point a trial was asked for
@@ -66,7 +66,7 @@ class Extent:
             self.on_event(line)
         return warm
 
-    def recover(self, trials: list[r.TrialRow]) -> None:
+    def recover(self, trials: list[rows.TrialRow]) -> None:
         """After the search is rebuilt: the stored total, the points not yet asked."""
         self.search.total = self.store.experiment().trials_requested
         self.asked_ids = {t.sampler_attrs[ENQUEUED] for t in trials if ENQUEUED in t.sampler_attrs}

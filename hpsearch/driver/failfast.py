@@ -18,7 +18,7 @@ from collections import Counter
 
 from hpsearch.ingest.outcome import cause, same_cause
 from hpsearch.spec.model import MaxFailures
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 MIN_FINISHED = 5  # a fraction is judged once this many trials finished, if `first` is 0
 
@@ -28,7 +28,7 @@ class FailFast:
         """rule: the spec's search.max_failures; name: the experiment's (for `resume`);
         `counts`: the store's trial counts by state when the driver starts."""
         self.rule, self.name = rule, name
-        self.completed0, self.failed0 = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
+        self.completed0, self.failed0 = counts.get(rows.COMPLETED, 0), counts.get(rows.FAILED, 0)
         self.unstarted: dict[int, str] = {}  # trial -> its launch error, its retry queued
 
     def after_failure(self, store, trial_id: int, launch_error: str | None = None
@@ -40,7 +40,7 @@ class FailFast:
             self.unstarted[trial_id] = launch_error
         else:
             self.unstarted.pop(trial_id, None)  # counted in the store's failed trials now
-        why = self.judge(store.state_counts(), lambda: store.trials([r.FAILED]))
+        why = self.judge(store.state_counts(), lambda: store.trials([rows.FAILED]))
         if why:
             store.add_event("max_failures", why)
         return why
@@ -52,8 +52,8 @@ class FailFast:
         rule = self.rule
         if rule is None:  # no search.max_failures: never stop
             return None
-        completed, failures = counts.get(r.COMPLETED, 0), counts.get(r.FAILED, 0)
-        finished = completed + failures + counts.get(r.PRUNED, 0)
+        completed, failures = counts.get(rows.COMPLETED, 0), counts.get(rows.FAILED, 0)
+        finished = completed + failures + counts.get(rows.PRUNED, 0)
         unstarted = len(self.unstarted)
         if rule.first and completed == self.completed0 \
                 and failures - self.failed0 + unstarted >= rule.first:

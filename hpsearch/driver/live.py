@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpsearch.executors import retry
+from hpsearch.driver import retry
 from hpsearch.executors.base import Ended
 from hpsearch.ingest.checkpoints import CheckpointScan
 from hpsearch.ingest.first_call import first_call

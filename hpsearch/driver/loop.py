@@ -32,7 +32,7 @@ from hpsearch.executors.base import (
 from hpsearch.faults import fault_point
 from hpsearch.ingest.trial_files import exit_time, rotate_logs, with_stderr_tail
 from hpsearch.search.base import Search
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.store import Store
 
 INGEST_INTERVAL = 1.0  # seconds between reads of every running trial's files
@@ -268,7 +268,7 @@ class Driver:
         if self.stopper and self.stopper.finished(ended, live.last.get(self.metrics[0])):
             return
         if ended.reason == "cancelled":
-            self.store.finish_attempt(tid, attempt, r.CANCELLED, ended.exit_code, "cancelled")
+            self.store.finish_attempt(tid, attempt, rows.CANCELLED, ended.exit_code, "cancelled")
             self.on_event(f"trial {tid} cancelled")
             return
         values, error, failure = live.verdict(ended, self.metrics, self.costs.measurer(tid))
@@ -283,11 +283,11 @@ class Driver:
             self.promoter.finished(tid)
         if error is None:
             assert values is not None
-            attrs = self.search.tell(tid, r.COMPLETED, values)
-            self.store.finish_attempt(tid, attempt, r.COMPLETED, ended.exit_code, None, values,
+            attrs = self.search.tell(tid, rows.COMPLETED, values)
+            self.store.finish_attempt(tid, attempt, rows.COMPLETED, ended.exit_code, None, values,
                                       sampler_attrs=attrs)
             if self.stopper:
-                self.stopper.ended(tid, r.COMPLETED, values[0])
+                self.stopper.ended(tid, rows.COMPLETED, values[0])
             self.on_event(f"trial {tid} completed: " + ", ".join(
                 f"{m}={v:.6g}" for m, v in zip(self.metrics, values)))
         else:
@@ -325,7 +325,7 @@ class Driver:
                 self.queue.append(ended.trial_id)
             return
         if self.stopper:
-            self.stopper.ended(ended.trial_id, r.FAILED, None)
+            self.stopper.ended(ended.trial_id, rows.FAILED, None)
         if self.promoter:
             self.promoter.finished(ended.trial_id)
         self._judge_failures(ended.trial_id)

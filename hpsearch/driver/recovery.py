@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch.executors.base import Adoptable, Ended, Started
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from hpsearch.driver.loop import Driver
@@ -26,11 +26,11 @@ def recover(driver: Driver) -> None:
         driver.promoter.recover(trials)
     driver.checkpoints.recover()
     for row in trials:
-        if row.state == r.QUEUED or row.state == r.CANCELLED:
+        if row.state == rows.QUEUED or row.state == rows.CANCELLED:
             driver.queue.append(row.id)
-            if row.state == r.QUEUED and driver.attempts.withdrawn(row):
+            if row.state == rows.QUEUED and driver.attempts.withdrawn(row):
                 driver.unlaunched.add(row.id)
-        elif row.state in (r.SUBMITTING, r.RUNNING):
+        elif row.state in (rows.SUBMITTING, rows.RUNNING):
             adopt(driver, row)
     if driver.store.experiment().status != "running":
         driver.store.set_experiment_status("running", "resumed")
@@ -38,7 +38,7 @@ def recover(driver: Driver) -> None:
         driver.stopper.tell({tid: live.trial_dir for tid, live in driver.live.items()})
 
 
-def adopt(driver: Driver, row: r.TrialRow) -> None:
+def adopt(driver: Driver, row: rows.TrialRow) -> None:
     """Watch a trial the store has in flight again: the executor adopts its attempt (still
     running, ended meanwhile, or never reached it: launched again as the same attempt)."""
     live = driver.trials.open(row.id, row.attempt, Path(row.trial_dir), watch=True)
@@ -50,7 +50,7 @@ def adopt(driver: Driver, row: r.TrialRow) -> None:
                                               row.pid, row.pid_start, row.gpus, row.job_id,
                                               job_runs=max(1, runs)))
     if isinstance(outcome, Started):
-        if row.state == r.SUBMITTING:
+        if row.state == rows.SUBMITTING:
             driver.store.mark_running(row.id, row.attempt, outcome.host, outcome.pid,
                                       outcome.pid_start, outcome.gpus, outcome.job_id)
         where = (f"pid {outcome.pid}" if outcome.pid is not None else
@@ -59,7 +59,7 @@ def adopt(driver: Driver, row: r.TrialRow) -> None:
                                + (f" ({where})" if where else ""), row.id)
         driver.trials.ingest(live)
     elif isinstance(outcome, Ended):
-        if row.state == r.SUBMITTING and outcome.job_id:  # found by name: keep its id
+        if row.state == rows.SUBMITTING and outcome.job_id:  # found by name: keep its id
             driver.store.mark_running(row.id, row.attempt, outcome.nodes or "", None, None,
                                       None, outcome.job_id)
         driver.finalize(outcome)

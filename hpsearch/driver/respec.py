@@ -24,14 +24,14 @@ from pathlib import Path
 
 from hpsearch.errors import BadInput, Conflict
 from hpsearch.spec.model import Spec
-from hpsearch.store import rows as r
-from hpsearch.store import runs
-from hpsearch.store.store import STORE_FILE, Reader, Store
+from hpsearch.store import rows, runs
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader, Store
 
 ANY_TIME = ("resources", "executor", "retries", "placement")
 SEARCH_ANY_TIME = ("parallel", "timeout", "max_failures")
 BEFORE_RESULTS = ("command", "workdir", "env", "container", "launcher", "checkpoints")
-WITH_RESULTS = (r.COMPLETED, r.PRUNED, r.PAUSED)
+WITH_RESULTS = (rows.COMPLETED, rows.PRUNED, rows.PAUSED)
 
 
 def changed_sections(old: Spec, new: Spec) -> list[str]:
@@ -69,23 +69,20 @@ def replace_spec(stored: Spec, new: Spec, path: Path) -> Spec:
     lock = runs.DriverLock(exp_dir)
     lock.acquire(group_readable=stored.share == "group")  # refuses while its driver runs
     try:
-        store = Store(exp_dir / STORE_FILE)
-        try:
+        with Store(exp_dir / STORE_FILE) as store:
             _check_no_results(store, [c for c in changed if c in BEFORE_RESULTS], path)
             if changed:
                 store.replace_spec(new.text, str(path), str(path.parent),
                                    f"spec replaced from {path}: {', '.join(changed)} changed")
             if any(c in BEFORE_RESULTS for c in changed):
                 _requeue_unstarted(store)
-        finally:
-            store.close()
     finally:
         lock.release()
     return dataclasses.replace(new, source=path)
 
 
 def _requeue_unstarted(store: Store) -> None:
-    never = [t.id for t in store.trials([r.FAILED])
+    never = [t.id for t in store.trials([rows.FAILED])
              if all(a.get("failure") == "launch_error" for a in store.attempts(t.id))]
     if never:
         store.requeue_failed(never, f"{len(never)} failed trial(s) whose command never "

@@ -25,10 +25,10 @@ from hpsearch.preflight import check_here, load_spec, parse_spec
 from hpsearch.preflight.cluster import slurm_would_take
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
-from hpsearch.store import rows as r
-from hpsearch.store import runs
+from hpsearch.store import rows, runs
 from hpsearch.store.private import make_private
-from hpsearch.store.store import STORE_FILE, Reader, Store
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader, Store
 
 if TYPE_CHECKING:
     from hpsearch.driver.loop import Driver
@@ -95,11 +95,8 @@ def new_experiment(spec_path: Path, runs_dir: Path | None, executor_type: str | 
                        f"command, workdir, env or resources: `hpsearch resume {spec.name} "
                        f"--spec {spec_path}`), or give the spec another name")
     if exists:
-        stored = Reader(exp_dir / STORE_FILE)
-        try:
+        with Reader(exp_dir / STORE_FILE) as stored:
             old = stored.experiment().spec_yaml
-        finally:
-            stored.close()
         if old != spec.text:
             raise Conflict(f"experiment '{spec.name}' exists with a different spec; give the "
                            "changed spec another name, resume the old one with "
@@ -126,15 +123,14 @@ def never_started(exp_dir: Path) -> bool:
         reader = Reader(exp_dir / STORE_FILE)
     except (sqlite3.Error, HpsearchError, OSError):
         return False
-    try:
-        trials = reader.trials()
-        return not any(t.state in (r.SUBMITTING, r.RUNNING) or any(
-            a["started"] is not None or a["job_id"] for a in reader.attempts(t.id))
-            for t in trials)
-    except (sqlite3.Error, HpsearchError, OSError):
-        return False
-    finally:
-        reader.close()
+    with reader:
+        try:
+            trials = reader.trials()
+            return not any(t.state in (rows.SUBMITTING, rows.RUNNING) or any(
+                a["started"] is not None or a["job_id"] for a in reader.attempts(t.id))
+                for t in trials)
+        except (sqlite3.Error, HpsearchError, OSError):
+            return False
 
 
 def _start_over_if_never_started(exp_dir: Path) -> None:
@@ -150,11 +146,8 @@ def _start_over_if_never_started(exp_dir: Path) -> None:
 def stored_spec(runs_dir: Path, name: str, executor_type: str | None = None) -> Spec:
     """The spec an existing experiment was submitted with."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
-    reader = Reader(exp_dir / STORE_FILE)
-    try:
+    with Reader(exp_dir / STORE_FILE) as reader:
         exp = reader.experiment()
-    finally:
-        reader.close()
     spec = parse_spec(exp.spec_yaml, exp.spec_file, Path(exp.base_dir), runs_dir)
     return with_executor(dataclasses.replace(spec, source=Path(exp.spec_file)), executor_type)
 
@@ -204,11 +197,8 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
                 _start_over_if_never_started(exp_dir)
             if create and not (exp_dir / STORE_FILE).exists():
                 create_store(spec, make_search(spec.search, spec.objectives).total).close()
-            reader = Reader(exp_dir / STORE_FILE)
-            try:
+            with Reader(exp_dir / STORE_FILE) as reader:
                 spec = with_instance(spec, reader)
-            finally:
-                reader.close()
         finally:
             lock.release()
     slurm_job.clear_cancel(exp_dir)

@@ -128,8 +128,8 @@ def continue_elsewhere(spec: Spec, why: str) -> str:
     the search. If Slurm refuses and the driver left because its time limit was near, a new
     driver job is submitted; after a SIGTERM (an scancel, a preemption that cancels) it is
     not: the trials go on, and `hpsearch resume` continues. Returns what was done."""
-    from hpsearch.slurm.commands import Slurm, SlurmError
-    from hpsearch.slurm.failures import retrying
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.failures import SlurmError, retrying
     slurm = Slurm()
     job_id = os.environ["SLURM_JOB_ID"]
     try:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
 from hpsearch.spec.model import Spec
-from hpsearch.store import rows as r
-from hpsearch.store import runs
+from hpsearch.store import rows, runs
 from hpsearch.store.results import best, checkpoint_paths, record
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 
 JOB_POLL = 10.0  # seconds between squeue calls about a driver job: 6 a minute, however long
 
@@ -56,8 +56,8 @@ def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
 def _driver_alive(exp_dir: Path, job_id: str | None) -> bool:
     if job_id is None:
         return runs.DriverLock(exp_dir).holder() is not None
-    from hpsearch.slurm.commands import Slurm, SlurmError
-    from hpsearch.slurm.failures import TRANSIENT
+    from hpsearch.slurm.commands import Slurm
+    from hpsearch.slurm.failures import TRANSIENT, SlurmError
     try:
         return bool(Slurm().squeue([job_id]))
     except SlurmError as exc:
@@ -68,22 +68,16 @@ def _driver_alive(exp_dir: Path, job_id: str | None) -> bool:
 
 def exit_status(exp_dir: Path) -> int:
     """0 when the stored search completed with no failed trial, else 1 (as the driver's)."""
-    reader = Reader(exp_dir / STORE_FILE)
-    try:
+    with Reader(exp_dir / STORE_FILE) as reader:
         exp, counts = reader.experiment(), reader.state_counts()
-    finally:
-        reader.close()
-    return EXIT_OK if exp.status == "completed" and not counts.get(r.FAILED) else EXIT_INCOMPLETE
+    return EXIT_OK if exp.status == "completed" and not counts.get(rows.FAILED) else EXIT_INCOMPLETE
 
 
 def write_best(spec: Spec, path: Path) -> None:
     """Write the best trial (or the Pareto front) of a completed search to `path` as JSON,
     through a temporary file and a rename: readers never see a partial file."""
-    reader = Reader(spec.experiment_dir / STORE_FILE)
-    try:
+    with Reader(spec.experiment_dir / STORE_FILE) as reader:
         exp, trials, saved = reader.experiment(), reader.trials(), reader.checkpoints()
-    finally:
-        reader.close()
     metrics = [o.metric for o in spec.objectives]
     top = best(trials, exp.directions, 1)
     checkpoint = checkpoint_paths(top, saved, exp.directions[0])
@@ -111,11 +105,9 @@ def write_atomic(path: Path, text: str) -> None:
 def failure_report(spec: Spec, lines: int = 6) -> str:
     """Why the search did not succeed: its status and each failed trial's error (which holds
     the tail of the trial's stderr)."""
-    reader = Reader(spec.experiment_dir / STORE_FILE)
-    try:
-        exp, counts, failed = reader.experiment(), reader.state_counts(), reader.trials([r.FAILED])
-    finally:
-        reader.close()
+    with Reader(spec.experiment_dir / STORE_FILE) as reader:
+        exp, counts = reader.experiment(), reader.state_counts()
+        failed = reader.trials([rows.FAILED])
     text = (f"experiment {spec.name} is {exp.status} (" +
             ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ")")
     for t in failed:

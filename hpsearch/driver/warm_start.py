@@ -16,13 +16,13 @@ from hpsearch.errors import HpsearchError
 from hpsearch.search.base import WarmTrial
 from hpsearch.spec.known_points import point_problem
 from hpsearch.spec.model import Spec
-from hpsearch.store import STORE_FILE, runs
-from hpsearch.store import rows as r
+from hpsearch.store import rows, runs
+from hpsearch.store.runs import STORE_FILE
 
 
 def load(spec: Spec) -> tuple[list[WarmTrial], list[str]]:
     """(the warm trials, one line per experiment saying what was taken and left out)."""
-    from hpsearch.store import Reader
+    from hpsearch.store.store import Reader
 
     warm, lines = [], []
     objectives = len(spec.objectives)
@@ -32,10 +32,8 @@ def load(spec: Spec) -> tuple[list[WarmTrial], list[str]]:
         except HpsearchError as exc:
             lines.append(f"warm start: {exc}; going on without it")
             continue
-        try:
-            done = reader.trials([r.COMPLETED])
-        finally:
-            reader.close()
+        with reader:
+            done = reader.trials([rows.COMPLETED])
         taken: list[WarmTrial] = []
         why: dict[str, int] = {}
         for t in done:

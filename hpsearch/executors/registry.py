@@ -39,7 +39,7 @@ for _entry in (
         ExecutorEntry(ExecutorFacts("slurm", on_slurm=True, job_per_attempt=True),
                       "hpsearch.executors.slurm:SlurmExecutor"),
         ExecutorEntry(ExecutorFacts("pilots", on_slurm=True, section="pilots", refines="slurm"),
-                      "hpsearch.executors.pilots:PilotExecutor")):
+                      "hpsearch.pilot.executor:PilotExecutor")):
     EXECUTORS.add(_entry.facts.name, _entry)
 
 

@@ -37,8 +37,7 @@ from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import prepare_trial_dir
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import parse, sbatch
-from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
+from hpsearch.slurm.failures import TRANSIENT, Backoff, SlurmError, retrying
 from hpsearch.slurm.hostlist import compress
 from hpsearch.spec.model import SlurmJob
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 import time
 
 from hpsearch.executors.base import Note
-from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import LIMIT, Backoff
+from hpsearch.slurm.failures import LIMIT, Backoff, SlurmError
 
 MAX_WAIT = 60.0  # seconds: the longest back-off between two tries
 

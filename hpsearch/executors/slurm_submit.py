@@ -24,8 +24,7 @@ from pathlib import Path
 from hpsearch.executors.base import Adoptable, Launch, Note
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.slurm import sbatch as scripts
-from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT
+from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT, SlurmError
 from hpsearch.spec.model import SlurmJob
 from hpsearch.store.trusted import Untrusted, read_trusted
 

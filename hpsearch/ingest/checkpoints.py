@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hpsearch.ingest.lines import MAX_LINE, AppendedFile, Cursor, Line, excerpt, limited
 from hpsearch.spec.model import Checkpoints
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.results import best
 from hpsearch.trial import CHECKPOINT_MANIFEST, checkpoint_step
 
@@ -161,8 +161,8 @@ def _size(path: Path) -> int:
     return total
 
 
-def doomed(policy: Checkpoints, present: list[r.CheckpointRow], trials: list[r.TrialRow],
-           directions: list[str]) -> list[r.CheckpointRow]:
+def doomed(policy: Checkpoints, present: list[rows.CheckpointRow], trials: list[rows.TrialRow],
+           directions: list[str]) -> list[rows.CheckpointRow]:
     """The checkpoints the policy deletes, of those present.
 
     Per trial: keep the `keep_last` highest steps and the `keep_best` best by the first
@@ -175,12 +175,12 @@ def doomed(policy: Checkpoints, present: list[r.CheckpointRow], trials: list[r.T
     if policy.keep_trials is not None:
         best_ids = {t.id for t in best(trials, directions, policy.keep_trials)}
     sign = 1.0 if directions[0] == "minimize" else -1.0
-    by_trial: dict[int, list[r.CheckpointRow]] = {}
+    by_trial: dict[int, list[rows.CheckpointRow]] = {}
     for c in present:
         by_trial.setdefault(c.trial, []).append(c)
     out = []
     for tid, cks in by_trial.items():
-        finished = state.get(tid) in r.FINISHED
+        finished = state.get(tid) in rows.FINISHED
         if finished and best_ids is not None and tid not in best_ids:
             out += cks
             continue
@@ -202,7 +202,7 @@ def doomed(policy: Checkpoints, present: list[r.CheckpointRow], trials: list[r.T
     return out
 
 
-def remove(checkpoint: r.CheckpointRow, trial_dir: str | Path) -> str | None:
+def remove(checkpoint: rows.CheckpointRow, trial_dir: str | Path) -> str | None:
     """Delete a checkpoint's file or folder; only directly inside its trial's checkpoints/.
     Returns a warning, or None.
 

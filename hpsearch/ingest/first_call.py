@@ -7,7 +7,7 @@ interpreter's imports, a wait for a warm server's. The trial writes that moment,
 attempt, in first_call.<attempt> (hpsearch.trial._first_call); the driver reads it here
 (only a regular file of the experiment's owner, opened without following a link or
 blocking, a few bytes: hpsearch.store.trusted) and stores the seconds with the attempt.
-The cost objectives leave them out (hpsearch.store.usage); the report's accounting of what
+The cost objectives leave them out (hpsearch.accounting.usage); the report's accounting of what
 was held does not (docs/spec.md#cost-as-an-objective, docs/report.md).
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 INTERRUPTED = "interrupted"
 
@@ -54,12 +54,12 @@ def progress(counts: dict[str, int], requested: int) -> str:
     (hpsearch.store.rows.DONE) over those requested, what they are, then every other state
     in the store. The numbers add up to the trials the store holds (the rows `status`
     lists); trials not asked yet are in neither."""
-    order = r.DONE + r.IN_FLIGHT + (r.CANCELLED,)
+    order = rows.DONE + rows.IN_FLIGHT + (rows.CANCELLED,)
     named = [s for s in order if counts.get(s)] + sorted(s for s in counts
                                                          if s not in order and counts[s])
-    done = [f"{counts[s]} {s}" for s in named if s in r.DONE]
-    rest = [f"{counts[s]} {s}" for s in named if s not in r.DONE]
-    text = f"{sum(counts.get(s, 0) for s in r.DONE)}/{requested} finished"
+    done = [f"{counts[s]} {s}" for s in named if s in rows.DONE]
+    rest = [f"{counts[s]} {s}" for s in named if s not in rows.DONE]
+    text = f"{sum(counts.get(s, 0) for s in rows.DONE)}/{requested} finished"
     return ", ".join([text + (f" ({', '.join(done)})" if done else ""), *rest])
 
 

@@ -44,20 +44,20 @@ from typing import Any
 from hpsearch.errors import BadInput, HpsearchError
 from hpsearch.interop.store_view import MetricRow, StoreView
 from hpsearch.interop.trial_times import trial_times
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.runs import trial_name
 
 TRIAL_TAG = "hpsearch_trial"
 STATE_TAG = "hpsearch_state"
 # hpsearch trial state -> MLflow RunStatus (paused: run_status)
 RUN_STATUS = {
-    r.COMPLETED: "FINISHED",
-    r.FAILED: "FAILED",
-    r.CANCELLED: "KILLED",
-    r.PRUNED: "KILLED",
-    r.RUNNING: "RUNNING",
-    r.QUEUED: "SCHEDULED",
-    r.SUBMITTING: "SCHEDULED",
+    rows.COMPLETED: "FINISHED",
+    rows.FAILED: "FAILED",
+    rows.CANCELLED: "KILLED",
+    rows.PRUNED: "KILLED",
+    rows.RUNNING: "RUNNING",
+    rows.QUEUED: "SCHEDULED",
+    rows.SUBMITTING: "SCHEDULED",
 }
 FINAL = ("FINISHED", "FAILED", "KILLED")
 BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics, 100 params, 100 tags a call
@@ -75,7 +75,7 @@ def run_status(state: str, experiment_running: bool) -> str:
     """The MLflow run status of an hpsearch trial state: a paused trial (promotion: waits
     at a rung) is RUNNING while the experiment runs, KILLED once it has ended; an unknown
     state is RUNNING while it runs, FAILED after."""
-    if state == r.PAUSED:
+    if state == rows.PAUSED:
         return "RUNNING" if experiment_running else "KILLED"
     return RUN_STATUS.get(state, "RUNNING" if experiment_running else "FAILED")
 
@@ -127,7 +127,7 @@ def sync(view: StoreView, client, experiment_name: str,
         times = trial_times(trial, view.attempts_of(trial.id))
         run = mirrored.get(trial.id)
         created = run is None
-        own = {} if trial.state in r.IN_FLIGHT or values is None else values.get(trial.id, {})
+        own = {} if trial.state in rows.IN_FLIGHT or values is None else values.get(trial.id, {})
         if run is None:
             run = client.create_run(experiment_id, start_time=_ms(times.started or trial.created),
                                     tags=tags, run_name=f"trial-{trial_name(trial.id)}")
@@ -187,7 +187,7 @@ def _mirrored_runs(client, experiment_id: str) -> dict[int, Any]:
             return found
 
 
-def _tags(trial: r.TrialRow, view: StoreView) -> dict[str, str]:
+def _tags(trial: rows.TrialRow, view: StoreView) -> dict[str, str]:
     tags = {TRIAL_TAG: str(trial.id), STATE_TAG: trial.state,
             "hpsearch_attempts": str(trial.attempt), "hpsearch_job_id": trial.job_id,
             "hpsearch_error": trial.error, "hpsearch_trial_dir": trial.trial_dir,

@@ -23,7 +23,7 @@ from pathlib import Path
 from hpsearch.errors import HpsearchError
 from hpsearch.interop import follow as following
 from hpsearch.interop.optuna_trials import TRIAL_ATTR, frozen_trials, optuna
-from hpsearch.interop.store_view import StoreView, read_view  # noqa: F401 - optuna_cmds uses it
+from hpsearch.interop.store_view import StoreView
 from hpsearch.search import optuna_compat as compat
 
 JOURNAL_PREFIX = "journal:"

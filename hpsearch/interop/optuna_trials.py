@@ -40,17 +40,17 @@ from typing import Any
 from hpsearch.interop.store_view import StoreView, last_reports
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.spec.model import Param
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 # hpsearch trial state -> Optuna TrialState name (paused: see paused_state)
 STATE_MAP = {
-    r.COMPLETED: "COMPLETE",
-    r.PRUNED: "PRUNED",
-    r.FAILED: "FAIL",
-    r.CANCELLED: "FAIL",
-    r.RUNNING: "RUNNING",
-    r.QUEUED: "WAITING",
-    r.SUBMITTING: "WAITING",
+    rows.COMPLETED: "COMPLETE",
+    rows.PRUNED: "PRUNED",
+    rows.FAILED: "FAIL",
+    rows.CANCELLED: "FAIL",
+    rows.RUNNING: "RUNNING",
+    rows.QUEUED: "WAITING",
+    rows.SUBMITTING: "WAITING",
 }
 TRIAL_ATTR = "hpsearch_trial"  # user attr holding the hpsearch trial id (the mirror's key)
 
@@ -67,7 +67,7 @@ def optuna():
 def trial_state(state: str, experiment_running: bool) -> str:
     """The Optuna TrialState name of an hpsearch trial state (see the module docstring);
     an unknown state is FAIL once the experiment has ended, WAITING while it runs."""
-    if state == r.PAUSED:
+    if state == rows.PAUSED:
         return "RUNNING" if experiment_running else "PRUNED"
     return STATE_MAP.get(state, "WAITING" if experiment_running else "FAIL")
 
@@ -104,7 +104,7 @@ def frozen_trials(view: StoreView) -> list:
     return [frozen_trial(t, space, objectives, view, running) for t in view.trials]
 
 
-def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
+def frozen_trial(t: rows.TrialRow, space: dict[str, Param], objectives: list[str],
                  view: StoreView, experiment_running: bool):
     """One trial as a FrozenTrial (see the module docstring for what goes where)."""
     o = optuna()
@@ -140,7 +140,7 @@ def frozen_trial(t: r.TrialRow, space: dict[str, Param], objectives: list[str],
     if t.rung is not None:  # promotion mode
         user_attrs.update(hpsearch_rung=t.rung, hpsearch_rung_value=t.rung_value)
     values = t.objective_values if state == o.trial.TrialState.COMPLETE else None
-    if t.state == r.PAUSED and state == o.trial.TrialState.PRUNED and t.rung_value \
+    if t.state == rows.PAUSED and state == o.trial.TrialState.PRUNED and t.rung_value \
             is not None and len(objectives) == 1:
         values = [t.rung_value]
     if state == o.trial.TrialState.COMPLETE and values is None:

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpsearch.accounting.efficiency import TrialEfficiency, efficiency
 from hpsearch.spec.model import Spec
-from hpsearch.store import STORE_FILE
-from hpsearch.store import rows as r
-from hpsearch.store.efficiency import TrialEfficiency, efficiency
+from hpsearch.store import rows
+from hpsearch.store.runs import STORE_FILE
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class AttemptRow:
     job_id: str | None
     exit_code: int | None
     reason: str | None       # why it began or how it ended, as the driver wrote it
-    failure: str | None      # its failure class (hpsearch.executors.retry), if it failed
+    failure: str | None      # its failure class (hpsearch.driver.retry), if it failed
     nodes: str | None
     startup_s: float | None = None  # before its code first called hpsearch.trial, if known
 
@@ -60,12 +60,12 @@ class StoreView:
     """An experiment's rows, read at one moment. `spec` is the spec it was submitted with."""
 
     exp_dir: Path
-    experiment: r.ExperimentRow
+    experiment: rows.ExperimentRow
     spec: Spec
-    trials: tuple[r.TrialRow, ...]
+    trials: tuple[rows.TrialRow, ...]
     attempts: tuple[AttemptRow, ...]
     metrics: tuple[MetricRow, ...]
-    checkpoints: tuple[r.CheckpointRow, ...]
+    checkpoints: tuple[rows.CheckpointRow, ...]
     # each timed trial's parallel efficiency and scaling (docs/scaling.md)
     timing: dict[int, TrialEfficiency] = field(default_factory=dict)
 
@@ -107,11 +107,10 @@ def last_reports(metrics: list[MetricRow]) -> dict[str, tuple[int, float]]:
 def read_view(exp_dir: Path) -> StoreView:
     """Read the experiment in `exp_dir` (its store must exist) and parse its stored spec.
     Raises hpsearch.errors.NotFound / BadInput with a message meant for the user."""
-    from hpsearch.store import Reader
+    from hpsearch.store.store import Reader
 
     exp_dir = Path(exp_dir)
-    reader = Reader(exp_dir / STORE_FILE)
-    try:
+    with Reader(exp_dir / STORE_FILE) as reader:
         exp = reader.experiment()
         trials = reader.trials()
         metrics = [MetricRow(row["trial"], row["step"], row["name"],
@@ -122,13 +121,11 @@ def read_view(exp_dir: Path) -> StoreView:
         checkpoints = reader.checkpoints(include_deleted=True)
         timing = efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                             exp.spec_yaml)
-    finally:
-        reader.close()
     return StoreView(exp_dir, exp, stored_spec(exp, exp_dir.parent), tuple(trials),
                      tuple(attempts), tuple(metrics), tuple(checkpoints), timing)
 
 
-def stored_spec(exp: r.ExperimentRow, runs_dir: Path) -> Spec:
+def stored_spec(exp: rows.ExperimentRow, runs_dir: Path) -> Spec:
     """The spec the experiment was submitted with. Its strategy's packages (torch for gp,
     ...) are needed to run it, not to read it: where they are missing here, the spec is
     validated as a random search and given its own strategy back."""

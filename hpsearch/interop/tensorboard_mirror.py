@@ -60,7 +60,7 @@ from hpsearch.errors import BadInput
 from hpsearch.interop.store_view import MetricRow, StoreView
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.spec.model import Param
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from hpsearch.store.atomic import replace_file
 from hpsearch.store.runs import trial_name
 from hpsearch.store.trusted import Untrusted, read_trusted
@@ -70,8 +70,8 @@ STATE_LIMIT = 256 << 20  # bytes: the steps written of every metric of 10,000s o
 LOCK_FILE = ".hpsearch-tensorboard.lock"
 CONFIG_FILE = "events.out.tfevents.0000000000.hpsearch-config"
 STATE_FORMAT = 1
-SUCCESS = (r.COMPLETED,)
-FAILURE = (r.FAILED, r.CANCELLED, r.PRUNED)
+SUCCESS = (rows.COMPLETED,)
+FAILURE = (rows.FAILED, rows.CANCELLED, rows.PRUNED)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def ended(state: str) -> bool:
     return state in SUCCESS + FAILURE
 
 
-def _new_run(logdir: Path, trial: r.TrialRow, view: StoreView) -> dict[str, Any]:
+def _new_run(logdir: Path, trial: rows.TrialRow, view: StoreView) -> dict[str, Any]:
     """Create the trial's folder and event file with its HParams session start."""
     from tensorboard.plugins.hparams import summary_v2 as hp
 
@@ -128,7 +128,7 @@ def _new_run(logdir: Path, trial: r.TrialRow, view: StoreView) -> dict[str, Any]
     return {"file": name, "run": run, "steps": {}, "ended": False, "values": {}}
 
 
-def _append(logdir: Path, trial: r.TrialRow, view: StoreView, entry: dict[str, Any],
+def _append(logdir: Path, trial: rows.TrialRow, view: StoreView, entry: dict[str, Any],
             values: Mapping[str, float]) -> tuple[int, bool]:
     """Append the trial's points beyond those written, its `values` that changed once it is
     not in flight, and its session end if it has ended and that was not written yet.
@@ -139,7 +139,7 @@ def _append(logdir: Path, trial: r.TrialRow, view: StoreView, entry: dict[str, A
     reports = view.metrics_of(trial.id)
     new = [m for m in _last_per_step(reports) if m.step > steps.get(m.name, -1)]
     written: dict[str, float] = entry.setdefault("values", {})
-    changed = {} if trial.state in r.IN_FLIGHT else \
+    changed = {} if trial.state in rows.IN_FLIGHT else \
         {k: v for k, v in values.items() if written.get(k) != v}
     end = ended(trial.state) and not entry["ended"]
     if not new and not changed and not end:

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hpsearch.interop.store_view import AttemptRow
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class TrialTimes:
     startup_s: float | None = None
 
 
-def trial_times(trial: r.TrialRow, attempts: Iterable[AttemptRow],
+def trial_times(trial: rows.TrialRow, attempts: Iterable[AttemptRow],
                 now: float | None = None) -> TrialTimes:
     """`trial`'s times from its attempt rows (see the module docstring). A store without
     attempt rows for it falls back to the trial row's own start and end."""

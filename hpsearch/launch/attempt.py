@@ -67,7 +67,7 @@ class Launch:
     trial_dir: Path
     workdir: Path
     params: dict = field(default_factory=dict, compare=False)
-    # What the retry rules changed for this attempt (hpsearch.executors.retry): sbatch
+    # What the retry rules changed for this attempt (hpsearch.driver.retry): sbatch
     # options that win over the spec's (--exclude, --mem, --time), and the factor on the
     # local timeout.
     sbatch_extra: tuple[str, ...] = field(default=(), compare=False)

@@ -38,11 +38,11 @@ from hpsearch.executors.base import Ended, Launch, Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
-from hpsearch.pilot import protocol as p
-from hpsearch.pilot import warm_servers
+from hpsearch.pilot import protocol, warm_servers
 from hpsearch.pilot.slots import Grant, Reservation, Slots
-from hpsearch.slurm.commands import Slurm, SlurmError
+from hpsearch.slurm.commands import Slurm
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
+from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.hostlist import compress, expand
 from hpsearch.store.trusted import present
 
@@ -121,7 +121,7 @@ class StepSignals(LocalExecutor):
 
 
 class Pilot:
-    def __init__(self, paths: p.PilotPaths, config: dict, alloc: Allocation) -> None:
+    def __init__(self, paths: protocol.PilotPaths, config: dict, alloc: Allocation) -> None:
         self.paths, self.cfg, self.alloc = paths, config, alloc
         self.began = time.monotonic()
         # The job's clock, not this process's: Python starts seconds (a slow file system:
@@ -130,7 +130,7 @@ class Pilot:
             else alloc.end_time - time.time()
         self.end = self.began + left - MARGIN
         self.signal_name = config.get("signal")
-        leaves = p.read_json(paths.root.parent / p.TOPOLOGY) or {}
+        leaves = protocol.read_json(paths.root.parent / protocol.TOPOLOGY) or {}
         self.slots = Slots(list(alloc.nodes), int(config["slots_per_node"]),
                            int(config["trial_gpus"]), list(alloc.gpu_ids),
                            {node: leaf for leaf, nodes in leaves.items() for node in nodes})
@@ -139,8 +139,8 @@ class Pilot:
                                   self.signal_name, float(config["signal_before"]))
         self.runner.base_env = without_shape(self.runner.base_env)  # each trial gets its own
         self.grants: dict[int, tuple[str, Grant]] = {}  # trial id -> (assignment name, grant)
-        self.beat = p.Beat(paths.heartbeat, float(config["heartbeat"]))
-        self.driver = p.Watch(paths.root.parent / p.DRIVER_HEARTBEAT)
+        self.beat = protocol.Beat(paths.heartbeat, float(config["heartbeat"]))
+        self.driver = protocol.Watch(paths.root.parent / protocol.DRIVER_HEARTBEAT)
         self.draining: str | None = None  # why it takes no more work
         self.wound_down = False
         self.absent = False  # the driver's heartbeat stopped: take no new work
@@ -172,8 +172,8 @@ class Pilot:
         while reason is None:
             reason = self._step()
         self._heartbeat("exited", reason)
-        p.write_json(self.paths.exit, {"reason": reason, "time": time.time(),
-                                       "job_id": self.alloc.job_id})
+        protocol.write_json(self.paths.exit, {"reason": reason, "time": time.time(),
+                                              "job_id": self.alloc.job_id})
         self.runner.close()
         warm_servers.stop(self.warm)
         return reason
@@ -240,8 +240,8 @@ class Pilot:
         if self.absent:
             return  # the driver is away: take no new work until it is back
         promise: Reservation | None = None
-        for name in p.names(self.paths.dir("inbox")):
-            data = p.read_json(self.paths.file("inbox", name), self._refused)
+        for name in protocol.names(self.paths.dir("inbox")):
+            data = protocol.read_json(self.paths.file("inbox", name), self._refused)
             if data is None:  # not a whole assignment (the driver writes atomically), or
                 continue      # not one the driver wrote: another user's is never run
             needed = self._seconds_needed(data)
@@ -254,10 +254,10 @@ class Pilot:
             if grant is None:
                 promise = promise or self.slots.reservation(nodes, width)
                 continue
-            if not p.move(self.paths, name, "inbox", "claimed"):
+            if not protocol.move(self.paths, name, "inbox", "claimed"):
                 self.slots.give_back(grant)  # the driver withdrew it first
                 continue
-            self._start(name, p.launch_from_dict(data), grant, data)
+            self._start(name, protocol.launch_from_dict(data), grant, data)
 
     def _refused(self, message: str) -> None:
         if message not in self.refused:  # once per file, not at every look at it
@@ -318,12 +318,12 @@ class Pilot:
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
 
     def _node_cpus(self) -> int:
-        """The pilot's CPUs on each node: its slots' (pilot_fleet asks Slurm for these)."""
+        """The pilot's CPUs on each node: its slots' (pilot.fleet asks Slurm for these)."""
         return int(self.cfg["trial_cpus"]) * int(self.cfg["slots_per_node"])
 
     def _cancel_asked(self) -> None:
-        for name in p.names(self.paths.dir("cancel")):
-            parsed = p.parse_name(name)
+        for name in protocol.names(self.paths.dir("cancel")):
+            parsed = protocol.parse_name(name)
             if parsed is None:
                 continue  # never: names() lists only names that parse
             tid, _ = parsed
@@ -335,7 +335,7 @@ class Pilot:
         name, grant = self.grants[event.trial_id]
         nodes = compress(list(grant.nodes))
         if isinstance(event, Started):
-            p.write_json(self.paths.file("started", name), {
+            protocol.write_json(self.paths.file("started", name), {
                 "nodes": nodes, "gpus": ",".join(grant.gpus), "slot": grant.slot,
                 "pid": event.pid,
                 "pid_start": event.pid_start, "host": self.alloc.batch_host,
@@ -407,7 +407,7 @@ class Pilot:
                 self.asked or event.trial_id in self.stopped_for_end):
             stopped, detail = "preempted", sent if self.asked else ended
         self.stopped_for_end.discard(event.trial_id)
-        p.write_json(self.paths.file("ended", name), {
+        protocol.write_json(self.paths.file("ended", name), {
             "exit_code": event.exit_code, "reason": reason, "detail": detail,
             "stopped": stopped, "nodes": nodes, "time": time.time()})
 
@@ -453,8 +453,8 @@ def remote_exit_code(trial_dir: Path, attempt: int,
 
 def main(pilot_dir: str) -> str:
     """The pilot job's entry point (submitit calls it in the allocation)."""
-    paths = p.PilotPaths(Path(pilot_dir))
-    config = p.read_json(paths.config)
+    paths = protocol.PilotPaths(Path(pilot_dir))
+    config = protocol.read_json(paths.config)
     if config is None:
         raise SystemExit(f"pilot: no readable {paths.config}")
     return Pilot(paths, config, Allocation.from_env()).run()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hpsearch.errors import BadInput
 from hpsearch.launch.attempt import build_launch
 from hpsearch.search import make_search
-from hpsearch.slurm.commands import Slurm, SlurmError
-from hpsearch.slurm.failures import PERMANENT
+from hpsearch.slurm.commands import Slurm
+from hpsearch.slurm.failures import PERMANENT, SlurmError
 from hpsearch.slurm.sbatch import batch_script
 from hpsearch.spec.model import Spec
 

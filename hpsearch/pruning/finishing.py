@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 FINISH = "finish"  # pruner attr of a trial `hpsearch finish` sent on: {rung, value, request}
 
@@ -26,13 +26,13 @@ class Candidate:
     """A trial `finish` may send on: paused at `rung` with `value`; `sent`: an earlier
     `finish` already did (it runs, or ran, to max_resource)."""
 
-    trial: r.TrialRow
+    trial: rows.TrialRow
     rung: int
     value: float
     sent: bool
 
 
-def candidates(trials: list[r.TrialRow], direction: str) -> list[Candidate]:
+def candidates(trials: list[rows.TrialRow], direction: str) -> list[Candidate]:
     """Paused trials and those an earlier `finish` sent on, best first: by the objective's
     value at the rung they paused at (`direction` respected; NaN last), then the higher rung,
     then the lower id."""
@@ -41,7 +41,7 @@ def candidates(trials: list[r.TrialRow], direction: str) -> list[Candidate]:
         mark = t.pruner_attrs.get(FINISH)
         if isinstance(mark, dict):
             found.append(Candidate(t, int(mark["rung"]), float(mark["value"]), True))
-        elif t.state == r.PAUSED:
+        elif t.state == rows.PAUSED:
             rung = int(t.pruner_attrs.get("rung", 0))
             value = t.pruner_attrs.get("rungs", {}).get(str(rung))
             found.append(Candidate(t, rung, math.nan if value is None else float(value),
@@ -51,12 +51,12 @@ def candidates(trials: list[r.TrialRow], direction: str) -> list[Candidate]:
                                         math.isnan(c.value) else 0.0, -c.rung, c.trial.id))
 
 
-def top(trials: list[r.TrialRow], direction: str, k: int) -> list[Candidate]:
+def top(trials: list[rows.TrialRow], direction: str, k: int) -> list[Candidate]:
     """The k best candidates (those already sent on count among them)."""
     return candidates(trials, direction)[:k]
 
 
-def chosen(trials: list[r.TrialRow], direction: str, ids: list[int]) -> list[Candidate]:
+def chosen(trials: list[rows.TrialRow], direction: str, ids: list[int]) -> list[Candidate]:
     """The candidates with these ids, in the order given. ValueError names the first id
     that is no trial, or a trial that is neither paused nor sent on (its state)."""
     by_id = {c.trial.id: c for c in candidates(trials, direction)}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from hpsearch.pruning.pruners import build, describe
 from hpsearch.search import optuna_compat as compat
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from hpsearch.spec.model import Objective, Pruner
@@ -67,13 +67,13 @@ class EarlyStopping:
         self.decided: set[int] = set()    # trials told to stop (never judged again)
 
     # -- building --------------------------------------------------------------------------
-    def rebuild(self, trials: list[r.TrialRow], curves: dict[int, dict[int, float]]) -> None:
+    def rebuild(self, trials: list[rows.TrialRow], curves: dict[int, dict[int, float]]) -> None:
         """Load the store's trials (dense ids, in order) with their objective's reported
         values by step (`curves`) and the pruner attrs stored with each."""
         optuna = _optuna()
-        state_of = {r.COMPLETED: optuna.trial.TrialState.COMPLETE,
-                    r.PRUNED: optuna.trial.TrialState.PRUNED,
-                    r.FAILED: optuna.trial.TrialState.FAIL}
+        state_of = {rows.COMPLETED: optuna.trial.TrialState.COMPLETE,
+                    rows.PRUNED: optuna.trial.TrialState.PRUNED,
+                    rows.FAILED: optuna.trial.TrialState.FAIL}
         frozen = []
         for row in trials:
             state = state_of.get(row.state, optuna.trial.TrialState.RUNNING)
@@ -133,12 +133,12 @@ class EarlyStopping:
         internal = self.ids[trial_id]
         if self.storage.get_trial(internal).state.is_finished():
             return
-        if state == r.COMPLETED and value is not None and math.isfinite(value):
+        if state == rows.COMPLETED and value is not None and math.isfinite(value):
             self.storage.set_trial_state_values(internal, optuna.trial.TrialState.COMPLETE,
                                                 [value])
         else:
             self.storage.set_trial_state_values(
-                internal, optuna.trial.TrialState.PRUNED if state == r.PRUNED
+                internal, optuna.trial.TrialState.PRUNED if state == rows.PRUNED
                 else optuna.trial.TrialState.FAIL)
 
     def _attrs(self, internal: int) -> dict:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from hpsearch.faults import fault_point
 from hpsearch.pruning.finishing import FINISH
 from hpsearch.pruning.promotion import Promotion, Segment
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from hpsearch.executors.base import Ended
@@ -44,15 +44,15 @@ class Promoter:
         self.finishing: list[_FinishRequest] = []  # `hpsearch finish` requests, oldest first
         self.sent: dict[int, dict] = {}  # trial id -> its FINISH mark (pruner attrs)
 
-    def recover(self, trials: list[r.TrialRow]) -> None:
+    def recover(self, trials: list[rows.TrialRow]) -> None:
         for row in trials:
             attrs = row.pruner_attrs
             if isinstance(attrs.get(FINISH), dict):
                 self.sent[row.id] = attrs[FINISH]
             rungs = {int(k): v for k, v in attrs.get("rungs", {}).items()}
-            self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == r.PAUSED,
+            self.policy.load(row.id, int(attrs.get("rung", 0)), rungs, row.state == rows.PAUSED,
                              attrs.get("step"))
-            if row.state == r.COMPLETED:
+            if row.state == rows.COMPLETED:
                 self.policy.completed(row.id)
 
     def env(self, segment: Segment) -> dict[str, str]:
@@ -113,8 +113,8 @@ class Promoter:
                               "than the rung asks; `hpsearch validate` warns of it)")
             if top:
                 return False
-            attrs = self.search.tell(tid, r.PRUNED, None, intermediate={step: value})
-            self.store.finish_attempt(tid, ended.attempt, r.PAUSED, ended.exit_code,
+            attrs = self.search.tell(tid, rows.PRUNED, None, intermediate={step: value})
+            self.store.finish_attempt(tid, ended.attempt, rows.PAUSED, ended.exit_code,
                                       f"paused at rung {rung} (step {step}, value "
                                       f"{value:.6g})", sampler_attrs=attrs)
         self.on_event(f"trial {tid} paused at rung {rung}: step {step}, {self.metric}="

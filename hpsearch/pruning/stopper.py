@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from hpsearch.faults import fault_point
 from hpsearch.pruning.policy import EarlyStopping
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from hpsearch.executors.base import Ended, Executor
@@ -37,12 +37,12 @@ class Stopper:
         self.requests: dict[int, dict] = {}  # trial id -> its stop request, until it ends
         self.untold: set[int] = set()  # stops committed, not yet told to the trial
 
-    def recover(self, trials: list[r.TrialRow]) -> None:
+    def recover(self, trials: list[rows.TrialRow]) -> None:
         """Rebuild the policy from the store (before trials in flight are adopted); a stop
         decided before the driver died is told again by the next tell()."""
         self.policy.rebuild(trials, self.store.objective_curves(self.policy.metric))
         self.requests = {t.id: t.stop_request for t in trials
-                         if t.stop_request is not None and t.state in r.IN_FLIGHT}
+                         if t.stop_request is not None and t.state in rows.IN_FLIGHT}
         self.untold = set(self.requests)
 
     def added(self, trial_id: int) -> None:
@@ -86,15 +86,15 @@ class Stopper:
             return False
         self.untold.discard(ended.trial_id)
         tid = ended.trial_id
-        attrs = self.search.tell(tid, r.PRUNED, None,
+        attrs = self.search.tell(tid, rows.PRUNED, None,
                                  intermediate={request["step"]: request["value"]})
-        self.policy.ended(tid, r.PRUNED, None)
+        self.policy.ended(tid, rows.PRUNED, None)
         took = time.time() - request["time"]
         reached = f"; its last report: step {last[0]} (value {last[1]:.6g})" if last else ""
         message = (f"pruned by {request['pruner']} at step {request['step']} (value "
                    f"{request['value']:.6g}){reached}; it stopped {took:.2f} s after the "
                    "decision")
-        self.store.finish_attempt(tid, ended.attempt, r.PRUNED, ended.exit_code, message,
+        self.store.finish_attempt(tid, ended.attempt, rows.PRUNED, ended.exit_code, message,
                                   sampler_attrs=attrs)
         self.on_event(f"trial {tid} pruned at step {request['step']}; stopped {took:.2f} s "
                       "after the decision")

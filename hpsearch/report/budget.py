@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpsearch.store import rows as r
+from hpsearch.store.rows import COMPLETED, FAILED, PAUSED, PRUNED, TrialRow
 
 KINDS = ("completed", "pruned", "paused", "failed", "other")
 
@@ -44,10 +44,10 @@ class BudgetRow:
 
 
 def kind_of(state: str) -> str:
-    return state if state in (r.COMPLETED, r.PRUNED, r.PAUSED, r.FAILED) else "other"
+    return state if state in (COMPLETED, PRUNED, PAUSED, FAILED) else "other"
 
 
-def trial_budgets(trials: list[r.TrialRow], curves: dict[int, list], usage: list
+def trial_budgets(trials: list[TrialRow], curves: dict[int, list], usage: list
                   ) -> list[TrialBudget]:
     """Per trial: `curves` are the objective's reported (step, value) pairs by trial, `usage`
     the AttemptUsage records of hpsearch.report.data."""

@@ -1,6 +1,6 @@
 """What a report shows, read from the store (read-only) and, on Slurm, from sacct.
 
-Resources are counted per attempt (hpsearch.store.usage, whose definition the cost
+Resources are counted per attempt (hpsearch.accounting.usage, whose definition the cost
 objectives share): node-hours = nodes x hours it ran, GPU-hours = GPUs x hours. On
 Slurm they come from sacct (ElapsedRaw, NNodes, AllocTRES of each attempt's job);
 elsewhere, or where sacct knows nothing, from the store's start and end times, with one
@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpsearch.accounting.efficiency import TrialEfficiency, efficiency
+from hpsearch.accounting.usage import AttemptUsage, attempt_usage, gpu_count
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report.gpu_use import GpuUse, pilot_gpu_use, pilot_gpus_per_node, trial_gpu_use
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
-from hpsearch.store import STORE_FILE, runs
-from hpsearch.store import rows as r
-from hpsearch.store.efficiency import TrialEfficiency, efficiency
-from hpsearch.store.usage import AttemptUsage, attempt_usage, gpu_count
-from hpsearch.tui.model import spec_facts
-from hpsearch.tui.pilots import heartbeat_of
+from hpsearch.store import runs
+from hpsearch.store.rows import ExperimentRow, TrialRow
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.views.pilots import heartbeat_of
+from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.driver.cost import PilotShare
@@ -50,7 +51,7 @@ class ReportData:
     status: str
     metrics: tuple[str, ...]
     directions: tuple[str, ...]
-    trials: list[r.TrialRow]
+    trials: list[TrialRow]
     curves: dict[int, list[tuple[int, float]]]   # trial -> [(step, value)] of metrics[0]
     usage: list[AttemptUsage]
     notes: list[str] = field(default_factory=list)
@@ -63,7 +64,7 @@ class ReportData:
     timing: dict[int, TrialEfficiency] = field(default_factory=dict)  # docs/scaling.md
 
 
-def _pilot_share(exp: r.ExperimentRow, runs_dir: Path) -> PilotShare | None:
+def _pilot_share(exp: ExperimentRow, runs_dir: Path) -> PilotShare | None:
     """A pilot attempt's share of each node it held, from the stored spec (as the cost
     objectives charge it: hpsearch.driver.cost); None (whole nodes) if it cannot be read."""
     from hpsearch.driver.cost import pilot_share_of
@@ -92,8 +93,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     attempts are used instead of reading them again (export at 10,000 trials: reading
     them twice was a third of its time)."""
     from hpsearch.store.store import Reader
-    reader = Reader(Path(exp_dir) / STORE_FILE)
-    try:
+    with Reader(Path(exp_dir) / STORE_FILE) as reader:
         exp = reader.experiment()
         metrics, executor = spec_facts(exp.spec_yaml)
         if view is not None:
@@ -114,8 +114,6 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         gpu_rows = reader.gpu_use()
         timing_rows = reader.rank_timing()
         restarts = reader.events(limit=None, kind=resume_check.KIND)
-    finally:
-        reader.close()
     gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
     params_of = {t.id: t.params for t in trials}
     share_of = _pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None

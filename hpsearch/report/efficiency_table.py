@@ -1,14 +1,14 @@
 """The report's parallel efficiency table: each timed trial's ranks, time per step, load
 balance, communication and parallel efficiency, throughput, and its speedup and scaling
-efficiency against the smallest size of its configuration (hpsearch.store.efficiency,
+efficiency against the smallest size of its configuration (hpsearch.accounting.efficiency,
 docs/scaling.md); "" where no trial reported timing."""
 
 from __future__ import annotations
 
 from html import escape
 
+from hpsearch.accounting.efficiency import TrialEfficiency, percent
 from hpsearch.report.data import ReportData
-from hpsearch.store.efficiency import TrialEfficiency, percent
 
 
 def _row(eff: TrialEfficiency, state: str) -> str:

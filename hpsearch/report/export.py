@@ -33,13 +33,13 @@ import csv
 import io
 import json
 
+from hpsearch.accounting.efficiency import COLUMNS as TIMING_COLUMNS
+from hpsearch.accounting.efficiency import TrialEfficiency
 from hpsearch.interop.optuna_trials import iso
 from hpsearch.interop.store_view import StoreView, last_reports
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import GpuUse
-from hpsearch.store.efficiency import COLUMNS as TIMING_COLUMNS
-from hpsearch.store.efficiency import TrialEfficiency
 
 
 def records(view: StoreView, budgets: dict[int, budget.TrialBudget],

@@ -128,7 +128,7 @@ def describe(use: GpuUse | None) -> str:
 def read_gpu_use(reader, spec_yaml: str, pilots: Iterable, now: float
                  ) -> tuple[dict[int, GpuUse], dict[int, GpuUse]]:
     """({trial: GpuUse}, {pilot id: GpuUse}) for `status`, from an open store Reader and
-    its pilots (hpsearch.tui.pilots.PilotLine: id, job_id, nodes, age); ({}, {}) when no
+    its pilots (hpsearch.views.pilots.PilotLine: id, job_id, nodes, age); ({}, {}) when no
     GPU was sampled. Reads the attempts only then."""
     rows = reader.gpu_use()
     if not rows:

@@ -13,8 +13,8 @@ from hpsearch.report.data import CLASSES, ReportData
 from hpsearch.report.efficiency_table import efficiency_section
 from hpsearch.report.gpu_table import gpu_section
 from hpsearch.report.pareto import pareto_section
-from hpsearch.store import rows as r
 from hpsearch.store.atomic import AS_OPEN, replace_file
+from hpsearch.store.rows import FAILED
 
 _CSS = """
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1100px; }
@@ -215,7 +215,7 @@ def write(data: ReportData, out_dir: Path) -> Path:
     notes = "".join(f"<p class='note'>{_e(n)}</p>" for n in data.notes)
     goals = ", ".join(f"{d} {m}" for m, d in zip(data.metrics, data.directions))
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
-    failed = [t for t in data.trials if t.state == r.FAILED]
+    failed = [t for t in data.trials if t.state == FAILED]
     failures = ""
     if failed:
         items = "".join(f"<li>trial {t.id}:<pre>{_e((t.error or '')[-600:])}</pre></li>"

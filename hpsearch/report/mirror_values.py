@@ -5,10 +5,10 @@ metrics it reported, so that accuracy against cost can be plotted where ML peopl
   <objective>          an objective the trial does not report itself (a cost objective such
                        as gpu_hours): its value as the sampler and `best` saw it
   node_hours, gpu_hours, wall_s
-                       what it cost over all its attempts (hpsearch.store.usage.trial_cost:
+                       what it cost over all its attempts (hpsearch.accounting.usage.trial_cost:
                        the cost objectives' definition, over hpsearch.report.data's usage,
                        from the store, as export and status read it: no sacct)
-  parallel_efficiency  of a trial whose ranks reported step timing (hpsearch.store.efficiency)
+  parallel_efficiency  of a trial whose ranks reported step timing (hpsearch.accounting.efficiency)
   rung, rung_value     promotion mode: the rung of its last segment and the objective's value
                        there (TrialRow.rung, .rung_value): what a paused trial waits with
 
@@ -23,9 +23,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from hpsearch.accounting.usage import AttemptUsage, trial_cost
 from hpsearch.interop.store_view import StoreView
 from hpsearch.report.data import collect
-from hpsearch.store.usage import AttemptUsage, trial_cost
 
 
 def mirror_values(exp_dir: Path, view: StoreView) -> dict[int, dict[str, float]]:

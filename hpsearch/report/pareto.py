@@ -1,16 +1,16 @@
 """The report's Pareto section, for a search of several objectives: the trials on the front,
 best first objective first, each with its objective values, what it cost (the report's own
-accounting, hpsearch.store.usage) and its parameters; and how many completed trials the
+accounting, hpsearch.accounting.usage) and its parameters; and how many completed trials the
 front leaves behind. "" for one objective (the report shows its best trials instead)."""
 
 from __future__ import annotations
 
 import html
 
+from hpsearch.accounting.usage import trial_cost
 from hpsearch.report.data import ReportData
 from hpsearch.spec.model import COST_METRICS
 from hpsearch.store.results import completed, pareto_front
-from hpsearch.store.usage import trial_cost
 
 _COST_HEADS = {"node_hours": "node-h", "gpu_hours": "GPU-h", "wall_s": "wall s"}
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpsearch.store import rows as r
-from hpsearch.tui.pilots import pilot_line
+from hpsearch.store import rows
+from hpsearch.views.pilots import pilot_line
 
 Span = tuple[tuple[str, ...], float, float]  # (nodes, start, end) of one attempt
 
@@ -68,7 +68,7 @@ def busy_node_seconds(spans: list[Span]) -> float:
     return total
 
 
-def pilot_usage(row: r.PilotRow, node_count: int, record, spans: list[Span],
+def pilot_usage(row: rows.PilotRow, node_count: int, record, spans: list[Span],
                 beat: dict | None, now: float) -> PilotUsage:
     """One pilot's usage. node_count: of row.nodes; record: sacct's JobUsage of its job
     (None: not known there); spans: the attempts that ran in it; beat: its heartbeat file

@@ -1,5 +1,5 @@
 """`hpsearch scale`'s table: one configuration's scaling curve, per size, from the timing its
-ranks reported (hpsearch.store.efficiency), beside the ring all-reduce model's prediction of
+ranks reported (hpsearch.accounting.efficiency), beside the ring all-reduce model's prediction of
 the communication (docs/scaling.md#scaling-a-configuration).
 
 Measured communication per step = time per step - the busiest rank's compute: what even
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpsearch.placement.simulate_cluster import SimConfig, ring_allreduce_time
-from hpsearch.store.efficiency import TrialEfficiency, percent
+from hpsearch.accounting.efficiency import TrialEfficiency, percent
+from hpsearch.placement.sim.cluster import SimConfig, ring_allreduce_time
 
 DEFAULT_BANDWIDTH_GBIT = SimConfig().link_bandwidth / 1e9  # the simulator's NIC: 100 Gbit/s
 GRAD_BYTES_METRIC = "grad_bytes"  # a metric a trial may report: its gradient's size in bytes

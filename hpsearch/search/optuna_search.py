@@ -22,7 +22,7 @@ from hpsearch.search import optuna_compat as compat
 from hpsearch.search.base import Asked, Search, WarmTrial
 from hpsearch.spec.model import Objective, Param
 from hpsearch.spec.model import Search as SearchSpec
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     import optuna
@@ -86,7 +86,7 @@ class OptunaSearch(Search):
     def asked(self) -> int:
         return self.n_asked
 
-    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict,
+    def rebuild(self, trials: list[rows.TrialRow], study_attrs: dict,
                 warm: Sequence[WarmTrial] = ()) -> None:
         optuna = _optuna()
         TrialState = optuna.trial.TrialState
@@ -107,11 +107,11 @@ class OptunaSearch(Search):
                                    f"{expected}")
             # A conditional trial holds only its active parameters, each with its distribution.
             params = {k: v for k, v in t.params.items() if k in self.distributions}
-            if t.state == r.COMPLETED and t.objective_values is not None:
+            if t.state == rows.COMPLETED and t.objective_values is not None:
                 state, values = TrialState.COMPLETE, t.objective_values
-            elif t.state == r.FAILED:
+            elif t.state == rows.FAILED:
                 state, values = TrialState.FAIL, None
-            elif t.state in (r.PRUNED, r.PAUSED):
+            elif t.state in (rows.PRUNED, rows.PAUSED):
                 state, values = TrialState.PRUNED, None
                 curve = _pruned_curve(t)  # TPE ranks pruned trials by how far they got
             else:
@@ -152,10 +152,10 @@ class OptunaSearch(Search):
         if intermediate and not storage.get_trial(internal).state.is_finished():
             for step, value in intermediate.items():  # TPE ranks pruned trials by them
                 storage.set_trial_intermediate_value(internal, step, value)
-        if state == r.COMPLETED:
+        if state == rows.COMPLETED:
             frozen = study.tell(number, values=values, skip_if_finished=True)
         else:
-            frozen = study.tell(number, state=TrialState.PRUNED if state == r.PRUNED
+            frozen = study.tell(number, state=TrialState.PRUNED if state == rows.PRUNED
                                 else TrialState.FAIL, skip_if_finished=True)
         return dict(frozen.system_attrs)
 
@@ -166,7 +166,7 @@ class OptunaSearch(Search):
         return self.study
 
 
-def _pruned_curve(t: r.TrialRow) -> dict[int, float]:
+def _pruned_curve(t: rows.TrialRow) -> dict[int, float]:
     """A pruned or paused trial's objective at the step it was judged or paused at."""
     if t.stop_request and "step" in t.stop_request:
         return {t.stop_request["step"]: t.stop_request["value"]}

@@ -20,7 +20,7 @@ from typing import Any
 
 from hpsearch.search.base import Asked, Search, WarmTrial
 from hpsearch.search.optuna_search import OptunaSearch, _pruned_curve
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 _Result = tuple[str, "list[float] | None", "dict[int, float] | None"]
 
@@ -49,21 +49,21 @@ class OrderedSearch(Search):
     def asked(self) -> int:
         return self.inner.asked
 
-    def rebuild(self, trials: list[r.TrialRow], study_attrs: dict,
+    def rebuild(self, trials: list[rows.TrialRow], study_attrs: dict,
                 warm: Sequence[WarmTrial] = ()) -> None:
         """As the uninterrupted run had it before asking trial len(trials): the results of
         trials after len(trials) - P are held back (rebuilt as running)."""
         first_held = len(trials) - self.parallel + 1
-        rows = []
+        seen = []
         for t in trials:
             result = _result(t)
             if result is not None:
                 self.finished.add(t.id)
                 if t.id >= first_held:
                     self.held[t.id] = result
-                    t = dataclasses.replace(t, state=r.RUNNING)
-            rows.append(t)
-        self.inner.rebuild(rows, study_attrs, warm)
+                    t = dataclasses.replace(t, state=rows.RUNNING)
+            seen.append(t)
+        self.inner.rebuild(seen, study_attrs, warm)
 
     def ask(self, fixed: dict[str, Any] | None = None, mark: dict | None = None) -> Asked | None:
         k = self.inner.asked
@@ -94,12 +94,12 @@ class OrderedSearch(Search):
         return None  # its sampler attrs stay as asked
 
 
-def _result(t: r.TrialRow) -> _Result | None:
+def _result(t: rows.TrialRow) -> _Result | None:
     """What the sampler is told of a finished trial (as the driver tells it), else None."""
-    if t.state == r.COMPLETED and t.objective_values is not None:
-        return r.COMPLETED, t.objective_values, None
-    if t.state == r.FAILED:
-        return r.FAILED, None, None
-    if t.state == r.PRUNED:
-        return r.PRUNED, None, _pruned_curve(t)
+    if t.state == rows.COMPLETED and t.objective_values is not None:
+        return rows.COMPLETED, t.objective_values, None
+    if t.state == rows.FAILED:
+        return rows.FAILED, None, None
+    if t.state == rows.PRUNED:
+        return rows.PRUNED, None, _pruned_curve(t)
     return None

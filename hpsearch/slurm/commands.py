@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from hpsearch.slurm import failures, parse
 from hpsearch.slurm.environment import outside_allocation
-from hpsearch.slurm.failures import SlurmError  # noqa: F401 - re-exported: callers catch it here
+from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
 
 DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while

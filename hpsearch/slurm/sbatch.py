@@ -37,7 +37,7 @@ def job_name(experiment: str, trial_id: int, attempt: int, instance: str = "") -
 
 
 def pilot_name(experiment: str, pilot_id: int, instance: str = "") -> str:
-    """The job name of the experiment instance's pilot `pilot_id` (hpsearch.executors.pilots)."""
+    """The job name of the experiment instance's pilot `pilot_id` (hpsearch.pilot.executor)."""
     return f"{_prefix(experiment, instance)}.pilot.{pilot_id}"
 
 

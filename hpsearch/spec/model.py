@@ -245,7 +245,7 @@ def slot_width(own: Resources, slot: Resources) -> int:
     return max(1, width)
 
 
-# Why an attempt ended without a result (hpsearch.executors.retry.classify), each with its own rule.
+# Why an attempt ended without a result (hpsearch.driver.retry.classify), each with its own rule.
 FAILURE_CLASSES = ("exit", "no_objective", "timeout", "out_of_memory", "node_fail", "boot_fail",
                    "preempted", "interrupted", "launch_error", "lost", "other")
 

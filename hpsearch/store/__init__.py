@@ -1,18 +1,6 @@
 """The SQLite results store (one per experiment; one writer: the driver).
 
-Names are loaded on first use: `hpsearch.store.rows` stays light, and sqlite-utils (0.3 s to
-import) is paid only by commands that open a store.
+Each name has one home: the handles in hpsearch.store.store (Store, Reader: sqlite-utils,
+0.3 s to import, paid only by commands that open a store), the store's file name and the
+runs dir in hpsearch.store.runs, the row types in hpsearch.store.rows (light).
 """
-
-from hpsearch.store.rows import ExperimentRow, TrialRow
-from hpsearch.store.runs import STORE_FILE
-
-
-def __getattr__(name: str):
-    if name in ("Reader", "Store"):
-        from hpsearch.store import store
-        return getattr(store, name)
-    raise AttributeError(name)
-
-
-__all__ = ["STORE_FILE", "ExperimentRow", "Reader", "Store", "TrialRow"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 
 def _signed(values: list[float], directions: list[str]) -> list[float]:
@@ -10,17 +10,17 @@ def _signed(values: list[float], directions: list[str]) -> list[float]:
     return [v if d == "minimize" else -v for v, d in zip(values, directions)]
 
 
-def completed(trials: list[r.TrialRow]) -> list[r.TrialRow]:
-    return [t for t in trials if t.state == r.COMPLETED and t.objective_values]
+def completed(trials: list[rows.TrialRow]) -> list[rows.TrialRow]:
+    return [t for t in trials if t.state == rows.COMPLETED and t.objective_values]
 
 
-def top_k(trials: list[r.TrialRow], directions: list[str], k: int) -> list[r.TrialRow]:
+def top_k(trials: list[rows.TrialRow], directions: list[str], k: int) -> list[rows.TrialRow]:
     """The k best completed trials by the first objective (ties: lower trial id first)."""
     done = completed(trials)
     return sorted(done, key=lambda t: (_signed(t.values, directions)[0], t.id))[:k]
 
 
-def pareto_front(trials: list[r.TrialRow], directions: list[str]) -> list[r.TrialRow]:
+def pareto_front(trials: list[rows.TrialRow], directions: list[str]) -> list[rows.TrialRow]:
     """Completed trials that no other completed trial dominates, by trial id."""
     done = completed(trials)
     points = [(_signed(t.values, directions), t) for t in done]
@@ -33,14 +33,14 @@ def pareto_front(trials: list[r.TrialRow], directions: list[str]) -> list[r.Tria
     return front
 
 
-def best(trials: list[r.TrialRow], directions: list[str], k: int = 1) -> list[r.TrialRow]:
+def best(trials: list[rows.TrialRow], directions: list[str], k: int = 1) -> list[rows.TrialRow]:
     """Top-k for one objective; the whole Pareto front for several."""
     if len(directions) > 1:
         return pareto_front(trials, directions)
     return top_k(trials, directions, k)
 
 
-def record(trial: r.TrialRow, metrics: list[str]) -> dict:
+def record(trial: rows.TrialRow, metrics: list[str]) -> dict:
     """A trial as `best --json` and `submit --best-out` write it."""
     return {"trial": trial.id, "values": dict(zip(metrics, trial.values)),
             "params": trial.params, "trial_dir": trial.trial_dir}
@@ -55,7 +55,7 @@ def best_checkpoint(saved: list, direction: str):
                default=None)
 
 
-def checkpoint_paths(trials: list[r.TrialRow], saved: list, direction: str) -> dict:
+def checkpoint_paths(trials: list[rows.TrialRow], saved: list, direction: str) -> dict:
     """trial id -> the path of its checkpoint to use (or None), for `trials`."""
     found = {t.id: best_checkpoint([c for c in saved if c.trial == t.id], direction)
              for t in trials}

@@ -74,7 +74,7 @@ def _v5(db: sqlite_utils.Database) -> None:
 
 
 def _v6(db: sqlite_utils.Database) -> None:
-    """Pilot jobs (hpsearch.executors.pilots): each pilot is written `submitting` before its
+    """Pilot jobs (hpsearch.pilot.executor): each pilot is written `submitting` before its
     sbatch, and its job id right after (write-ahead), so a resumed driver re-attaches to it."""
     db["pilots"].create({
         "id": int, "job_name": str, "job_id": str, "state": str, "nodes": str, "leaves": str,
@@ -107,7 +107,7 @@ def _v9(db: sqlite_utils.Database) -> None:
     """Per-rank step timing (hpsearch.trial.report_timing, hpsearch.ingest.timing_lines): per
     attempt and rank of a trial, the steps timed and the sums of their step and compute
     seconds (and items processed), from which parallel efficiency is derived
-    (hpsearch.store.efficiency)."""
+    (hpsearch.accounting.efficiency)."""
     db["rank_timing"].create({
         "trial": int, "attempt": int, "rank": int, "steps": int, "step_s": float,
         "compute_s": float, "items": float, "item_steps": int, "first": float, "last": float,

@@ -28,11 +28,21 @@ from typing import Any, TypeVar
 
 from hpsearch.errors import NotFound
 from hpsearch.store import filesystem
-from hpsearch.store import rows as r
 from hpsearch.store.lib import sqlite_utils
 from hpsearch.store.lock_free import open_lock_free, rollback_journal
 from hpsearch.store.read_only import HOT_JOURNAL_WAIT, hot_journal, open_read_only, open_snapshot
-from hpsearch.store.runs import STORE_FILE  # noqa: F401 - re-exported
+from hpsearch.store.rows import (
+    FAILED,
+    PILOT_ENDED,
+    PILOT_SUBMITTING,
+    QUEUED,
+    RUNNING,
+    SUBMITTING,
+    CheckpointRow,
+    ExperimentRow,
+    PilotRow,
+    TrialRow,
+)
 from hpsearch.store.schema import migrate
 
 
@@ -69,6 +79,9 @@ def _reads(method: Callable[..., T]) -> Callable[..., T]:
     return reading
 
 
+_Handle = TypeVar("_Handle", bound="Reader")
+
+
 class Reader:
     """Read-only access. Opens the file with mode=ro, so it can never write it; reads
     around a hot journal (_reads) instead of rolling it back. A store in rollback-journal
@@ -86,26 +99,32 @@ class Reader:
     def close(self) -> None:
         self.db.conn.close()
 
-    def experiment(self) -> r.ExperimentRow:
+    def __enter__(self: _Handle) -> _Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def experiment(self) -> ExperimentRow:
         rows = list(self.db["experiment"].rows)
         if not rows:
             raise NotFound(f"store {self.path} holds no experiment")
-        return r.ExperimentRow.from_db(rows[0])
+        return ExperimentRow.from_db(rows[0])
 
-    def trials(self, states: Iterable[str] | None = None) -> list[r.TrialRow]:
+    def trials(self, states: Iterable[str] | None = None) -> list[TrialRow]:
         if states is None:
             found = self.db["trials"].rows_where(order_by="id")
         else:
             states = list(states)
             marks = ",".join("?" * len(states))
             found = self.db["trials"].rows_where(f"state in ({marks})", states, order_by="id")
-        return [r.TrialRow.from_db(row) for row in found]
+        return [TrialRow.from_db(row) for row in found]
 
-    def trial(self, trial_id: int) -> r.TrialRow:
+    def trial(self, trial_id: int) -> TrialRow:
         rows = list(self.db["trials"].rows_where("id = ?", [trial_id]))
         if not rows:
             raise NotFound(f"no trial {trial_id}")
-        return r.TrialRow.from_db(rows[0])
+        return TrialRow.from_db(rows[0])
 
     def state_counts(self) -> dict[str, int]:
         return dict(self.db.execute("select state, count(*) from trials group by state").fetchall())
@@ -134,7 +153,7 @@ class Reader:
         return list(self.db["attempts"].rows_where(order_by="trial, attempt"))
 
     def checkpoints(self, trial_id: int | None = None,
-                    include_deleted: bool = False) -> list[r.CheckpointRow]:
+                    include_deleted: bool = False) -> list[CheckpointRow]:
         """Registered checkpoints by trial and step; deleted ones only with include_deleted."""
         where = [] if include_deleted else ["deleted is null"]
         args: list = []
@@ -143,7 +162,7 @@ class Reader:
             args.append(trial_id)
         found = self.db["checkpoints"].rows_where(" and ".join(where) or None, args,
                                                   order_by="trial, step, path")
-        return [r.CheckpointRow.from_db(row) for row in found]
+        return [CheckpointRow.from_db(row) for row in found]
 
     def checkpoint_steps(self, trial_id: int) -> dict[int, int]:
         """attempt -> the highest step it saved a checkpoint of (deleted ones included)."""
@@ -192,11 +211,11 @@ class Reader:
                                              order_by="id desc", limit=limit)
         return list(reversed(list(found)))
 
-    def pilots(self, live_only: bool = False) -> list[r.PilotRow]:
+    def pilots(self, live_only: bool = False) -> list[PilotRow]:
         """The experiment's pilot jobs, oldest first (live_only: those not ended)."""
         where = "state != ?" if live_only else None
-        return [r.PilotRow.from_db(row) for row in self.db["pilots"].rows_where(
-            where, [r.PILOT_ENDED] if live_only else [], order_by="id")]
+        return [PilotRow.from_db(row) for row in self.db["pilots"].rows_where(
+            where, [PILOT_ENDED] if live_only else [], order_by="id")]
 
     def slurm_trouble(self) -> str | None:
         """The message of the Slurm trouble the driver last reported and has not seen end
@@ -410,7 +429,7 @@ class Store(Reader):
         whose command never started, now fixed), with one event."""
         self._write_many([
             *[("update trials set state = ?, error = null, exit_code = null, finished = null"
-               " where id = ? and state = ?", (r.QUEUED, tid, r.FAILED)) for tid in trial_ids],
+               " where id = ? and state = ?", (QUEUED, tid, FAILED)) for tid in trial_ids],
             ("insert into events (time, trial, kind, message) values (?,?,?,?)",
              (time.time(), None, "requeued", message))])
 
@@ -422,10 +441,10 @@ class Store(Reader):
         statements = [
             ("insert into trials (id, state, params, attempt, created, trial_dir, sampler_attrs)"
              " values (?,?,?,?,?,?,?)",
-             (trial_id, r.SUBMITTING, json.dumps(params, allow_nan=True),  # spec order
+             (trial_id, SUBMITTING, json.dumps(params, allow_nan=True),  # spec order
               1, now, trial_dir, _dumps(sampler_attrs))),
             ("insert into attempts (trial, attempt, state) values (?,?,?)",
-             (trial_id, 1, r.SUBMITTING)),
+             (trial_id, 1, SUBMITTING)),
         ]
         if study_attrs is not None:
             text = _dumps(study_attrs)
@@ -441,9 +460,9 @@ class Store(Reader):
         self._write_many([
             ("update trials set state = ?, attempt = ?, pid = null, pid_start = null,"
              " exit_code = null, error = null, started = null, finished = null where id = ?",
-             (r.SUBMITTING, attempt, trial_id)),
+             (SUBMITTING, attempt, trial_id)),
             ("insert or replace into attempts (trial, attempt, state, reason, overrides)"
-             " values (?,?,?,?,?)", (trial_id, attempt, r.SUBMITTING, reason, overrides)),
+             " values (?,?,?,?,?)", (trial_id, attempt, SUBMITTING, reason, overrides)),
             ("insert into events (time, trial, kind, message) values (?,?,?,?)",
              (time.time(), trial_id, "attempt", f"attempt {attempt}: {reason}")),
         ])
@@ -453,7 +472,7 @@ class Store(Reader):
         stopped): their trials wait, `queued`, and the attempt stays `submitting`, so a
         resumed driver launches that same attempt."""
         if trial_ids:
-            self._write_many([("update trials set state = ? where id = ?", (r.QUEUED, tid))
+            self._write_many([("update trials set state = ? where id = ?", (QUEUED, tid))
                               for tid in trial_ids])
 
     def mark_running(self, trial_id: int, attempt: int, host: str, pid: int | None,
@@ -462,10 +481,10 @@ class Store(Reader):
         self._write_many([
             ("update trials set state = ?, started = ?, host = ?, pid = ?, pid_start = ?,"
              " gpus = ?, job_id = ? where id = ?",
-             (r.RUNNING, now, host, pid, pid_start, gpus, job_id, trial_id)),
+             (RUNNING, now, host, pid, pid_start, gpus, job_id, trial_id)),
             ("update attempts set state = ?, started = ?, host = ?, pid = ?, job_id = ?"
              " where trial = ? and attempt = ?",
-             (r.RUNNING, now, host, pid, job_id, trial_id, attempt)),
+             (RUNNING, now, host, pid, job_id, trial_id, attempt)),
         ])
 
     def bind_attempt(self, trial_id: int, attempt: int, job_id: str) -> None:
@@ -495,10 +514,10 @@ class Store(Reader):
                        error: str | None, values: list[float] | None = None,
                        requeue: bool = False, sampler_attrs: dict | None = None,
                        failure: str | None = None) -> None:
-        """Record how an attempt ended (`failure`: its class, hpsearch.executors.retry). With
+        """Record how an attempt ended (`failure`: its class, hpsearch.driver.retry). With
         requeue the trial goes back to `queued`."""
         now = self.end_time()
-        trial_state = r.QUEUED if requeue else state
+        trial_state = QUEUED if requeue else state
         # never before it was seen started (a fast trial can exit before that is recorded)
         statements = [
             ("update attempts set state = ?, finished = max(?, coalesce(started, 0)),"
@@ -622,7 +641,7 @@ class Store(Reader):
     def add_pilot(self, pilot_id: int, job_name: str) -> None:
         """Write-ahead: the pilot exists before its sbatch runs."""
         self._write("insert into pilots (id, job_name, state, submitted) values (?, ?, ?, ?)",
-                    (pilot_id, job_name, r.PILOT_SUBMITTING, time.time()))
+                    (pilot_id, job_name, PILOT_SUBMITTING, time.time()))
 
     def update_pilot(self, pilot_id: int, **fields: Any) -> None:
         """Set some of a pilot's columns (job_id, state, nodes, leaves, started, ended,
@@ -665,7 +684,7 @@ class Store(Reader):
             " checkpoints.step order by m.step desc limit 1) where trial = ? and metric is null",
             (metric, trial_id))
 
-    def mark_checkpoints_deleted(self, doomed: list[r.CheckpointRow]) -> None:
+    def mark_checkpoints_deleted(self, doomed: list[CheckpointRow]) -> None:
         """Write-ahead of deleting the files: a checkpoint marked here is gone for good."""
         now = time.time()
         with self.batch():

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from hpsearch.pruning.promotion import Promotion
@@ -109,12 +109,12 @@ class PromotionWork:
             self.tops = dict(db.execute("select trial, max(rung) from attempts where rung is "
                                         "not null group by trial"))
         else:
-            marks = ",".join("?" * len(r.IN_FLIGHT))
+            marks = ",".join("?" * len(rows.IN_FLIGHT))
             changed = {t for (t,) in db.execute("select distinct trial from events where "
                                                 "id > ? and trial is not null",
                                                 (self.seen_event,))}
             changed.update(t for (t,) in db.execute(
-                f"select id from trials where state in ({marks})", r.IN_FLIGHT))
+                f"select id from trials where state in ({marks})", rows.IN_FLIGHT))
             for trial in changed:
                 self.steps[trial] = db.execute(
                     "select count(*) from metrics where trial = ? and name = ?",

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from hpsearch.store import STORE_FILE
+from hpsearch.store.runs import STORE_FILE
 
 REFRESH = 0.5  # seconds between redraws
 WATCH_FOOTER = "q or Ctrl-C leaves the view; the search goes on"

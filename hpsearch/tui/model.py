@@ -19,10 +19,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch.ingest import outcome
-from hpsearch.store import STORE_FILE, runs
-from hpsearch.store import rows as r
+from hpsearch.store import runs
+from hpsearch.store.rows import (
+    CANCELLED,
+    COMPLETED,
+    DONE,
+    IN_FLIGHT,
+    RUNNING,
+    ExperimentRow,
+    TrialRow,
+)
+from hpsearch.store.runs import STORE_FILE
 from hpsearch.tui import eta as clock
-from hpsearch.tui.pilots import PilotLine, ended_count, pilot_lines
+from hpsearch.views.pilots import PilotLine, ended_count, pilot_lines
+from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.placement.topology import Topology
@@ -78,7 +88,7 @@ class Snapshot:
     cluster: tuple[LeafLine, ...] | None = None  # Slurm only; None: not known (yet)
     cluster_note: str | None = None
     slurm_trouble: str | None = None  # "Slurm unreachable since ...", while it lasts
-    pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.tui.pilots)
+    pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.views.pilots)
     pilots_ended: int = 0
     work: clock.Progress | None = None  # what the ETA is estimated from (hpsearch.tui.eta)
     taken: float = field(default_factory=time.time)
@@ -86,18 +96,7 @@ class Snapshot:
     @property
     def finished(self) -> int:
         """Trials finished for good or for now (paused), as `hpsearch status` counts them."""
-        return sum(self.counts.get(s, 0) for s in r.DONE)
-
-
-def spec_facts(spec_yaml: str) -> tuple[tuple[str, ...], str]:
-    """(objective metric names, executor type) from the stored spec text."""
-    import yaml
-    raw = yaml.safe_load(spec_yaml) or {}
-    objective = raw.get("objective") or []
-    objectives = objective if isinstance(objective, list) else [objective]
-    metrics = tuple(str(o.get("metric")) for o in objectives if isinstance(o, dict))
-    executor = raw.get("executor") or {}
-    return metrics, str(executor.get("type", "local")) if isinstance(executor, dict) else "local"
+        return sum(self.counts.get(s, 0) for s in DONE)
 
 
 def _signed(values, directions) -> tuple[float, ...]:
@@ -138,19 +137,19 @@ class SnapshotSource:
         self.reader.close()
 
     # -- queries ---------------------------------------------------------------------------
-    def _rows(self, sql: str, args=()) -> list[r.TrialRow]:
+    def _rows(self, sql: str, args=()) -> list[TrialRow]:
         cursor = self.reader.db.execute(sql, args)
         names = [d[0] for d in cursor.description]
-        return [r.TrialRow.from_db(dict(zip(names, row))) for row in cursor.fetchall()]
+        return [TrialRow.from_db(dict(zip(names, row))) for row in cursor.fetchall()]
 
-    def _shown_trials(self, limit: int) -> list[r.TrialRow]:
-        marks = ",".join("?" * len(r.IN_FLIGHT))
+    def _shown_trials(self, limit: int) -> list[TrialRow]:
+        marks = ",".join("?" * len(IN_FLIGHT))
         flying = self._rows(f"select * from trials where state in ({marks}) order by id "
-                            f"limit ?", (*r.IN_FLIGHT, limit))
+                            f"limit ?", (*IN_FLIGHT, limit))
         left = limit - len(flying)
         recent = self._rows(f"select * from trials where state not in ({marks}) "
                             "order by finished desc, id desc limit ?",
-                            (*r.IN_FLIGHT, left)) if left > 0 else []
+                            (*IN_FLIGHT, left)) if left > 0 else []
         return flying + recent
 
     def _metric_facts(self, trial_id: int, attempt: int) -> tuple[int | None, float | None,
@@ -169,13 +168,13 @@ class SnapshotSource:
                           (trial_id, name)).fetchone()[0]
         return last[0], last[1], best
 
-    def _line(self, t: r.TrialRow, pilot_leaf: dict[str, tuple[str, ...]] | None = None
+    def _line(self, t: TrialRow, pilot_leaf: dict[str, tuple[str, ...]] | None = None
               ) -> TrialLine:
         """pilot_leaf: job id -> the leaf of a pilot under one leaf switch (a trial running
         in it is under that leaf too; the store learns its trial's leaf when it ends)."""
         step, latest, best = self._metric_facts(t.id, t.attempt)
         state = t.state
-        if state == r.RUNNING and t.sched_state and t.sched_state not in ("RUNNING",
+        if state == RUNNING and t.sched_state and t.sched_state not in ("RUNNING",
                                                                           "COMPLETING"):
             state = t.sched_state.lower()
         leaves = tuple(x for x in (t.leaves or "").split(",") if x)
@@ -188,7 +187,7 @@ class SnapshotSource:
                          attempt=t.attempt, step=step, latest=latest, best=best,
                          duration=t.duration, error=outcome.cause(t.error) or None)
 
-    def _ran(self, trials: list[r.TrialRow], now: float) -> dict[int, float | None]:
+    def _ran(self, trials: list[TrialRow], now: float) -> dict[int, float | None]:
         """trial id -> the time it ran, summed over its attempts (status's `time` column and
         export's run_seconds: hpsearch.interop.trial_times), for the trials shown."""
         from hpsearch.interop.store_view import AttemptRow
@@ -216,13 +215,13 @@ class SnapshotSource:
             row = db.execute("select id, objective_values from trials where state = ? and "
                              "objective_values is not null order by "
                              f"json_extract(objective_values, '$[0]') {order}, id limit 1",
-                             (r.COMPLETED,)).fetchone()
+                             (COMPLETED,)).fetchone()
             if row:
                 best_id, values = row[0], tuple(json.loads(row[1]))
         else:
             points = [_signed(json.loads(text), self.directions) for (text,) in db.execute(
                 "select objective_values from trials where state = ? and objective_values "
-                "is not null", (r.COMPLETED,)).fetchall()]
+                "is not null", (COMPLETED,)).fetchall()]
             front = pareto_size(points)
         self._best_key, self._best = completed, (best_id, values, front)
         return self._best
@@ -243,7 +242,7 @@ class SnapshotSource:
         trials = self._shown_trials(rows or self.rows)
         ran = self._ran(trials, now)
         shown = [replace(self._line(t, pilot_leaf), duration=ran.get(t.id)) for t in trials]
-        best_id, best_values, front = self._best_now(counts.get(r.COMPLETED, 0))
+        best_id, best_values, front = self._best_now(counts.get(COMPLETED, 0))
         best = None
         if best_id is not None:
             best = next((line for line in shown if line.id == best_id), None)
@@ -258,7 +257,7 @@ class SnapshotSource:
         if leaves is not None:
             on_leaf: dict[str, list[int]] = {}
             for line in shown:
-                if line.state not in r.DONE and line.state != r.CANCELLED:
+                if line.state not in DONE and line.state != CANCELLED:
                     for leaf in line.leaves:
                         on_leaf.setdefault(leaf, []).append(line.id)
             leaves = tuple(LeafLine(x.leaf, x.free, x.used, x.down,
@@ -274,15 +273,15 @@ class SnapshotSource:
                         pilots=pilots, pilots_ended=ended_count(self.reader),
                         work=work if eta is not None else None)
 
-    def _clock(self, exp: r.ExperimentRow, counts: dict[str, int], running: bool,
+    def _clock(self, exp: ExperimentRow, counts: dict[str, int], running: bool,
                now: float) -> tuple[float, clock.Progress | None]:
         """(seconds from the first trial to the search's end or now, the work done and
         planned while the clock runs, else None): hpsearch.tui.eta says how."""
         db = self.reader.db
         first, last_end = db.execute("select min(created), max(finished) from trials"
                                      ).fetchone()
-        done = sum(counts.get(s, 0) for s in r.DONE)
-        end = clock.end_of_search(running, sum(counts.get(s, 0) for s in r.IN_FLIGHT), done,
+        done = sum(counts.get(s, 0) for s in DONE)
+        end = clock.end_of_search(running, sum(counts.get(s, 0) for s in IN_FLIGHT), done,
                                   exp.trials_requested, last_end, exp.updated)
         elapsed = max(0.0, (now if end is None else end) - (first or exp.created))
         if end is not None:

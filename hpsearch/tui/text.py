@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hpsearch.store import rows as r
-from hpsearch.tui.pilots import PilotLine
+from hpsearch.store import rows
+from hpsearch.views.pilots import PilotLine
 
 
 def format_duration(seconds: float | None) -> str:
@@ -23,7 +23,7 @@ def format_duration(seconds: float | None) -> str:
 def pilot_age(line: PilotLine) -> str:
     """"up 3m05s" (running), "waits 12.0s" (submitted, not running yet), "held 5m00s"
     (ended: how long it held its nodes) or "never ran"."""
-    if line.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING):
+    if line.state in (rows.PILOT_SUBMITTING, rows.PILOT_PENDING):
         return f"waits {format_duration(line.age)}"
     if not line.live:
         return f"held {format_duration(line.age)}" if line.age > 0 else "never ran"

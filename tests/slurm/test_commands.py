@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hpsearch.errors import HpsearchError
-from hpsearch.slurm.commands import Slurm, SlurmError
+from hpsearch.slurm.commands import Slurm
+from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.parse import JobRecord, QueueRecord
 
 from .conftest import SlurmCluster

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections import Counter
 
-from hpsearch.store import STORE_FILE
+from hpsearch.store.runs import STORE_FILE
 from tests.helpers import job_prefix, kill_driver_repeatedly, read_store
 
 RUN = uuid.uuid4().hex[:6]

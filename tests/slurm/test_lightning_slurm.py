@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from hpsearch.slurm.hostlist import expand
 from tests.helpers import read_store
 from tests.slurm.test_pilots import _attempts
@@ -147,5 +147,6 @@ def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_che
     assert sorted(set(steps)) == list(range(20))
     assert json.loads((tdir / "result.json").read_text()) == _baseline(tmp_path, 20)
     assert not list(tdir.rglob("hpc_ckpt_*"))
-    exits = [p.read_json(d / "exit.json") for d in p.pilots_dir(cli.runs / name).glob("[0-9]*")]
+    exits = [protocol.read_json(d / "exit.json")
+             for d in protocol.pilots_dir(cli.runs / name).glob("[0-9]*")]
     assert any(e and e["reason"] == "its time limit is near" for e in exits), exits

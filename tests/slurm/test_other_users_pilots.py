@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 from hpsearch.executors.base import Launch
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from tests.helpers import read_store
 from tests.slurm.test_pilot_fencing import _events, _wait_for
 from tests.slurm.test_pilots import _attempts
@@ -51,17 +51,18 @@ def test_what_another_user_plants_in_a_running_pilot_search_is_not_obeyed(
     driver = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
         assert _wait_for(lambda: len(_lines(mark)) >= 2, 120), "no two trials started"
-        paths = p.PilotPaths(p.pilots_dir(cli.runs / name) / "1")
+        paths = protocol.PilotPaths(protocol.pilots_dir(cli.runs / name) / "1")
         for folder in (paths.root, paths.dir("inbox"), paths.dir("cancel"), paths.dir("ended")):
             os.chmod(folder, 0o777)
         requests = cli.runs / name / "requests"
         requests.mkdir(exist_ok=True)
         os.chmod(requests, 0o777)
         theirs = Launch(9, 1, f"touch {marker}", {}, tmp_path / "t9", tmp_path)
-        _write_as(other_uid, paths.dir("inbox"), p.name_of(9, 1), p.launch_to_dict(theirs))
+        _write_as(other_uid, paths.dir("inbox"), protocol.name_of(9, 1),
+                  protocol.launch_to_dict(theirs))
         _write_as(other_uid, paths.root, paths.stop.name, {})
-        _write_as(other_uid, paths.dir("cancel"), p.name_of(0, 1), {"time": time.time()})
-        _write_as(other_uid, paths.dir("ended"), p.name_of(1, 1),
+        _write_as(other_uid, paths.dir("cancel"), protocol.name_of(0, 1), {"time": time.time()})
+        _write_as(other_uid, paths.dir("ended"), protocol.name_of(1, 1),
                   {"exit_code": 0, "reason": "exited", "detail": ""})
         _write_as(other_uid, requests, f"trials-{time.time_ns():020d}-1.json",
                   {"id": "not-the-owner", "total": 30})
@@ -83,7 +84,7 @@ def test_what_another_user_plants_in_a_running_pilot_search_is_not_obeyed(
     assert f"owned by uid {other_uid}" in refused  # the request, the planted end
     assert "refused request file" in refused and "ended" in refused
     log = "\n".join(f.read_text(errors="replace")
-                    for f in (p.pilots_dir(cli.runs / name) / "submitit").rglob("*.out"))
+                    for f in (protocol.pilots_dir(cli.runs / name) / "submitit").rglob("*.out"))
     for planted in ("inbox", "stop", "cancel"):
         assert any(planted in line and "refused" in line for line in log.splitlines()), log
     assert Path(paths.stop).stat().st_uid == other_uid  # still there, never obeyed

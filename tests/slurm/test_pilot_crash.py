@@ -8,8 +8,8 @@ import sqlite3
 import uuid
 from collections import Counter
 
-from hpsearch.pilot import protocol as p
-from hpsearch.store import STORE_FILE
+from hpsearch.pilot import protocol
+from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Reader
 from tests.helpers import kill_driver_repeatedly, read_store
 
@@ -51,9 +51,10 @@ def test_driver_sigkilled_at_20_moments_of_a_pilot_search_runs_every_trial_once(
     assert all(t.attempt == 1 for t in trials), [(t.id, t.attempt) for t in trials]
     # Each attempt started in exactly one pilot, once: the pilots' own record (started/,
     # or done/started/ once the driver stored the end).
-    started = Counter(name for d in p.pilots_dir(cli.runs / name).glob("[0-9]*")
-                      for name in p.names(d / "started") + p.names(d / "done" / "started"))
-    assert started == Counter({p.name_of(t, 1): 1 for t in range(TRIALS)}), started
+    started = Counter(name for d in protocol.pilots_dir(cli.runs / name).glob("[0-9]*")
+                      for name in (protocol.names(d / "started")
+                                   + protocol.names(d / "done" / "started")))
+    assert started == Counter({protocol.name_of(t, 1): 1 for t in range(TRIALS)}), started
     reader = Reader(cli.runs / name / STORE_FILE)
     try:
         pilots = reader.pilots()

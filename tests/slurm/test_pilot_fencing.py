@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from tests.helpers import read_store
 from tests.slurm.test_pilots import _attempts
 
@@ -93,7 +93,8 @@ def test_a_silent_pilot_whose_scancel_fails_has_its_trial_retried_only_once_slur
     pilot_pid = job_id = None
     try:
         assert _wait_for(lambda: "start 1" in _lines(mark), 120), "the trial never started"
-        beat = p.read_json(p.PilotPaths(p.pilots_dir(cli.runs / name) / "1").heartbeat)
+        beat = protocol.read_json(
+            protocol.PilotPaths(protocol.pilots_dir(cli.runs / name) / "1").heartbeat)
         pilot_pid, job_id = beat["pid"], beat["job_id"]
         os.kill(pilot_pid, signal.SIGSTOP)
         given_up = _wait_for(lambda: [e for e in _events(cli.runs, name)
@@ -128,7 +129,8 @@ def test_a_silent_pilot_whose_scancel_fails_has_its_trial_retried_only_once_slur
 
 
 def _events(runs, name) -> list[dict]:
-    from hpsearch.store.store import STORE_FILE, Reader
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Reader
     if not (runs / name / STORE_FILE).exists():
         return []
     reader = Reader(runs / name / STORE_FILE)
@@ -148,8 +150,8 @@ def test_an_end_file_the_pilot_did_not_write_ends_nothing(cli, slurm_cluster, tm
     driver = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
         assert _wait_for(lambda: "start 1" in _lines(mark), 120), "the trial never started"
-        os.mkfifo(p.PilotPaths(p.pilots_dir(cli.runs / name) / "1").file(
-            "ended", p.name_of(0, 1)))
+        os.mkfifo(protocol.PilotPaths(protocol.pilots_dir(cli.runs / name) / "1").file(
+            "ended", protocol.name_of(0, 1)))
         out, err = driver.communicate(timeout=120)
     finally:
         if driver.poll() is None:

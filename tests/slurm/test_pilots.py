@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from hpsearch.slurm.hostlist import expand
-from hpsearch.store.store import STORE_FILE, Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Reader
 from tests.helpers import job_prefix, read_store
 from tests.slurm.test_preemption import _slurmd_pid, _wait_node_up
 
@@ -167,11 +168,11 @@ def test_single_node_trials_run_side_by_side_in_one_pilot(cli, slurm_cluster):
         overlapping = any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
         assert overlapping, (node, intervals)  # two slots on the node were used at once
     # Every end stored: the files left the dirs the driver lists every tick, kept in done/.
-    (pilot_dir,) = p.pilots_dir(cli.runs / name).glob("[0-9]*")
-    assert p.names(pilot_dir / "started") == p.names(pilot_dir / "ended") == []
-    done = {p.name_of(t.id, 1) for t in trials}
-    assert set(p.names(pilot_dir / "done" / "started")) == done
-    assert set(p.names(pilot_dir / "done" / "ended")) == done
+    (pilot_dir,) = protocol.pilots_dir(cli.runs / name).glob("[0-9]*")
+    assert protocol.names(pilot_dir / "started") == protocol.names(pilot_dir / "ended") == []
+    done = {protocol.name_of(t.id, 1) for t in trials}
+    assert set(protocol.names(pilot_dir / "done" / "started")) == done
+    assert set(protocol.names(pilot_dir / "done" / "ended")) == done
 
 
 def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_cluster):
@@ -242,7 +243,8 @@ def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
     tdir = cli.runs / name / "trials" / "00000"
     assert "resuming from epoch-" in (tdir / "stdout.log").read_text()
     assert json.loads((tdir / "result.json").read_text()) == _baseline(tmp_path, 20)
-    pilots = [p.read_json(d / "exit.json") for d in p.pilots_dir(cli.runs / name).glob("[0-9]*")]
+    pilots = [protocol.read_json(d / "exit.json")
+              for d in protocol.pilots_dir(cli.runs / name).glob("[0-9]*")]
     assert any(e and e["reason"] == "its time limit is near" for e in pilots), pilots
 
 

@@ -73,9 +73,10 @@ def test_a_trial_in_a_pilot_sees_its_own_size_not_the_pilots(cli, slurm_cluster)
     # The pilot's clock is its job's: its end is the job's start plus its time limit (from
     # squeue: Slurm 22.05 sets no SLURM_JOB_END_TIME), not the pilot process's start plus
     # the limit, which comes a second or more later.
-    from hpsearch.pilot import protocol as p
+    from hpsearch.pilot import protocol
     from hpsearch.pilot.program import MARGIN
-    beat = p.read_json(p.PilotPaths(p.pilots_dir(cli.runs / name) / "1").heartbeat)
+    beat = protocol.read_json(
+        protocol.PilotPaths(protocol.pilots_dir(cli.runs / name) / "1").heartbeat)
     deadline = time.monotonic() + 30
     while True:  # sacct lags slurmctld by a moment
         fields = subprocess.run(

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.store.store import STORE_FILE, Store
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Store
 
 SPEC = """\
 name: {name}

@@ -75,7 +75,7 @@ def test_multi_objective_shows_the_front_size(tmp_path: Path):
 def test_cluster_watch_turns_errors_into_a_note():
     class Broken:
         def topology(self):
-            from hpsearch.slurm.commands import SlurmError
+            from hpsearch.slurm.failures import SlurmError
             raise SlurmError(["scontrol", "show", "topology"], 1, "connection refused")
     leaves, note = ClusterWatch(slurm=Broken())._query()
     assert leaves is None and "connection refused" in note
@@ -100,7 +100,8 @@ def test_the_header_says_slurm_is_unreachable_until_it_answers_again(tmp_path: P
     (while a driver runs), and gone once its end is recorded."""
     import dataclasses
 
-    from hpsearch.store.store import STORE_FILE, Store
+    from hpsearch.store.runs import STORE_FILE
+    from hpsearch.store.store import Store
     exp_dir = tmp_path / "exp"
     build_store(exp_dir, 10, executor="slurm", running=2)
     store = Store(exp_dir / STORE_FILE)

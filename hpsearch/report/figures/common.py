@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from hpsearch.report.data import ReportData
 from hpsearch.report.space import ParamScale, choice_label, param_scales
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # Trials without an objective value, drawn apart from the completed ones, in this order.
-NOT_COMPLETED = {r.FAILED: {"marker": "x", "color": "black"},
-                 r.PRUNED: {"marker": "v", "color": "tab:orange"},
-                 r.CANCELLED: {"marker": "s", "color": "tab:grey"},
-                 r.PAUSED: {"marker": "d", "color": "tab:purple"}}
+NOT_COMPLETED = {rows.FAILED: {"marker": "x", "color": "black"},
+                 rows.PRUNED: {"marker": "v", "color": "tab:orange"},
+                 rows.CANCELLED: {"marker": "s", "color": "tab:grey"},
+                 rows.PAUSED: {"marker": "d", "color": "tab:purple"}}
 LOG_SPREAD = 1000.0  # objective values spanning more than this factor go on a log axis
 
 
@@ -55,9 +55,9 @@ def png(figure: Figure) -> bytes:
     return buf.getvalue()
 
 
-def completed(data: ReportData) -> list[r.TrialRow]:
+def completed(data: ReportData) -> list[rows.TrialRow]:
     """Completed trials with a finite value of every objective."""
-    return [t for t in data.trials if t.state == r.COMPLETED and t.objective_values
+    return [t for t in data.trials if t.state == rows.COMPLETED and t.objective_values
             and len(t.objective_values) >= len(data.metrics)
             and all(v is not None and math.isfinite(v) for v in t.objective_values)]
 
@@ -86,7 +86,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def varying_scales(data: ReportData, trials: list[r.TrialRow]) -> dict[str, ParamScale]:
+def varying_scales(data: ReportData, trials: list[rows.TrialRow]) -> dict[str, ParamScale]:
     """The scale of each parameter that takes at least two values among `trials`."""
     values = {}
     for name in dict.fromkeys(k for t in trials for k in t.params):

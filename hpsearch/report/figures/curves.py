@@ -16,14 +16,14 @@ from hpsearch.report.figures.common import (
     objective_label,
     objective_log,
 )
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
 # How each kind of trial is drawn, in the legend's order: colour, line style, layer (higher
 # on top). Failed and cancelled curves (often diverged) do not set the value axis's range.
-STYLES = {r.COMPLETED: ("tab:blue", "-", 3), r.PRUNED: ("tab:orange", "-", 2),
-          r.PAUSED: ("tab:purple", "-", 2), "running or queued": ("tab:grey", "--", 2),
-          r.FAILED: ("black", ":", 1), r.CANCELLED: ("tab:grey", ":", 1)}
-UNRANGED = (r.FAILED, r.CANCELLED)
+STYLES = {rows.COMPLETED: ("tab:blue", "-", 3), rows.PRUNED: ("tab:orange", "-", 2),
+          rows.PAUSED: ("tab:purple", "-", 2), "running or queued": ("tab:grey", "--", 2),
+          rows.FAILED: ("black", ":", 1), rows.CANCELLED: ("tab:grey", ":", 1)}
+UNRANGED = (rows.FAILED, rows.CANCELLED)
 
 
 def _range(values: list[float], log: bool) -> tuple[float, float]:
@@ -55,7 +55,7 @@ def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
     few = len(data.curves) <= 50
     for kind, trials in kinds.items():
         color, style, layer = STYLES[kind]
-        alpha = (0.9 if few else 0.4) if kind == r.COMPLETED else (0.6 if few else 0.25)
+        alpha = (0.9 if few else 0.4) if kind == rows.COMPLETED else (0.6 if few else 0.25)
         if not trials:
             continue
         ax.add_collection(LineCollection([data.curves[t] for t in trials], colors=color,

@@ -8,9 +8,9 @@ such configuration as a line."""
 
 from __future__ import annotations
 
+from hpsearch.accounting.efficiency import TrialEfficiency
 from hpsearch.report.data import ReportData
 from hpsearch.report.figures.common import Drawn, new_figure, plural
-from hpsearch.store.efficiency import TrialEfficiency
 
 
 def _groups(data: ReportData) -> list[list[TrialEfficiency]]:

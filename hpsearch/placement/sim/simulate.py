@@ -13,7 +13,7 @@ nodes in flight. Policies for the trials:
   so whole leaves stay free); after waiting `max_wait`, the fewest leaves, the leaves with the
   most free nodes first.
 - `pilot`: the search holds pilot jobs of `pilot_nodes` nodes under one leaf and runs its
-  trials inside them, back to back (`hpsearch.placement.simulate_pilots`).
+  trials inside them, back to back (`hpsearch.placement.sim.pilots`).
 
 `tree` and `hpsearch` wait the same `max_wait` (hpsearch passes it as `--switches=1@max_wait`
 where the tree plugin is on), so they differ only in how they span once the wait is over.
@@ -26,8 +26,8 @@ the NIC's bandwidth) by the all-reduce time lost: duration * (c + step) / (c + s
 c being the compute time of a step. docs/placement.md states the model and its assumptions.
 Pure Python; deterministic for a seed.
 
-The pieces: `simulate_cluster` (the fat tree, the selection rules, the cost model),
-`simulate_engine` (the workload and the event loop with its Slurm queue), `simulate_pilots`
+The pieces: `cluster` (the fat tree, the selection rules, the cost model),
+`engine` (the workload and the event loop with its Slurm queue), `pilots`
 (the `pilot` policy); this module runs one policy and sums up its trials.
 """
 
@@ -36,18 +36,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hpsearch.placement.simulate_cluster import (  # noqa: F401  (the simulator's public names)
-    BACKGROUND_SIZES,
-    TRIAL_SIZES,
-    Cluster,
+from hpsearch.placement.sim.cluster import (
     SimConfig,
     TrialRecord,
     effective_bandwidth,
-    ring_allreduce_time,
     trial_record,
 )
-from hpsearch.placement.simulate_engine import Engine, Job, wake, workload
-from hpsearch.placement.simulate_pilots import PilotRecord, PilotSearch
+from hpsearch.placement.sim.engine import Engine, Job, wake, workload
+from hpsearch.placement.sim.pilots import PilotRecord, PilotSearch
 
 POLICIES = ("first-fit", "tree", "hpsearch", "pilot")
 DEFAULT_CONFIG = SimConfig()  # frozen: one instance serves every call that passes none

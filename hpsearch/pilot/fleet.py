@@ -20,17 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpsearch.executors.base import Note
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch as scripts
-from hpsearch.slurm.commands import SlurmError
-from hpsearch.slurm.failures import TRANSIENT, Backoff, retrying
+from hpsearch.slurm.failures import TRANSIENT, Backoff, SlurmError, retrying
 from hpsearch.slurm.parse import JobRecord
 from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import Pilots, SlurmJob, memory_mb
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 
-# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.executors.retry).
+# Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.driver.retry).
 TRIAL_END_BY_PILOT_STATE = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
                             "TIMEOUT": "preempted", "BOOT_FAIL": "boot_fail"}
 
@@ -66,11 +65,11 @@ def _pilots(job: SlurmJob) -> Pilots:
 class PilotJob:
     id: int
     name: str
-    paths: p.PilotPaths
+    paths: protocol.PilotPaths
     job_id: str | None = None
-    state: str = r.PILOT_SUBMITTING
+    state: str = rows.PILOT_SUBMITTING
     nodes: str | None = None
-    watch: p.Watch = field(init=False)
+    watch: protocol.Watch = field(init=False)
     stop_sent: bool = False
     ended_as: str | None = None  # Slurm's final state, once known
     lost: str | None = None  # why the driver gave it up; it ends once Slurm confirms it gone
@@ -80,7 +79,7 @@ class PilotJob:
     record: JobRecord | None = None  # sacct's record of its job, once it ended
 
     def __post_init__(self) -> None:
-        self.watch = p.Watch(self.paths.heartbeat)
+        self.watch = protocol.Watch(self.paths.heartbeat)
 
     @property
     def heartbeat(self) -> dict:
@@ -88,7 +87,7 @@ class PilotJob:
 
     def accepting(self) -> bool:
         """May trials still be bound to it (now, or once it runs)?"""
-        return (self.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING, r.PILOT_RUNNING)
+        return (self.state in (rows.PILOT_SUBMITTING, rows.PILOT_PENDING, rows.PILOT_RUNNING)
                 and not self.stop_sent and self.lost is None
                 and self.heartbeat.get("state", "running") == "running")
 
@@ -104,7 +103,7 @@ class Fleet:
         self.job, self.store, self.slurm = job, store, slurm
         self.submitter, self.health = submitter, health
         self.cfg = _pilots(job)
-        self.root = p.pilots_dir(job.experiment_dir)
+        self.root = protocol.pilots_dir(job.experiment_dir)
         self.planner = Planner(dataclasses.replace(
             job, resources=dataclasses.replace(job.resources, nodes=self.cfg.nodes),
             executor=dataclasses.replace(job.executor, array=False)), slurm)
@@ -132,9 +131,9 @@ class Fleet:
             return None
         self.next_id += 1
         name = scripts.pilot_name(self.job.name, pilot_id, self.job.instance)
-        pilot = PilotJob(pilot_id, name, p.PilotPaths(self.root / str(pilot_id)))
+        pilot = PilotJob(pilot_id, name, protocol.PilotPaths(self.root / str(pilot_id)))
         pilot.paths.make()
-        p.write_json(pilot.paths.config, self._config(pilot_id))
+        protocol.write_json(pilot.paths.config, self._config(pilot_id))
         self.store.add_pilot(pilot_id, name)  # write-ahead, before the sbatch
         self.pilots[pilot_id] = pilot
         self._sbatch(pilot, options)
@@ -147,9 +146,9 @@ class Fleet:
         topology = self.planner.topology
         if topology is None:
             return options
-        if not (self.root / p.TOPOLOGY).exists():
-            p.write_json(self.root / p.TOPOLOGY, {leaf: list(nodes) for leaf, nodes
-                                                  in topology.leaves.items()})
+        if not (self.root / protocol.TOPOLOGY).exists():
+            protocol.write_json(self.root / protocol.TOPOLOGY, {leaf: list(nodes) for leaf, nodes
+                                                                in topology.leaves.items()})
         largest = max((len(nodes) for nodes in topology.leaves.values()), default=0)
         if not largest or self.cfg.nodes <= largest:
             return options
@@ -171,8 +170,8 @@ class Fleet:
             self.refused.append(self._ended(pilot, None, f"sbatch refused the pilot: {exc}"))
             self.notes.append(Note(None, "pilot", f"pilot {pilot.id}: sbatch refused it: {exc}"))
             return
-        pilot.job_id, pilot.state = job_id, r.PILOT_PENDING
-        self.store.update_pilot(pilot.id, job_id=job_id, state=r.PILOT_PENDING)
+        pilot.job_id, pilot.state = job_id, rows.PILOT_PENDING
+        self.store.update_pilot(pilot.id, job_id=job_id, state=rows.PILOT_PENDING)
         self.notes.append(Note(None, "pilot", f"pilot {pilot.id} submitted as job {job_id}"
                                + (f" ({' '.join(options)})" if options else "")))
 
@@ -198,14 +197,14 @@ class Fleet:
 
     def retry_held(self) -> None:
         for pilot in list(self.pilots.values()):
-            if pilot.state == r.PILOT_SUBMITTING and self.health.may_submit():
+            if pilot.state == rows.PILOT_SUBMITTING and self.health.may_submit():
                 self._sbatch(pilot)
 
     # -- resuming ---------------------------------------------------------------------------
-    def _reattach(self, row: r.PilotRow) -> None:
-        pilot = PilotJob(row.id, row.job_name, p.PilotPaths(self.root / str(row.id)),
+    def _reattach(self, row: rows.PilotRow) -> None:
+        pilot = PilotJob(row.id, row.job_name, protocol.PilotPaths(self.root / str(row.id)),
                          row.job_id, row.state, row.nodes)
-        pilot.ran = row.state == r.PILOT_RUNNING  # it may have run trials before the restart
+        pilot.ran = row.state == rows.PILOT_RUNNING  # it may have run trials before the restart
         self.pilots[row.id] = pilot
         if pilot.job_id is None:  # the driver died around its sbatch: did Slurm take it?
             found = retrying(lambda: self.slurm.job_id_by_name(pilot.name, self.job.created),
@@ -213,8 +212,8 @@ class Fleet:
             if found is None:
                 self._ended(pilot, None, "its sbatch never ran (the driver stopped first)")
                 return
-            pilot.job_id, pilot.state = found, r.PILOT_PENDING
-            self.store.update_pilot(pilot.id, job_id=found, state=r.PILOT_PENDING)
+            pilot.job_id, pilot.state = found, rows.PILOT_PENDING
+            self.store.update_pilot(pilot.id, job_id=found, state=rows.PILOT_PENDING)
         self.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}) "
                                               "re-attached"))
 
@@ -225,18 +224,18 @@ class Fleet:
         ended, self.refused = self.refused, []
         for pilot in list(self.pilots.values()):
             beat = pilot.watch.read()
-            if beat and pilot.state in (r.PILOT_SUBMITTING, r.PILOT_PENDING):
-                pilot.state, pilot.nodes = r.PILOT_RUNNING, beat.get("nodes")
-                self.store.update_pilot(pilot.id, state=r.PILOT_RUNNING, nodes=pilot.nodes,
+            if beat and pilot.state in (rows.PILOT_SUBMITTING, rows.PILOT_PENDING):
+                pilot.state, pilot.nodes = rows.PILOT_RUNNING, beat.get("nodes")
+                self.store.update_pilot(pilot.id, state=rows.PILOT_RUNNING, nodes=pilot.nodes,
                                         leaves=self.planner.leaves(pilot.nodes),
                                         started=time.time())
                 self.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}) "
                                                       f"runs on {pilot.nodes}"))
-            gone = p.read_json(pilot.paths.exit)
+            gone = protocol.read_json(pilot.paths.exit)
             if gone is not None:
                 pilot.left = True
                 ended.append(self._ended(pilot, None, f"it left: {gone.get('reason')}"))
-            elif (pilot.state == r.PILOT_RUNNING and pilot.lost is None
+            elif (pilot.state == rows.PILOT_RUNNING and pilot.lost is None
                   and pilot.watch.silent_for() > self.lost_after):
                 self._give_up(pilot)
         if time.monotonic() >= self.next_query:
@@ -283,10 +282,10 @@ class Fleet:
         return ended
 
     def _ended(self, pilot: PilotJob, slurm_state: str | None, why: str) -> PilotJob:
-        pilot.state, pilot.ended_as, pilot.why = r.PILOT_ENDED, slurm_state, why
+        pilot.state, pilot.ended_as, pilot.why = rows.PILOT_ENDED, slurm_state, why
         self.pilots.pop(pilot.id, None)
         self.planner.started(-pilot.id, 0)
-        self.store.update_pilot(pilot.id, state=r.PILOT_ENDED, ended=time.time(), reason=why)
+        self.store.update_pilot(pilot.id, state=rows.PILOT_ENDED, ended=time.time(), reason=why)
         self.notes.append(Note(None, "pilot", f"pilot {pilot.id} ended: {why}"))
         return pilot
 
@@ -297,7 +296,7 @@ class Fleet:
             return
         pilot.stop_sent = True
         pilot.paths.stop.touch()
-        if pilot.state != r.PILOT_RUNNING:
+        if pilot.state != rows.PILOT_RUNNING:
             self._scancel(pilot)
 
     def _scancel(self, pilot: PilotJob) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from hpsearch.placement.simulate_cluster import (
+from hpsearch.placement.sim.cluster import (
     BACKGROUND_SIZES,
     TRIAL_SIZES,
     Cluster,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
-from hpsearch.store import rows as r
+from hpsearch.store.rows import PILOT_ENDED, PILOT_RUNNING, RUNNING, PilotRow
 
 EXITED = "exited"  # the pilot's last heartbeat: it left (its end may not be in the store yet)
 
@@ -37,7 +37,7 @@ class PilotLine:
     @property
     def live(self) -> bool:
         """Holds or waits for nodes (not ended, and its heartbeat does not say it left)."""
-        return self.state not in (r.PILOT_ENDED, EXITED)
+        return self.state not in (PILOT_ENDED, EXITED)
 
 
 def running_by_job(reader) -> dict[str, list[int]]:
@@ -46,7 +46,7 @@ def running_by_job(reader) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for trial, job_id in reader.db.execute(
             "select trial, job_id from attempts where state = ? and job_id is not null "
-            "order by trial", (r.RUNNING,)).fetchall():
+            "order by trial", (RUNNING,)).fetchall():
         found.setdefault(job_id, []).append(trial)
     return found
 
@@ -71,7 +71,7 @@ def left(beat: dict | None) -> TypeGuard[dict]:
     return bool(beat and beat.get("state") == EXITED)
 
 
-def end_of(row: r.PilotRow, beat: dict | None, now: float) -> float:
+def end_of(row: PilotRow, beat: dict | None, now: float) -> float:
     """When the pilot stopped holding its nodes: its recorded end; else the time of its
     last heartbeat if that says it left (the driver stopped before recording it); else now."""
     if row.ended is not None:
@@ -79,35 +79,35 @@ def end_of(row: r.PilotRow, beat: dict | None, now: float) -> float:
     return _number(beat.get("time"), now) if left(beat) else now
 
 
-def reason_of(row: r.PilotRow, beat: dict | None) -> str | None:
+def reason_of(row: PilotRow, beat: dict | None) -> str | None:
     """Why it ended: the store's reason, else the one its last heartbeat gave."""
     if row.reason:
         return row.reason
     return str(beat["reason"]) if left(beat) and beat.get("reason") else None
 
 
-def pilot_line(row: r.PilotRow, running: list[int], beat: dict | None,
+def pilot_line(row: PilotRow, running: list[int], beat: dict | None,
                now: float) -> PilotLine:
     """What is shown of one pilot: pure, from its row, the trials running in it and its
     heartbeat (None: unread or not written)."""
     state = row.state
-    if state == r.PILOT_RUNNING and beat and beat.get("state") in ("draining", EXITED):
+    if state == PILOT_RUNNING and beat and beat.get("state") in ("draining", EXITED):
         state = str(beat["state"])
     if row.started is not None:
         age = end_of(row, beat, now) - row.started
     else:
-        age = 0.0 if row.state == r.PILOT_ENDED else now - row.submitted
-    remaining = remaining_of(beat, now) if state in (r.PILOT_RUNNING, "draining") else None
+        age = 0.0 if row.state == PILOT_ENDED else now - row.submitted
+    remaining = remaining_of(beat, now) if state in (PILOT_RUNNING, "draining") else None
     return PilotLine(id=row.id, job_id=row.job_id, state=state, nodes=row.nodes,
                      leaves=tuple(x for x in (row.leaves or "").split(",") if x),
                      trials=tuple(running), age=max(0.0, age), remaining=remaining,
                      reason=reason_of(row, beat))
 
 
-def heartbeat_of(exp_dir: Path, row: r.PilotRow) -> dict | None:
+def heartbeat_of(exp_dir: Path, row: PilotRow) -> dict | None:
     """The pilot's heartbeat file where the store has not recorded its end (None there,
     or when it is missing or unreadable)."""
-    if row.state == r.PILOT_ENDED:
+    if row.state == PILOT_ENDED:
         return None
     from hpsearch.pilot import protocol
     return protocol.read_json(protocol.PilotPaths(protocol.pilots_dir(Path(exp_dir))
@@ -134,4 +134,4 @@ def ended_count(reader) -> int:
     if not reader.db["pilots"].exists():
         return 0
     return reader.db.execute("select count(*) from pilots where state = ?",
-                             (r.PILOT_ENDED,)).fetchone()[0]
+                             (PILOT_ENDED,)).fetchone()[0]

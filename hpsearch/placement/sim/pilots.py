@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpsearch.placement.simulate_cluster import TrialRecord, effective_bandwidth, trial_record
-from hpsearch.placement.simulate_engine import Engine, Job
+from hpsearch.placement.sim.cluster import TrialRecord, effective_bandwidth, trial_record
+from hpsearch.placement.sim.engine import Engine, Job
 
 
 @dataclass(frozen=True)

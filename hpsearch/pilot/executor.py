@@ -31,12 +31,12 @@ from hpsearch.executors.base import (
     Update,
     nap,
 )
-from hpsearch.executors.pilot_fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import prepare_trial_dir
-from hpsearch.pilot import protocol as p
+from hpsearch.pilot import protocol
+from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
 from hpsearch.pilot.supply import Supply
 from hpsearch.spec.durations import parse_time_limit
@@ -93,10 +93,10 @@ class PilotExecutor(Executor):
         self.ready: list[Launch] = []
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
-        self.told: list[tuple[p.PilotPaths, str]] = []  # ends poll() returned (archive them)
+        self.told: list[tuple[protocol.PilotPaths, str]] = []  # ends poll() returned (archive them)
         self.refused: set[str] = set()  # files in pilot dirs not read (not this user's)
-        self.beat = p.Beat(p.pilots_dir(job.experiment_dir) / p.DRIVER_HEARTBEAT,
-                           self.cfg.heartbeat)
+        self.beat = protocol.Beat(
+            protocol.pilots_dir(job.experiment_dir) / protocol.DRIVER_HEARTBEAT, self.cfg.heartbeat)
         self.beat.path.parent.mkdir(parents=True, exist_ok=True)
         self.beat.write(state="running")
         self.trial_time = parse_time_limit(job.resources.time) if job.resources.time else None
@@ -134,12 +134,12 @@ class PilotExecutor(Executor):
         bound = self.bound.get(trial_id)
         if bound is None:
             return
-        if not bound.started and p.move(bound.pilot.paths, bound.name, "inbox", "withdrawn"):
+        if not bound.started and protocol.move(bound.pilot.paths, bound.name, "inbox", "withdrawn"):
             del self.bound[trial_id]
             self.events.append(Ended(trial_id, bound.launch.attempt, None, "cancelled",
                                      "cancelled before its pilot started it"))
             return
-        p.write_json(bound.pilot.paths.file("cancel", bound.name), {"time": time.time()})
+        protocol.write_json(bound.pilot.paths.file("cancel", bound.name), {"time": time.time()})
 
     def withdraw(self) -> list[int]:
         """Attempts no pilot has started: those waiting for one, and those in a pilot's
@@ -147,23 +147,23 @@ class PilotExecutor(Executor):
         withdrawn = [launch.trial_id for launch in self.ready]
         self.ready.clear()
         for tid, bound in list(self.bound.items()):
-            if not bound.started and p.move(bound.pilot.paths, bound.name, "inbox",
-                                            "withdrawn"):
+            if not bound.started and protocol.move(bound.pilot.paths, bound.name, "inbox",
+                                                   "withdrawn"):
                 del self.bound[tid]
                 withdrawn.append(tid)
         return withdrawn
 
     def adopt(self, known: Adoptable) -> Started | Ended | None:
-        name = p.name_of(known.trial_id, known.attempt)
+        name = protocol.name_of(known.trial_id, known.attempt)
         for pilot_dir in self._pilot_dirs(known.job_id):
-            paths = p.PilotPaths(pilot_dir)
-            state = p.where(paths, name)
+            paths = protocol.PilotPaths(pilot_dir)
+            state = protocol.where(paths, name)
             if state is None or state == "withdrawn":
                 continue
             if state == "ended":  # it ended while no driver ran
-                job_id = (p.read_json(paths.heartbeat) or {}).get("job_id") or None
+                job_id = (protocol.read_json(paths.heartbeat) or {}).get("job_id") or None
                 return self._ended_from_file(known.trial_id, known.attempt, paths, name, job_id)
-            if state == "inbox" and p.move(paths, name, "inbox", "withdrawn"):
+            if state == "inbox" and protocol.move(paths, name, "inbox", "withdrawn"):
                 return None  # never claimed: the driver binds it again
             pilot = self.fleet.pilots.get(int(pilot_dir.name))
             launch = Launch(known.trial_id, known.attempt, "", {}, known.trial_dir,
@@ -180,7 +180,7 @@ class PilotExecutor(Executor):
     def _pilot_dirs(self, job_id: str | None) -> list:
         """Every pilot dir; first that of the pilot the store says the attempt was bound to
         (bind_attempt), where its assignment is unless it was taken back and bound again."""
-        dirs = sorted(p.pilots_dir(self.job.experiment_dir).glob("[0-9]*"),
+        dirs = sorted(protocol.pilots_dir(self.job.experiment_dir).glob("[0-9]*"),
                       key=lambda d: int(d.name))
         bound = {row.id for row in self.fleet.store.pilots() if job_id and row.job_id == job_id}
         return sorted(dirs, key=lambda d: int(d.name) not in bound)
@@ -221,7 +221,7 @@ class PilotExecutor(Executor):
         (protocol.archive). Called before the next poll: until then an end may not be
         stored yet, and a driver killed before it finds the files where adopt() looks."""
         for paths, name in self.told:
-            p.archive(paths, name)
+            protocol.archive(paths, name)
         self.told.clear()
 
     # -- binding ----------------------------------------------------------------------------
@@ -278,13 +278,13 @@ class PilotExecutor(Executor):
                     promised_at = self._room_at(promised, room)
                 continue
             pilot = max(fits, key=lambda pilot: (pilot is not promised, self._free_in(pilot)))
-            name = p.name_of(launch.trial_id, launch.attempt)
+            name = protocol.name_of(launch.trial_id, launch.attempt)
             self.fleet.store.bind_attempt(launch.trial_id, launch.attempt, pilot.job_id)
             # taken back from this pilot before? Then withdrawn/ must no longer hold it: a
             # withdraw whose reply was lost is told by the name there (protocol.move)
-            p.discard(pilot.paths, name, "withdrawn")
-            p.write_json(pilot.paths.file("inbox", name),
-                         p.launch_to_dict(launch, self._width(launch)))
+            protocol.discard(pilot.paths, name, "withdrawn")
+            protocol.write_json(pilot.paths.file("inbox", name),
+                                protocol.launch_to_dict(launch, self._width(launch)))
             self.ready.remove(launch)
             self.bound[launch.trial_id] = _Bound(launch, pilot, name)
 
@@ -311,8 +311,8 @@ class PilotExecutor(Executor):
         for tid, bound in list(self.bound.items()):
             pilot = bound.pilot
             if pilot.id not in by_pilot:
-                by_pilot[pilot.id] = (set(p.names(pilot.paths.dir("started"))),
-                                      set(p.names(pilot.paths.dir("ended"))))
+                by_pilot[pilot.id] = (set(protocol.names(pilot.paths.dir("started"))),
+                                      set(protocol.names(pilot.paths.dir("ended"))))
             started, ended = by_pilot[pilot.id]
             in_started = bound.name in started and self._own(pilot, "started", bound.name)
             in_ended = bound.name in ended and self._own(pilot, "ended", bound.name)
@@ -339,19 +339,19 @@ class PilotExecutor(Executor):
         """Started (its pilot's job id, its own nodes and GPUs), and where it runs."""
         pilot.ran = True
         self.starts.ran()
-        info = p.read_json(pilot.paths.file("started", name)) or {}
+        info = protocol.read_json(pilot.paths.file("started", name)) or {}
         nodes = info.get("nodes") or None
         return [Started(trial_id, attempt, nodes or "", gpus=info.get("gpus") or None,
                         job_id=pilot.job_id),
                 Update(trial_id, attempt, "RUNNING", None, nodes,
                        self.fleet.planner.leaves(nodes))]
 
-    def _ended_from_file(self, trial_id: int, attempt: int, paths: p.PilotPaths, name: str,
+    def _ended_from_file(self, trial_id: int, attempt: int, paths: protocol.PilotPaths, name: str,
                          job_id: str | None, pilot: PilotJob | None = None) -> Ended:
         """The end its pilot wrote. Stopped from outside (stopped_as): when the pilot says
         Slurm sent it away or its wind-down stopped the trial, or when the driver has given
         the pilot up (its scancel, or Slurm's end of the job, stops the trial)."""
-        data = p.read_json(paths.file("ended", name)) or {}
+        data = protocol.read_json(paths.file("ended", name)) or {}
         self.told.append((paths, name))
         nodes = data.get("nodes")
         detail, stopped = str(data.get("detail", "")), data.get("stopped")
@@ -391,7 +391,7 @@ class PilotExecutor(Executor):
             if bound.pilot is not pilot:
                 continue
             del self.bound[tid]
-            if not bound.started and p.move(pilot.paths, bound.name, "inbox", "withdrawn"):
+            if not bound.started and protocol.move(pilot.paths, bound.name, "inbox", "withdrawn"):
                 self.ready.insert(0, bound.launch)
                 continue
             if not bound.started:

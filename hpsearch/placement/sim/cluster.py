@@ -1,7 +1,7 @@
 """The cluster model of the placement simulator: a two-level fat tree (`Cluster`: free nodes
 per leaf, cross-leaf flows on each uplink, and Slurm's and hpsearch's selection rules), the
 workload's size tables, and the ring all-reduce cost model that turns where a trial runs into
-its step time and run time. `hpsearch.placement.simulate` states the model as a whole."""
+its step time and run time. `hpsearch.placement.sim.simulate` states the model as a whole."""
 
 from __future__ import annotations
 
