@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.executors import retry
+from hpsearch.driver import retry
 from hpsearch.executors.base import Ended, Requeued
 from hpsearch.store import rows as r
 from tests.policy_setup import experiment
