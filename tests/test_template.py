@@ -1,5 +1,5 @@
 """Command templates: every parameter value reaches the trial as one intact argument and runs
-nothing (DESIGN.md invariant 4); shell syntax around the placeholders is left alone."""
+nothing (docs/architecture.md, invariant 4); shell syntax around the placeholders is left alone."""
 
 from __future__ import annotations
 

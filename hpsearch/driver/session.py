@@ -1,4 +1,12 @@
-"""Start, resume and stop experiments: the glue between the CLI and the driver.
+"""The composition root: start and resume experiments, the glue between the CLI and the driver.
+
+`new_experiment` reads and checks a spec (hpsearch.preflight.load_spec and check_here), and
+that its name is free and its executor can run; `drive` takes the driver lock, creates or
+opens the store, and builds the search, the executor (executors/registry.py) and the Driver
+with its policies (policies.py), each handed only its own part of the spec. `stored_spec` and
+`fixed_spec` give `resume` its spec; `detach` runs the driver in the background and
+`submit_driver_job` as a Slurm job (slurm_job.py). Stopping an experiment is
+hpsearch.driver.cancel's.
 
 Everything that can be wrong with the input is checked before anything is created on disk.
 """

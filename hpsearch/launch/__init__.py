@@ -9,7 +9,10 @@
 
 One file per launcher (none, srun, torchrun, mpirun, horovodrun) and per runtime (host,
 apptainer, pyxis, charliecloud, podman); the seams are in base.py, the names in registry.py
-(LAUNCHERS, RUNTIMES); docs/launchers.md shows every combination.
+(LAUNCHERS, RUNTIMES); docs/launchers.md shows every combination. attempt.py builds an
+attempt's Launch (its quoted command and environment) from the spec's TrialRecipe, for the
+driver and `plan` alike; programs.py names the programs a launch starts on the host, which
+`validate` and `plan` look for on PATH.
 """
 
 from __future__ import annotations

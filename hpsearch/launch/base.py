@@ -2,7 +2,7 @@
 
 A trial's command runs as `launcher.wrap(command, layout, runtime)`: the launcher starts the
 ranks and, inside each rank, asks the runtime to wrap `sh -c <rank script>` in the image. The
-launcher composes the runtime (not the other way round, as DESIGN.md first drew it) because a
+launcher composes the runtime (not the other way round, as the first design drew it) because a
 container must start inside each rank on each node, and pyxis is not a program at all but a
 set of srun options. docs/launchers.md shows what each combination produces.
 

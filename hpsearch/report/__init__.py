@@ -1,7 +1,13 @@
 """`hpsearch report`: one self-contained HTML file (the PNGs embedded as base64, no script,
-no network) plus the same figures as PNG files beside it.
+no network) plus the same figures as PNG files beside it. Only reads the store.
 
-data.py reads the store (and sacct), figures.py draws, html.py writes. Only reads the store.
+data.py reads the store (and sacct) into ReportData; the figures sub-package draws (one
+module a figure); html.py writes the file, with its sections: pareto, gpu_table,
+efficiency_table, and the resources of budget.py. Beside them, what other readers share:
+export (`hpsearch export`), gpu_use (GPU busy fractions for status, export and the report),
+pilot_usage (pilots' node-hours), space (each parameter's axis), scaling_curve (`hpsearch
+scale`'s table), mirror_values (what the TensorBoard and MLflow mirrors log beside the
+metrics).
 """
 
 from __future__ import annotations

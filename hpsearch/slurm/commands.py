@@ -1,4 +1,4 @@
-"""The one place that runs Slurm commands (DESIGN.md, invariant 5).
+"""The one place that runs Slurm commands (docs/architecture.md, invariant 5).
 
 `Slurm` runs sbatch, sacct, squeue, scancel, sinfo and scontrol as argument lists (never
 through a shell), hands their output to the parsers of hpsearch.slurm.parse, counts every

@@ -1,4 +1,5 @@
-"""What a failed Slurm command means, decided once for every caller (DESIGN.md, seams).
+"""What a failed Slurm command means, decided once for every caller (docs/slurm.md, "When
+Slurm fails", shows what each kind gets).
 
 Three kinds:
 

@@ -1,5 +1,9 @@
 """Warm starts for Python trials: a server that has imported the trials' heavy modules (torch,
 scikit-learn, ...) before anything touches CUDA, and forks a fresh process per trial.
+server.py is the server, client.py the trial's side, ranks.py does torchrun's job for a node
+so that every rank starts warm, and __main__.py is their command line (`python -m
+hpsearch.warm serve|run|ranks`); this module holds what they share: the socket's path, the
+private runtime folder, who is at the other end of a connection.
 
 A promoted segment pays its process start again: a Python interpreter, torch's import, CUDA
 and the process group. Through `python -m hpsearch.warm run -- script.py args` (what
