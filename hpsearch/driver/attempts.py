@@ -19,7 +19,7 @@ from hpsearch.faults import fault_point
 from hpsearch.ingest.outcome import cause
 from hpsearch.ingest.trial_files import rotate_logs
 from hpsearch.search.base import Search
-from hpsearch.spec.model import Resources, Retries
+from hpsearch.spec.model import FailureClass, Resources, Retries
 from hpsearch.store import rows
 from hpsearch.store.store import Store
 
@@ -45,7 +45,7 @@ class Attempts:
                    if a["attempt"] != this.number]
         return retry.decide(self.retries, this, earlier, self.store.checkpoint_steps(tid))
 
-    def failed(self, ended: Ended, error: str, failure: str) -> Verdict:
+    def failed(self, ended: Ended, error: str, failure: FailureClass) -> Verdict:
         """Store the attempt's end: retried if the trial's rule for this failure class
         allows (the driver queues it), else the trial failed and the search is told."""
         tid, attempt = ended.trial_id, ended.attempt

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
     from hpsearch.ingest.output_watch import OutputWatch
     from hpsearch.pruning.stopper import Stopper
+    from hpsearch.spec.model import FailureClass
 
 
 @dataclass
@@ -53,7 +54,7 @@ class LiveTrial:
 
     def verdict(self, ended: Ended, metrics: list[str],
                 measure: Callable[[set[str]], dict[str, float]] | None = None
-                ) -> tuple[list[float] | None, str | None, str | None]:
+                ) -> tuple[list[float] | None, str | None, FailureClass | None]:
         """What an end means: (objective values, error, failure class). A clean exit
         without the objective is a failure of its own class (no_objective). measure: given
         the names the trial reported, the cost metrics the driver measured (hpsearch.driver

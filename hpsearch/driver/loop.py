@@ -32,6 +32,7 @@ from hpsearch.executors.base import (
 from hpsearch.faults import fault_point
 from hpsearch.ingest.trial_files import exit_time, rotate_logs, with_stderr_tail
 from hpsearch.search.base import Search
+from hpsearch.spec.model import FailureClass
 from hpsearch.store import rows
 from hpsearch.store.store import Store
 
@@ -293,7 +294,7 @@ class Driver:
         else:
             if failure != "lost":
                 error = with_stderr_tail(error, live.trial_dir)
-            self._failed(ended, error, failure or "")
+            self._failed(ended, error, failure or "other")
         self.checkpoints.doomed += self.checkpoints.mark(tid)
         self.bookkeeping.append((tid, time.perf_counter() - began))
 
@@ -309,7 +310,7 @@ class Driver:
             self.executor.abandon(event.trial_id)
         self.on_event(verdict.message)
 
-    def _failed(self, ended: Ended, error: str, failure: str) -> None:
+    def _failed(self, ended: Ended, error: str, failure: FailureClass) -> None:
         """Retry the trial if its rule for this failure class allows, else give up and tell
         the search, the pruner and the promoter it failed (so none waits for it)."""
         verdict = self.attempts.failed(ended, error, failure)

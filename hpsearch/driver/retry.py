@@ -18,20 +18,21 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hpsearch.executors.base import Ended
-from hpsearch.spec.model import Resources, Retries, memory_mb
+from hpsearch.executors.base import Ended, EndReason
+from hpsearch.spec.model import FailureClass, Resources, Retries, memory_mb
 from hpsearch.trial import EXIT_RESUME
 
-RESUMABLE = ("timeout", "preempted", "interrupted", "node_fail")
+RESUMABLE: tuple[FailureClass, ...] = ("timeout", "preempted", "interrupted", "node_fail")
 LAUNCH_EXIT_CODES = (126, 127)  # the shell could not run the command: not executable, not found
 
-_BY_REASON = {"timeout": "timeout", "out_of_memory": "out_of_memory", "node_fail": "node_fail",
-              "boot_fail": "boot_fail", "preempted": "preempted", "launch_error": "launch_error",
-              "lost": "lost",
-              "requeued": "preempted"}  # Slurm requeued the job (scontrol requeue): same id
+_BY_REASON: dict[EndReason, FailureClass] = {
+    "timeout": "timeout", "out_of_memory": "out_of_memory", "node_fail": "node_fail",
+    "boot_fail": "boot_fail", "preempted": "preempted", "launch_error": "launch_error",
+    "lost": "lost",
+    "requeued": "preempted"}  # Slurm requeued the job (scontrol requeue): same id
 
 
-def classify(ended: Ended) -> str:
+def classify(ended: Ended) -> FailureClass:
     """The failure class of an attempt that ended without a result. An exit 0 without a
     valid objective is `no_objective`, which the driver decides itself."""
     if ended.reason == "exited":
@@ -48,7 +49,7 @@ class Attempt:
     """What the retry rules need of an earlier attempt (a row of the store's attempts)."""
 
     number: int
-    failure: str | None
+    failure: FailureClass | None
     exit_code: int | None = None
     nodes: str | None = None
 

@@ -13,12 +13,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from hpsearch.launch.attempt import Launch  # noqa: F401 - re-exported: part of the seam
 
 if TYPE_CHECKING:
-    from hpsearch.spec.model import Spec
+    from hpsearch.spec.model import FailureClass, Spec
     from hpsearch.store.store import Store
 
 
@@ -33,15 +33,30 @@ class Started:
     job_id: str | None = None
 
 
+# Why an attempt ended, as the executors say it (driver/retry.classify turns it into a failure
+# class): its command exited (with the exit code); it was cancelled on request; nobody knows
+# how it ended (its process, job or pilot vanished); its time limit; it never started (the
+# launch failed); Slurm ended it in one of its final states (failed: cancelled by someone
+# else, or a state hpsearch has no word for; out_of_memory, node_fail, preempted,
+# boot_fail, deadline, revoked, special_exit) or requeued it; the trial dir could not be
+# written (storage_error: the driver stops, the attempt is not counted).
+EndReason = Literal["exited", "cancelled", "lost", "timeout", "launch_error", "failed",
+                    "out_of_memory", "node_fail", "preempted", "boot_fail", "deadline",
+                    "revoked", "special_exit", "requeued", "storage_error"]
+END_REASONS: tuple[EndReason, ...] = get_args(EndReason)
+
+
+def end_reason(word: object, otherwise: EndReason) -> EndReason:
+    """`word` (read from a file or another process) if it is an end reason, else `otherwise`."""
+    return next((r for r in END_REASONS if r == word), otherwise)
+
+
 @dataclass(frozen=True)
 class Ended:
     trial_id: int
     attempt: int
     exit_code: int | None   # None when unknown (the process ended while nobody watched)
-    reason: str             # exited | cancelled | lost | timeout | launch_error | failed, or
-                            # a scheduler's end such as out_of_memory, node_fail, preempted;
-                            # storage_error: the trial dir could not be written (disk full,
-                            # permissions): the driver stops, the attempt is not counted
+    reason: EndReason
     detail: str = ""
     nodes: str | None = None  # hostlist it ran on, where the executor knows it
     leaves: str | None = None  # leaf switches of those nodes, comma-separated, where known
@@ -50,7 +65,7 @@ class Ended:
     # driver, or sent away by Slurm): an exit 0 without the objective then is that stop,
     # not the trial's failure; the failure class it counts as (lost, preempted), `detail`
     # saying why.
-    stopped_as: str | None = None
+    stopped_as: FailureClass | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +78,7 @@ class Requeued:
     trial_id: int
     attempt: int
     job_id: str
-    reason: str
+    reason: EndReason  # requeued, preempted or node_fail
     detail: str = ""
     nodes: str | None = None   # where the ended run ran
     leaves: str | None = None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from hpsearch import procs
 from hpsearch.errors import BadInput
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
+from hpsearch.executors.base import Adoptable, Ended, EndReason, Executor, Launch, Started
 from hpsearch.launch.attempt import (
     open_unlinked,
     prepare_trial_dir,
@@ -57,7 +57,7 @@ class _Running:
     gpus: list[str]
     deadline: float | None           # timeout
     kill_at: float | None = None     # SIGKILL time once SIGTERM was sent
-    reason: str | None = None        # timeout | cancelled, once we decided to stop it
+    reason: EndReason | None = None  # timeout | cancelled, once we decided to stop it
     signal_at: float | None = None   # when to send the checkpoint signal (before the deadline)
     timeout: float | None = None     # this attempt's timeout (the retry rules may raise it)
     look_again: float = 0.0          # stopped, its shell ended: when to scan for its group again
@@ -335,7 +335,7 @@ class LocalExecutor(Executor):
             self.by_fd[run.fd] = run.trial_id
         self.running_[run.trial_id] = run
 
-    def _stop(self, run: _Running, reason: str) -> None:
+    def _stop(self, run: _Running, reason: EndReason) -> None:
         run.reason = reason
         run.kill_at = time.monotonic() + self.grace
         self.signal_run(run.trial_id, run.pid, signal.SIGTERM)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from hpsearch.executors.base import (
     Adoptable,
     Ended,
+    EndReason,
     Executor,
     Launch,
     Note,
@@ -52,12 +53,14 @@ CTLD_PROBE = 20.0  # seconds: sacct answers from slurmdbd, so while every job ru
 SHORT_READS_FOR = 15.0  # seconds to wait for a final record that lists all the job's nodes
 
 # Final Slurm states and how the driver sees them.
-_ENDED_AS = {"COMPLETED": "exited", "FAILED": "exited", "CANCELLED": "cancelled",
-             "TIMEOUT": "timeout", "OUT_OF_MEMORY": "out_of_memory", "NODE_FAIL": "node_fail",
-             "PREEMPTED": "preempted", "BOOT_FAIL": "boot_fail", "DEADLINE": "deadline",
-             "REVOKED": "revoked", "SPECIAL_EXIT": "special_exit"}
+_ENDED_AS: dict[str, EndReason] = {
+    "COMPLETED": "exited", "FAILED": "exited", "CANCELLED": "cancelled",
+    "TIMEOUT": "timeout", "OUT_OF_MEMORY": "out_of_memory", "NODE_FAIL": "node_fail",
+    "PREEMPTED": "preempted", "BOOT_FAIL": "boot_fail", "DEADLINE": "deadline",
+    "REVOKED": "revoked", "SPECIAL_EXIT": "special_exit"}
 # How a run that Slurm requeued ended (the state of its own record in `sacct -D`).
-_REQUEUED_AS = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted", "REQUEUED": "requeued"}
+_REQUEUED_AS: dict[str, EndReason] = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
+                                      "REQUEUED": "requeued"}
 # Final states after which Slurm may requeue the same job (JobRequeue, PreemptMode=REQUEUE):
 # while squeue still holds the job, it is not over.
 _MAY_REQUEUE = frozenset({"NODE_FAIL", "PREEMPTED"})
@@ -500,7 +503,7 @@ class SlurmExecutor(Executor):
     def _ended(self, job: _Job, rec: parse.JobRecord, nodelist: str | None) -> Ended:
         # The nodes seen while it ran: at its end sacct lists only those still completing.
         job.nodes = job.nodes or nodelist
-        kind = _ENDED_AS.get(rec.state, rec.state.lower())
+        kind = _ENDED_AS.get(rec.state, "failed")  # no other final state: raw_state says
         code = rec.exit_code
         if rec.signal and not code:
             code = 128 + rec.signal
@@ -510,7 +513,7 @@ class SlurmExecutor(Executor):
                                                                else "")
         return self._end(job, code, kind, detail)
 
-    def _end(self, job: _Job, code: int | None, kind: str, detail: str) -> Ended:
+    def _end(self, job: _Job, code: int | None, kind: EndReason, detail: str) -> Ended:
         del self.jobs[job.trial_id]
         self.health.room_freed()
         return Ended(job.trial_id, job.attempt, code, kind, detail, job.nodes,

@@ -29,6 +29,7 @@ from hpsearch.executors.base import (
     Note,
     Started,
     Update,
+    end_reason,
     nap,
 )
 from hpsearch.executors.slurm import SlurmExecutor
@@ -40,7 +41,7 @@ from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
 from hpsearch.pilot.supply import Supply
 from hpsearch.spec.durations import parse_time_limit
-from hpsearch.spec.model import PILOT_RESERVE, SlurmJob, slot_width
+from hpsearch.spec.model import PILOT_RESERVE, FailureClass, SlurmJob, slot_width
 from hpsearch.store.trusted import present
 
 if TYPE_CHECKING:
@@ -354,15 +355,15 @@ class PilotExecutor(Executor):
         data = protocol.read_json(paths.file("ended", name)) or {}
         self.told.append((paths, name))
         nodes = data.get("nodes")
-        detail, stopped = str(data.get("detail", "")), data.get("stopped")
-        if stopped != "preempted":
-            stopped = None
+        detail = str(data.get("detail", ""))
+        stopped: FailureClass | None = "preempted" if data.get("stopped") == "preempted" else None
+        if stopped is None:
             if pilot is not None and pilot.lost:
                 stopped, detail = "lost", (f"its pilot {pilot.id} (job {pilot.job_id}) was "
                                            f"given up: {pilot.lost}")
-        return Ended(trial_id, attempt, data.get("exit_code"), data.get("reason", "lost"),
-                     detail, nodes, self.fleet.planner.leaves(nodes), job_id,
-                     stopped_as=stopped)
+        reason = end_reason(data.get("reason"), "lost")
+        return Ended(trial_id, attempt, data.get("exit_code"), reason, detail, nodes,
+                     self.fleet.planner.leaves(nodes), job_id, stopped_as=stopped)
 
     def _start_failed(self, pilot: PilotJob) -> list:
         """A pilot that ended before it ran a trial, neither stopped by the driver nor gone

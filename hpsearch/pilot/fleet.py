@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpsearch.executors.base import Note
+from hpsearch.executors.base import EndReason, Note
 from hpsearch.pilot import protocol
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import sbatch as scripts
@@ -30,8 +30,9 @@ from hpsearch.spec.model import Pilots, SlurmJob, memory_mb
 from hpsearch.store import rows
 
 # Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.driver.retry).
-TRIAL_END_BY_PILOT_STATE = {"NODE_FAIL": "node_fail", "PREEMPTED": "preempted",
-                            "TIMEOUT": "preempted", "BOOT_FAIL": "boot_fail"}
+TRIAL_END_BY_PILOT_STATE: dict[str, EndReason] = {
+    "NODE_FAIL": "node_fail", "PREEMPTED": "preempted", "TIMEOUT": "preempted",
+    "BOOT_FAIL": "boot_fail"}
 
 
 def pilot_job_parameters(job: SlurmJob, name: str, options: tuple[str, ...] = ()) -> dict:

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 DIRECTIONS = ("minimize", "maximize")
 PLACEMENT_POLICIES = ("leaf-switch", "any")
@@ -246,8 +246,9 @@ def slot_width(own: Resources, slot: Resources) -> int:
 
 
 # Why an attempt ended without a result (hpsearch.driver.retry.classify), each with its own rule.
-FAILURE_CLASSES = ("exit", "no_objective", "timeout", "out_of_memory", "node_fail", "boot_fail",
-                   "preempted", "interrupted", "launch_error", "lost", "other")
+FailureClass = Literal["exit", "no_objective", "timeout", "out_of_memory", "node_fail",
+                       "boot_fail", "preempted", "interrupted", "launch_error", "lost", "other"]
+FAILURE_CLASSES: tuple[FailureClass, ...] = get_args(FailureClass)
 
 
 @dataclass(frozen=True)

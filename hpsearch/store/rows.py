@@ -4,25 +4,36 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Final, Literal
 
-# Trial states. A trial is written as `submitting` before it is launched (write-ahead).
-QUEUED, SUBMITTING, RUNNING = "queued", "submitting", "running"
-COMPLETED, FAILED, CANCELLED, PRUNED = "completed", "failed", "cancelled", "pruned"
+# A trial's state (mypy checks each use: a misspelt state is an error, strict_equality on).
+TrialState = Literal["queued", "submitting", "running", "completed", "failed", "cancelled",
+                     "pruned", "paused"]
+# Waiting for a slot; written ahead of its launch (write-ahead: the store holds it before
+# the executor starts it); started by the executor.
+QUEUED: Final = "queued"
+SUBMITTING: Final = "submitting"
+RUNNING: Final = "running"
+# Ended with its objective; ended without one after its last attempt; cancelled by the user
+# before it ended; stopped early by the pruner.
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+PRUNED: Final = "pruned"
 # Promotion mode: a trial that ended a segment at a rung below the last and waits there for a
 # promotion (a new segment). At the end of a search the ones never promoted stay paused.
-PAUSED = "paused"
-IN_FLIGHT = (QUEUED, SUBMITTING, RUNNING)
-FINISHED = (COMPLETED, FAILED, PRUNED)
+PAUSED: Final = "paused"
+IN_FLIGHT: tuple[TrialState, ...] = (QUEUED, SUBMITTING, RUNNING)
+FINISHED: tuple[TrialState, ...] = (COMPLETED, FAILED, PRUNED)
 # Finished for now: what `status`, the live view and the driver's end count as done. A paused
 # trial may be promoted later, but until then it holds no slot and needs nothing.
-DONE = FINISHED + (PAUSED,)
+DONE: tuple[TrialState, ...] = FINISHED + (PAUSED,)
 
 
 @dataclass
 class TrialRow:
     id: int
-    state: str
+    state: TrialState
     params: dict
     objective_values: list | None
     attempt: int

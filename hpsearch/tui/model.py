@@ -173,7 +173,7 @@ class SnapshotSource:
         """pilot_leaf: job id -> the leaf of a pilot under one leaf switch (a trial running
         in it is under that leaf too; the store learns its trial's leaf when it ends)."""
         step, latest, best = self._metric_facts(t.id, t.attempt)
-        state = t.state
+        state: str = t.state  # shown: the scheduler's word while Slurm holds it back
         if state == RUNNING and t.sched_state and t.sched_state not in ("RUNNING",
                                                                           "COMPLETING"):
             state = t.sched_state.lower()

@@ -53,18 +53,18 @@ def learning_curves(data: ReportData) -> Drawn | LeftOut | None:
     from matplotlib.collections import LineCollection
     fig, ax = new_figure(8, 4.2)
     few = len(data.curves) <= 50
-    for kind, trials in kinds.items():
-        color, style, layer = STYLES[kind]
-        alpha = (0.9 if few else 0.4) if kind == rows.COMPLETED else (0.6 if few else 0.25)
+    for drawn, trials in kinds.items():
+        color, style, layer = STYLES[drawn]
+        alpha = (0.9 if few else 0.4) if drawn == rows.COMPLETED else (0.6 if few else 0.25)
         if not trials:
             continue
         ax.add_collection(LineCollection([data.curves[t] for t in trials], colors=color,
                                          linestyles=style, alpha=alpha, linewidths=1,
-                                         zorder=layer, label=kind))
-        if kind in NOT_COMPLETED:  # where each ended
+                                         zorder=layer, label=drawn))
+        if drawn in NOT_COMPLETED:  # where each ended
             ax.plot([data.curves[t][-1][0] for t in trials],
                     [data.curves[t][-1][1] for t in trials], linestyle="none", zorder=layer,
-                    alpha=alpha, markersize=5, **NOT_COMPLETED[kind])
+                    alpha=alpha, markersize=5, **NOT_COMPLETED[drawn])
     if best_id in data.curves:
         points = data.curves[best_id]
         ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:red", linewidth=2.2,
