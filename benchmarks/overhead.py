@@ -45,10 +45,8 @@ from hpsearch.driver.session import driver_for, make_executor  # noqa: E402
 from hpsearch.ingest.trial_files import STDOUT_PREFIX  # noqa: E402
 from hpsearch.preflight import load_spec  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
-from hpsearch.store import (
-    rows,  # noqa: E402
-    runs,  # noqa: E402
-)
+from hpsearch.store import rows  # noqa: E402
+from hpsearch.store.lockfile import DriverLock  # noqa: E402
 from hpsearch.store.runs import STORE_FILE  # noqa: E402
 from hpsearch.store.store import Store  # noqa: E402
 
@@ -110,7 +108,7 @@ def run_hpsearch(args: argparse.Namespace, runs_dir: Path, name: str = "overhead
                                      executor=executor) + resources)
     spec = load_spec(spec_path, runs_dir)
     spec = dataclasses.replace(spec, source=spec_path.resolve())
-    lock = runs.DriverLock(spec.experiment_dir)
+    lock = DriverLock(spec.experiment_dir)
     lock.acquire()
     try:
         cpu = CpuMeter()

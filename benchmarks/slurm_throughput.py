@@ -45,7 +45,7 @@ from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
 from hpsearch.preflight import load_spec  # noqa: E402
 from hpsearch.search import make_search  # noqa: E402
 from hpsearch.slurm.commands import Slurm  # noqa: E402
-from hpsearch.store import runs  # noqa: E402
+from hpsearch.store.lockfile import DriverLock  # noqa: E402
 from hpsearch.store.runs import STORE_FILE  # noqa: E402
 from hpsearch.store.store import Store  # noqa: E402
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, runs_dir: Path, mode: str) -> dict:
     path.write_text(SPEC.format(name=name, sleep=args.sleep, trials=args.trials,
                                 parallel=args.parallel, executor=executor_yaml(mode, args)))
     spec = dataclasses.replace(load_spec(path, runs_dir), source=path.resolve())
-    lock = runs.DriverLock(spec.experiment_dir)
+    lock = DriverLock(spec.experiment_dir)
     lock.acquire()
     try:
         slurm = Slurm()

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.executors.base import Adoptable, Ended, Launch
+from hpsearch.executors.base import Adoptable, Ended
+from hpsearch.launch.attempt import Launch
 from hpsearch.pilot import program, protocol
 from hpsearch.pilot.executor import PilotExecutor
 from hpsearch.preflight import parse_spec

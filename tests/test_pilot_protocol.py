@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.executors.base import Launch
+from hpsearch.launch.attempt import Launch
 from hpsearch.pilot import protocol
 from hpsearch.pilot.slots import Slots
 from hpsearch.pilot.supply import Supply

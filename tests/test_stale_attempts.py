@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.executors.base import Ended, Launch
+from hpsearch.executors.base import Ended
 from hpsearch.launch import attempt as attempt_files
+from hpsearch.launch.attempt import Launch
 from hpsearch.pilot import program, protocol
 from hpsearch.pilot.slots import Grant
 from hpsearch.store import trusted

@@ -21,8 +21,9 @@ import pytest
 
 from hpsearch import procs
 from hpsearch.driver import loop, session
-from hpsearch.executors.base import Ended, Launch
+from hpsearch.executors.base import Ended
 from hpsearch.executors.local import LocalExecutor
+from hpsearch.launch.attempt import Launch
 from tests.helpers import read_store
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"

@@ -15,6 +15,7 @@ import argparse
 from hpsearch.cli.common import add_command, runs_dir_of
 from hpsearch.cli.run_cmds import _add_run_flags, _run, _tolerated
 from hpsearch.errors import BadInput
+from hpsearch.store.lockfile import DriverLock
 
 
 def register(sub) -> None:
@@ -52,7 +53,7 @@ def _positive(text: str) -> int:
 def finish(args) -> int:
     from hpsearch.driver import requests, session
     from hpsearch.pruning import finishing
-    from hpsearch.store import rows, runs
+    from hpsearch.store import rows
     from hpsearch.store.runs import STORE_FILE
     from hpsearch.store.store import Reader
 
@@ -79,7 +80,7 @@ def finish(args) -> int:
     unfinished = [c for c in picked if c.sent and c.trial.state not in rows.FINISHED]
     if new:
         requests.write(spec.experiment_dir, "finish", {"trials": [c.trial.id for c in new]})
-    driver = runs.DriverLock(spec.experiment_dir).holder()
+    driver = DriverLock(spec.experiment_dir).holder()
     if driver:
         print(f"experiment {spec.name}: its running driver (pid {driver}) takes the request "
               f"within seconds; see `hpsearch status {spec.name}`")

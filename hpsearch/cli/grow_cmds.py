@@ -9,7 +9,7 @@ import math
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, runs_dir_of, yaml_text
 from hpsearch.driver import requests
 from hpsearch.errors import HpsearchError
-from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 
 
 def register(sub) -> None:
@@ -44,7 +44,7 @@ def enqueue(args) -> int:
     if problem:
         raise HpsearchError(f"enqueue {spec.name}: {key + ': ' if key else ''}{problem}")
     requests.write(spec.experiment_dir, "enqueue", {"params": point})
-    driver = runs.DriverLock(spec.experiment_dir).holder()
+    driver = DriverLock(spec.experiment_dir).holder()
     print(f"enqueued for {spec.name}: {format_params(point)}; " +
           (f"the running driver (pid {driver}) asks it next" if driver else
            f"no driver runs: `hpsearch resume {spec.name}` runs it first"))

@@ -15,6 +15,7 @@ from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
 from hpsearch.store import runs
 from hpsearch.store.atomic import AS_OPEN, replace_file
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
 from hpsearch.store.rows import DONE
@@ -79,7 +80,7 @@ def status(args) -> int:
         timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                                        exp.spec_yaml)  # docs/scaling.md
         restarts = reader.events(limit=None, kind=resume_check.KIND)
-    driver = runs.DriverLock(runs_dir_of(args) / args.name).holder()
+    driver = DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
     shown = outcome.experiment_status(exp.status, driver)
@@ -188,7 +189,7 @@ def _status_all(runs_dir: Path) -> int:
         best_text = f"front of {len(top):d}" if len(exp.directions) > 1 else \
             (format_value(top[0].values[0]) if top else "")
         finished = sum(counts.get(s, 0) for s in DONE)
-        driver = runs.DriverLock(exp_dir).holder()
+        driver = DriverLock(exp_dir).holder()
         rows.append([exp.name, outcome.experiment_status(exp.status, driver), exp.strategy,
                      f"{finished}/{exp.trials_requested}",
                      str(counts.get("running", 0)), str(counts.get("failed", 0)), best_text,

@@ -23,6 +23,7 @@ from typing import TextIO
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import EXIT_INCOMPLETE, Conflict
 from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.runs import STORE_FILE
 
 TRASH = ".deleting"  # <runs_dir>/.deleting/<name>-<pid>-<random>: folders being removed
@@ -94,7 +95,7 @@ def delete(args) -> int:
         if not confirm(args.name, exp_dir, sys.stdin, sys.stderr):
             print(f"not deleted: you did not type '{args.name}'", file=sys.stderr)
             return EXIT_INCOMPLETE
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     lock.acquire(private=False)  # no driver can start while we delete; Conflict if one just did
     try:
         left = _refuse_if_in_flight(exp_dir, args.force)  # again: a driver may have run
@@ -134,7 +135,7 @@ def confirm(name: str, exp_dir: Path, answers: TextIO, out: TextIO) -> bool:
 
 def _refuse_if_driven(exp_dir: Path) -> None:
     """Conflict (nothing deleted) while a driver holds the experiment."""
-    holder = runs.DriverLock(exp_dir).owner()
+    holder = DriverLock(exp_dir).owner()
     if holder is not None and holder.alive:
         raise Conflict(f"not deleting '{exp_dir.name}': its driver is running "
                        f"({holder.describe()}); stop it first with `hpsearch cancel "

@@ -14,6 +14,7 @@ from typing import Any
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import EXIT_BAD_INPUT
 from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 
 
 def register(sub) -> None:
@@ -114,7 +115,7 @@ def _sync(args, exp_dir: Path, sync: Callable[[Any], Any], where: str) -> int:
     if not args.follow:
         say(sync(read_view(exp_dir)))
         return 0
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     follow.follow(exp_dir, sync, args.interval, lambda: lock.holder() is not None, say)
     print(f"{args.name}: its driver is not running; the mirror is final", flush=True)
     return 0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
 from hpsearch.errors import EXIT_BAD_INPUT, BadInput
 from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.warm import private_dir_problem, runtime_dir
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def mirror(args) -> int:
     if not args.follow:
         say(optuna_mirror.sync(read_view(exp_dir), storage, study))
         return 0
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     optuna_mirror.follow(exp_dir, storage, study, args.interval,
                          lambda: lock.holder() is not None, say)
     print(f"{args.name}: its driver is not running; the mirror is final", flush=True)
@@ -173,7 +174,7 @@ def dashboard(args) -> int:
     storage = optuna_mirror.open_storage(url)
     say = _said(args.name, url, args.name)
     say(optuna_mirror.sync(read_view(exp_dir), storage, args.name))
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     if lock.holder() is not None:
         threading.Thread(target=optuna_mirror.follow, daemon=True, name="mirror", args=(
             exp_dir, storage, args.name, args.interval, lambda: lock.holder() is not None,

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, runs_dir_of
+from hpsearch.store.lockfile import DriverLock
 
 
 def register(sub) -> None:
@@ -140,7 +141,6 @@ def _extend(spec, total: int) -> bool:
     request within seconds, and this command starts none)."""
     from hpsearch.driver import requests
     from hpsearch.errors import HpsearchError
-    from hpsearch.store import runs
     from hpsearch.store.runs import STORE_FILE
     from hpsearch.store.store import Reader
     with Reader(spec.experiment_dir / STORE_FILE) as reader:
@@ -150,7 +150,7 @@ def _extend(spec, total: int) -> bool:
         raise HpsearchError(f"--trials {total}: expected the number of trials in all, at "
                             f"least the {asked} already asked, at most {MAX_TRIALS}")
     requests.write(spec.experiment_dir, "trials", {"total": total})
-    driver = runs.DriverLock(spec.experiment_dir).holder()
+    driver = DriverLock(spec.experiment_dir).holder()
     if driver:
         print(f"experiment {spec.name}: asked its running driver (pid {driver}) to run "
               f"{total} trials in all; see `hpsearch events {spec.name}`")

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.driver import retry
-from hpsearch.executors.base import Ended, Launch, Requeued
+from hpsearch.executors.base import Ended, Requeued
 from hpsearch.faults import fault_point
 from hpsearch.ingest.outcome import cause
 from hpsearch.ingest.trial_files import rotate_logs
+from hpsearch.launch.attempt import Launch
 from hpsearch.search.base import Search
 from hpsearch.spec.model import FailureClass, Resources, Retries
 from hpsearch.store import rows

@@ -13,6 +13,7 @@ from hpsearch.errors import Conflict, HpsearchError
 from hpsearch.executors.registry import facts
 from hpsearch.spec.model import Executor as ExecutorSpec
 from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.rows import CANCELLED, PILOT_ENDED, RUNNING, SUBMITTING
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Reader, Store
@@ -23,7 +24,7 @@ def cancel_experiment(runs_dir: Path, name: str, wait: float = 60.0) -> str:
     DriverLock.signal_driver), or, with no driver alive, stop its recorded processes and mark
     them cancelled (taking the driver lock to write the store)."""
     exp_dir = runs.existing_experiment_dir(runs_dir, name)
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     stopped = slurm_job.stop(exp_dir, wait)
     if stopped:
         return stopped

@@ -19,18 +19,10 @@ from hpsearch.driver.extent import ENQUEUED
 from hpsearch.driver.live import LiveTrial, LiveTrials
 from hpsearch.driver.policies import Policies
 from hpsearch.errors import StorageError
-from hpsearch.executors.base import (
-    Ended,
-    Executor,
-    GaveUp,
-    Launch,
-    Note,
-    Requeued,
-    Started,
-    Update,
-)
+from hpsearch.executors.base import Ended, Executor, GaveUp, Note, Requeued, Started, Update
 from hpsearch.faults import fault_point
 from hpsearch.ingest.trial_files import exit_time, rotate_logs, with_stderr_tail
+from hpsearch.launch.attempt import Launch
 from hpsearch.search.base import Search
 from hpsearch.spec.model import FailureClass
 from hpsearch.store import rows

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from hpsearch.errors import BadInput, Conflict
 from hpsearch.spec.model import Spec
-from hpsearch.store import rows, runs
+from hpsearch.store import rows
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Reader, Store
 
@@ -66,7 +67,7 @@ def replace_spec(stored: Spec, new: Spec, path: Path) -> Spec:
                        f"--spec takes changes to {', '.join(ANY_TIME + BEFORE_RESULTS)} and "
                        f"search.{', search.'.join(SEARCH_ANY_TIME)}")
     exp_dir = stored.experiment_dir
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     lock.acquire(group_readable=stored.share == "group")  # refuses while its driver runs
     try:
         with Store(exp_dir / STORE_FILE) as store:

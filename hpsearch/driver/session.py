@@ -34,6 +34,7 @@ from hpsearch.preflight.cluster import slurm_would_take
 from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows, runs
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.private import make_private
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Reader, Store
@@ -197,7 +198,7 @@ def submit_driver_job(spec: Spec, create: bool, driver_time: str | None) -> str:
     from hpsearch.search import make_search
 
     exp_dir = spec.experiment_dir
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     with storage_errors(spec), share_mode(spec):  # its job's `resume` sets it again
         lock.acquire(group_readable=spec.share == "group")  # refuses while a driver runs
         try:
@@ -219,7 +220,7 @@ def drive(spec: Spec, create: bool, on_event: Callable[[str], None],
     from hpsearch.search import make_search
 
     exp_dir = spec.experiment_dir
-    lock = runs.DriverLock(exp_dir)
+    lock = DriverLock(exp_dir)
     in_job = slurm_job.in_driver_job()
     if in_job:
         slurm_job.arm()

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
 from hpsearch.spec.model import Spec
-from hpsearch.store import rows, runs
+from hpsearch.store import rows
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.results import best, checkpoint_paths, record
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Reader
@@ -55,7 +56,7 @@ def wait_for_driver(spec: Spec, job_id: str | None, poll: float = 1.0) -> int:
 
 def _driver_alive(exp_dir: Path, job_id: str | None) -> bool:
     if job_id is None:
-        return runs.DriverLock(exp_dir).holder() is not None
+        return DriverLock(exp_dir).holder() is not None
     from hpsearch.slurm.commands import Slurm
     from hpsearch.slurm.failures import TRANSIENT, SlurmError
     try:

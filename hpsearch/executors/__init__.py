@@ -7,6 +7,7 @@ rest of the pilot feature in hpsearch.pilot; the registry names it by "module:Cl
 nothing here imports it.
 """
 
-from hpsearch.executors.base import Adoptable, Ended, Executor, Launch, Started
+from hpsearch.executors.base import Adoptable, Ended, Executor, Started
+from hpsearch.launch.attempt import Launch
 
 __all__ = ["Adoptable", "Ended", "Executor", "Launch", "Started"]

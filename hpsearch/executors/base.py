@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
-from hpsearch.launch.attempt import Launch  # noqa: F401 - re-exported: part of the seam
+from hpsearch.launch.attempt import Launch
 
 if TYPE_CHECKING:
     from hpsearch.spec.model import FailureClass, Spec

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING
 
 from hpsearch import procs
 from hpsearch.errors import BadInput
-from hpsearch.executors.base import Adoptable, Ended, EndReason, Executor, Launch, Started
+from hpsearch.executors.base import Adoptable, Ended, EndReason, Executor, Started
 from hpsearch.launch.attempt import (
+    Launch,
     open_unlinked,
     prepare_trial_dir,
     read_exit_code,

@@ -26,7 +26,6 @@ from hpsearch.executors.base import (
     Ended,
     EndReason,
     Executor,
-    Launch,
     Note,
     Requeued,
     Started,
@@ -35,7 +34,7 @@ from hpsearch.executors.base import (
 )
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
-from hpsearch.launch.attempt import prepare_trial_dir
+from hpsearch.launch.attempt import Launch, prepare_trial_dir
 from hpsearch.placement.planner import Planner
 from hpsearch.slurm import parse, sbatch
 from hpsearch.slurm.failures import TRANSIENT, Backoff, SlurmError, retrying

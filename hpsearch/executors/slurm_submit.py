@@ -21,8 +21,9 @@ import json
 import os
 from pathlib import Path
 
-from hpsearch.executors.base import Adoptable, Launch, Note
+from hpsearch.executors.base import Adoptable, Note
 from hpsearch.executors.slurm_health import SlurmHealth
+from hpsearch.launch.attempt import Launch
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.failures import LIMIT, PERMANENT, TRANSIENT, SlurmError
 from hpsearch.spec.model import SlurmJob

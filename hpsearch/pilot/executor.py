@@ -25,7 +25,6 @@ from hpsearch.executors.base import (
     Ended,
     Executor,
     GaveUp,
-    Launch,
     Note,
     Started,
     Update,
@@ -35,7 +34,7 @@ from hpsearch.executors.base import (
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
-from hpsearch.launch.attempt import prepare_trial_dir
+from hpsearch.launch.attempt import Launch, prepare_trial_dir
 from hpsearch.pilot import protocol
 from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.pilot.start_failures import StartFailure, StartFailures

@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors.base import Ended, Launch, Started
+from hpsearch.executors.base import Ended, Started
 from hpsearch.executors.local import LocalExecutor
-from hpsearch.launch.attempt import read_exit_code, shell_body
+from hpsearch.launch.attempt import Launch, read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
 from hpsearch.pilot import protocol, warm_servers
 from hpsearch.pilot.slots import Grant, Reservation, Slots

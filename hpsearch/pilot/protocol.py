@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpsearch.executors.base import Launch
+from hpsearch.launch.attempt import Launch
 from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import memory_mb
 from hpsearch.store.trusted import Untrusted, read_trusted

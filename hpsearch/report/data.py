@@ -29,7 +29,7 @@ from hpsearch.ingest import outcome, resume_check
 from hpsearch.report.gpu_use import GpuUse, pilot_gpu_use, pilot_gpus_per_node, trial_gpu_use
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
-from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.rows import ExperimentRow, TrialRow
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.views.pilots import heartbeat_of
@@ -156,7 +156,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         busy_by_job.get(row.job_id or "", 0.0), p.nodes, gpus_per_node, p.seconds))}
     return ReportData(name=exp.name, strategy=exp.strategy, executor=executor,
                       status=outcome.experiment_status(exp.status,
-                                                       runs.DriverLock(exp_dir).holder()),
+                                                       DriverLock(exp_dir).holder()),
                       metrics=metrics, directions=tuple(exp.directions),
                       trials=trials, curves=curves, usage=usage, notes=notes,
                       created=exp.created, updated=exp.updated,

@@ -10,7 +10,7 @@ import re
 import unicodedata
 from typing import TYPE_CHECKING
 
-from hpsearch.errors import shown  # noqa: F401 - re-exported for the validators
+from hpsearch.errors import shown
 from hpsearch.spec.durations import time_limit_seconds
 from hpsearch.spec.model import PILOT_RESERVE, slot_width
 

@@ -15,7 +15,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.spec import checks
+from hpsearch.errors import shown
 from hpsearch.spec.model import Condition, Param, same_value
 from hpsearch.spec.problems import FAILED
 from hpsearch.spec.yamlpos import KeyPath
@@ -63,7 +63,7 @@ def _one(v: _Validator, name: Any, spec: Any, ppath: KeyPath, strategy: str,
     if not isinstance(name, str) or not PARAM_RE.fullmatch(name):
         raise v.fail(ppath, "expected a parameter name made of letters, digits and "
                             f"'_' (it is used as {{name}} in command); got "
-                            f"{checks.shown(name)}")
+                            f"{shown(name)}")
     if name in BUILTIN_PLACEHOLDERS:
         raise v.fail(ppath, f"'{name}' is reserved for hpsearch's own placeholder "
                             f"{{{name}}}; choose another name")
@@ -79,7 +79,7 @@ def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: lis
     """`when` of parameter `name`, checked against the parameters before it (`earlier`) and
     the whole space as written (`raw`, to name a later parameter or a cycle)."""
     if not isinstance(value, dict) or not value:
-        raise v.fail(path, f"{_WHEN_EXPECTED}; got {checks.shown(value)}")
+        raise v.fail(path, f"{_WHEN_EXPECTED}; got {shown(value)}")
     if len(value) > 1:
         raise v.fail(path, f"expected one condition; got {len(value)} "
                            f"({', '.join(map(str, value))}): make one of them conditional on "
@@ -111,8 +111,8 @@ def _condition(v: _Validator, value: Any, path: KeyPath, name: str, earlier: lis
         match = [c for c in gate.choices if same_value(c, item)]
         if not match:
             where = ppath + (i,) if isinstance(wanted, list) else ppath
-            shown = ", ".join(map(_yaml, gate.choices))
-            raise v.fail(where, f"{_yaml(item)} is not one of {parent}'s choices ({shown})")
+            choices = ", ".join(map(_yaml, gate.choices))
+            raise v.fail(where, f"{_yaml(item)} is not one of {parent}'s choices ({choices})")
         if not any(same_value(match[0], seen) for seen in values):
             values.append(match[0])
     return Condition(parent, tuple(values))
@@ -122,7 +122,7 @@ def _yaml(value: Any) -> str:
     """A choice as YAML reads it: true, null, 'sgd', 0.5 (a number is not its string)."""
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "null"}[value]
-    return checks.shown(value) if isinstance(value, str) else repr(value)
+    return shown(value) if isinstance(value, str) else repr(value)
 
 
 def _cycle(raw: dict, start: str, target: str) -> list[str] | None:
@@ -156,7 +156,7 @@ def _param(v: _Validator, name: str, spec: Any, path: KeyPath, strategy: str) ->
                 "int" if is_int(d.get("low")) and is_int(d.get("high")) and
                 is_int(d.get("step", 1)) and not d.get("log") else "float")
     elif kind not in PARAM_TYPES:
-        raise v.fail(path + ("type",), f"unknown parameter type {checks.shown(kind)}; "
+        raise v.fail(path + ("type",), f"unknown parameter type {shown(kind)}; "
                                        f"expected one of {', '.join(PARAM_TYPES)}")
     allowed = {"fixed": ("type", "value", "when"), "categorical": ("type", "choices", "when"),
                "float": ("type", "low", "high", "log", "step", "when"),

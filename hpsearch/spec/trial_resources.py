@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.errors import BadInput
+from hpsearch.errors import BadInput, shown
 from hpsearch.spec import checks
 from hpsearch.spec.model import PER_TRIAL_FIELDS, Param, memory_mb
 from hpsearch.spec.yamlpos import KeyPath
@@ -46,7 +46,7 @@ def per_trial(v: _Validator, d: dict, path: KeyPath, space: tuple[Param, ...],
             if isinstance(written, str) and "{" in written and key in PER_TRIAL_FIELDS:
                 raise v.fail(path + (key,), f"expected a value, or exactly \"{{name}}\" naming "
                                             f"a parameter of search.space; got "
-                                            f"{checks.shown(written)}")
+                                            f"{shown(written)}")
             continue
         name = found.group(1)
         kpath = path + (key,)

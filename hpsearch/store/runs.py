@@ -14,7 +14,6 @@ from pathlib import Path
 
 from hpsearch.errors import BadInput, NotFound
 from hpsearch.spec.names import NAME_RE
-from hpsearch.store.lockfile import DriverLock  # noqa: F401 - the lock lives with the layout
 
 STORE_FILE = "store.sqlite"
 DEFAULT_RUNS_DIR = "hpsearch-runs"

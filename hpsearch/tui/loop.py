@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.runs import STORE_FILE
 
 REFRESH = 0.5  # seconds between redraws
@@ -98,7 +99,6 @@ def _run_view(exp_dir: Path, stop: threading.Event, footer: str, refresh: float,
 def watch(exp_dir: Path, refresh: float = REFRESH, console=None) -> int:
     """`hpsearch watch`: show the experiment until Ctrl-C; returns 0. Never touches the
     driver or the store (read-only)."""
-    from hpsearch.store import runs
     console = console or _console()
     stop = threading.Event()
     keys = threading.Thread(target=_quit_on_key, args=(stop,), name="hpsearch-keys",
@@ -114,7 +114,7 @@ def watch(exp_dir: Path, refresh: float = REFRESH, console=None) -> int:
         stop.set()
         if keys.is_alive():
             keys.join(timeout=1)
-    pid = runs.DriverLock(exp_dir).holder()
+    pid = DriverLock(exp_dir).holder()
     name = exp_dir.name
     if pid:
         console.print(f"left the view of {name}; the search goes on (driver pid {pid}). "

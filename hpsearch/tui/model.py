@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch.ingest import outcome
-from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.rows import (
     CANCELLED,
     COMPLETED,
@@ -249,7 +249,7 @@ class SnapshotSource:
             if best is None:
                 row = self.reader.trial(best_id)
                 best = replace(self._line(row), duration=self._ran([row], now).get(best_id))
-        driver = runs.DriverLock(self.exp_dir).holder()
+        driver = DriverLock(self.exp_dir).holder()
         running = exp.status == "running"  # or interrupted
         elapsed, work = self._clock(exp, counts, running, now)
         eta = clock.eta(elapsed, work) if work is not None and driver else None

@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from hpsearch.executors.base import Launch
+from hpsearch.launch.attempt import Launch
 from hpsearch.pilot import protocol
 from tests.helpers import read_store
 from tests.slurm.test_pilot_fencing import _events, _wait_for

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.store import runs
+from hpsearch.store.lockfile import DriverLock
 from tests.helpers import read_store
 
 pytestmark = pytest.mark.slow
@@ -96,13 +96,13 @@ def test_ctrl_c_or_q_leaves_watch_and_the_search_runs_on(cli, terminal, key):
     assert re.search(r"^WATCH_EXIT=0", after, re.M) and "the search goes on" in after, after
     terminal.send("echo typed-ok", "Enter")  # the terminal is given back as it was: echo on
     terminal.wait_for(lambda s: s.count("typed-ok") >= 2, what="the typed line echoed")
-    driver = runs.DriverLock(exp_dir).holder()
+    driver = DriverLock(exp_dir).holder()
     assert driver, "the driver stopped with the view"
     _, trials = read_store(cli.runs, "tui")
     finished_at_ctrl_c = sum(t.state in ("completed", "failed") for t in trials)
     assert finished_at_ctrl_c < 8
     deadline = time.monotonic() + 60
-    while runs.DriverLock(exp_dir).holder() and time.monotonic() < deadline:
+    while DriverLock(exp_dir).holder() and time.monotonic() < deadline:
         time.sleep(0.2)
     exp, trials = read_store(cli.runs, "tui")
     assert exp.status == "completed"
