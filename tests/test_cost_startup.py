@@ -23,7 +23,7 @@ import hpsearch
 from hpsearch.accounting.usage import attempt_usage, trial_cost
 from hpsearch.ingest.first_call import first_call
 from hpsearch.report.data import collect
-from hpsearch.slurm.parse import JobUsage
+from hpsearch.slurm.sacct import JobUsage
 from hpsearch.store.store import Reader
 from tests.helpers import read_store
 

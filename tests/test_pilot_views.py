@@ -15,7 +15,7 @@ import pytest
 
 from hpsearch.report import data as report_data
 from hpsearch.report.pilot_usage import busy_node_seconds
-from hpsearch.slurm.parse import JobUsage
+from hpsearch.slurm.sacct import JobUsage
 from hpsearch.store.rows import PilotRow
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Reader

@@ -37,7 +37,7 @@ from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.driver.cost import PilotShare
-    from hpsearch.slurm.parse import JobUsage
+    from hpsearch.slurm.sacct import JobUsage
 
 CLASSES = ("completed", "pruned", "paused", "failed", "preempted", "cancelled")
 _PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
