@@ -16,9 +16,9 @@ import pytest
 from hpsearch.report import data as report_data
 from hpsearch.report.pilot_usage import busy_node_seconds
 from hpsearch.slurm.sacct import JobUsage
+from hpsearch.store.reader import Reader
 from hpsearch.store.rows import PilotRow
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from hpsearch.views.pilots import pilot_line
 from tests.tui.conftest import build_pilot_store
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from hpsearch.errors import BadInput, Conflict
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows, runs
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 
 ANY_TIME = ("resources", "executor", "retries", "placement")
 SEARCH_ANY_TIME = ("parallel", "timeout", "max_failures")

@@ -27,8 +27,9 @@ from hpsearch.spec.model import Search as SearchSpec
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows, runs
 from hpsearch.store.private import make_private
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 
 if TYPE_CHECKING:
     from hpsearch.driver.loop import Driver

@@ -92,7 +92,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     StoreView (hpsearch.interop.store_view) the caller has read, whose trials, metrics and
     attempts are used instead of reading them again (export at 10,000 trials: reading
     them twice was a third of its time)."""
-    from hpsearch.store.store import Reader
+    from hpsearch.store.reader import Reader
     with Reader(Path(exp_dir) / STORE_FILE) as reader:
         exp = reader.experiment()
         metrics, executor = spec_facts(exp.spec_yaml)

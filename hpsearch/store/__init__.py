@@ -1,6 +1,7 @@
 """The SQLite results store (one per experiment; one writer: the driver).
 
-Each name has one home: the handles in hpsearch.store.store (Store, Reader: sqlite-utils,
-0.3 s to import, paid only by commands that open a store), the store's file name and the
-runs dir in hpsearch.store.runs, the row types in hpsearch.store.rows (light).
+Each name has one home: the handles in hpsearch.store.store (Store, the driver's) and
+hpsearch.store.reader (Reader, everyone's; both load sqlite-utils, 0.3 s to import, paid only
+by commands that open a store), the store's file name and the runs dir in
+hpsearch.store.runs, the row types in hpsearch.store.rows (light).
 """
