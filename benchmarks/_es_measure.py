@@ -22,8 +22,8 @@ from pathlib import Path
 
 from hpsearch.report import budget
 from hpsearch.report.data import collect
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,8 @@ def jobs(row: str, work: Path) -> int:
         ids = submitit_jobs(_submitit_folder(row, work))
         tasks = {i for i in ids if "_" in i}
         return len(tasks or ids)
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
 
     reader = Reader(work / f"peers-{row}" / STORE_FILE)
     try:
@@ -179,8 +179,8 @@ def own_record(row: str, w: _curves.Workload, work: Path) -> str:
         left = Counter(t.state.name for t in trials if t.state not in ok
                        and t.params.get("config") not in done)
         return _without_result(w.configs - len(done), left)
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
 
     reader = Reader(work / f"peers-{row}" / STORE_FILE)
     try:

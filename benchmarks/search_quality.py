@@ -48,9 +48,9 @@ import _bench_run as run  # noqa: E402
 import _objectives as objectives  # noqa: E402
 import _sq_stats as st  # noqa: E402
 
+from hpsearch.store.reader import Reader  # noqa: E402
 from hpsearch.store.rows import COMPLETED  # noqa: E402
 from hpsearch.store.runs import STORE_FILE  # noqa: E402
-from hpsearch.store.store import Reader  # noqa: E402
 
 METHODS = ("random", "tpe", "gp", "cmaes", "qmc")
 TRIAL_SCRIPT = HERE / "_sq_trial.py"

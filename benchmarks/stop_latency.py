@@ -45,8 +45,8 @@ sys.path.insert(0, str(HERE))
 
 import _sq_stats as st  # noqa: E402
 
+from hpsearch.store.reader import Reader  # noqa: E402
 from hpsearch.store.runs import STORE_FILE  # noqa: E402
-from hpsearch.store.store import Reader  # noqa: E402
 
 GOAL_TOLD = 0.1  # seconds, p95
 GOAL_FRACTION = 0.6

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 
 SEGMENTED = textwrap.dedent("""
     import json, time

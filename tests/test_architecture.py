@@ -1,11 +1,13 @@
 """The package's plan holds (docs/architecture.md): no import cycles, layers respected (the
-import-linter contract in pyproject.toml), a short root, and a driver loop that stays short.
+import-linter contract in pyproject.toml), a short root, and no function or module too long
+to read (MAX_FUNCTION_LINES, MAX_MODULE_LINES).
 
 Lazy imports inside functions count: a cycle hidden in a function still ties two modules
 together. Imports under `if TYPE_CHECKING:` do not (they never run)."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -16,6 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hpsearch"
+MAX_FUNCTION_LINES = 80  # def line to last line, decorators left out (ast's lineno)
+MAX_MODULE_LINES = 600
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -95,6 +99,46 @@ def test_the_root_is_a_table_of_contents():
     assert len(modules) <= 12, modules
 
 
-def test_the_driver_loop_stays_short():
-    lines = len((PACKAGE / "driver" / "loop.py").read_text().splitlines())
-    assert lines < 400, f"hpsearch/driver/loop.py has {lines} lines: move a policy out"
+def _too_long(package: Path) -> list[str]:
+    """Each module of `package` over MAX_MODULE_LINES lines and each function (methods and
+    nested functions included) over MAX_FUNCTION_LINES, as "path:line name (N lines)"."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(package.parent)
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{where} ({lines} lines)")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{where}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_or_module_is_too_long():
+    """A function over MAX_FUNCTION_LINES does several things: extract a helper. A module
+    over MAX_MODULE_LINES holds several: split it along a seam (docs/architecture.md)."""
+    found = _too_long(PACKAGE)
+    assert not found, (f"over {MAX_FUNCTION_LINES} lines (a function) or {MAX_MODULE_LINES} "
+                       "(a module): extract a helper, or split the module along a seam:\n"
+                       + "\n".join(found))
+
+
+def test_the_size_check_finds_a_long_module_and_a_long_function(tmp_path):
+    """The test above could pass by finding nothing: here it must find both planted, and
+    neither of those exactly at the limits."""
+    pkg = tmp_path / "long_pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (pkg / "sub" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    statements = [f"y{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1)]
+    funcs = ("def at_the_limit():\n" + "".join("    " + line for line in statements)
+             + "\n\nclass C:\n    def long(self):\n"
+             + "".join("        " + line for line in statements) + "        pass\n")
+    (pkg / "sub" / "funcs.py").write_text(funcs)
+    line = funcs.splitlines().index("    def long(self):") + 1
+    assert _too_long(pkg) == [
+        f"long_pkg/sub/funcs.py:{line} long ({MAX_FUNCTION_LINES + 1} lines)",
+        f"long_pkg/sub/long.py ({MAX_MODULE_LINES + 1} lines)"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.store.store import Reader
+from hpsearch.store.reader import Reader
 from tests.helpers import read_store
 
 # loss at step s: lowest at step 2 (x shifts it), then rising: the best is not the newest

@@ -11,7 +11,8 @@ import pytest
 from hpsearch.ingest.checkpoints import doomed
 from hpsearch.spec.model import Checkpoints
 from hpsearch.store import rows
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.reader import Reader
+from hpsearch.store.store import Store
 from tests.helpers import read_store
 
 # loss at step s: lowest at step 2 (x shifts it), then rising: keep_best differs from keep_last.

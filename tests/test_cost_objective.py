@@ -20,8 +20,9 @@ from hpsearch.interop.store_view import read_view
 from hpsearch.report import budget, export
 from hpsearch.report.data import collect
 from hpsearch.slurm.failures import SlurmError
-from hpsearch.slurm.parse import JobUsage
-from hpsearch.store.store import Reader, Store
+from hpsearch.slurm.sacct import JobUsage
+from hpsearch.store.reader import Reader
+from hpsearch.store.store import Store
 from tests.conftest import EXAMPLES
 from tests.helpers import read_store
 

@@ -23,8 +23,8 @@ import hpsearch
 from hpsearch.accounting.usage import attempt_usage, trial_cost
 from hpsearch.ingest.first_call import first_call
 from hpsearch.report.data import collect
-from hpsearch.slurm.parse import JobUsage
-from hpsearch.store.store import Reader
+from hpsearch.slurm.sacct import JobUsage
+from hpsearch.store.reader import Reader
 from tests.helpers import read_store
 
 # Sleeps before its first call of hpsearch.trial (a slow import, a wait for a warm server),

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.conftest import EXAMPLES
 from tests.helpers import read_store
 

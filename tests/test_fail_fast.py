@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import event_kinds, read_store
 
 BROKEN = """

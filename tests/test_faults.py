@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hpsearch.cli.main import main as cli_main
-from hpsearch.store.store import Reader
+from hpsearch.store.reader import Reader
 from tests.helpers import read_store
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from hpsearch.ingest.lines import MAX_LINE, MAX_READ
 from hpsearch.ingest.trial_files import TrialFiles
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.reader import Reader
+from hpsearch.store.store import Store
 from tests.helpers import read_store
 
 BIG = 18446744073709551615  # 2**64 - 1: no SQLite integer holds it

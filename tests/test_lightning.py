@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.conftest import EXAMPLES, Cli
 from tests.helpers import read_store
 from tests.test_digits_ddp import _metrics, _require, _trial_env, _without_time

@@ -10,8 +10,8 @@ import time
 import optuna
 import pytest
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import read_store
 from tests.interop_search import run_search, write_spec
 

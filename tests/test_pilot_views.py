@@ -15,10 +15,10 @@ import pytest
 
 from hpsearch.report import data as report_data
 from hpsearch.report.pilot_usage import busy_node_seconds
-from hpsearch.slurm.parse import JobUsage
+from hpsearch.slurm.sacct import JobUsage
+from hpsearch.store.reader import Reader
 from hpsearch.store.rows import PilotRow
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from hpsearch.views.pilots import pilot_line
 from tests.tui.conftest import build_pilot_store
 
@@ -209,6 +209,9 @@ def test_a_pilot_is_never_more_than_all_busy(tmp_path: Path):
     sightings: a pilot whose attempts the store saw a moment longer than sacct held it was
     reported 103% busy (issue 38's walkthrough); busy is at most what it held."""
     exp = build_pilot_store(tmp_path / "pil")
+    # Its three trials run from their store write until the report: 50 ms each is over the
+    # 0.02 node-s below (without the wait, a fast machine read 0.017-0.020).
+    time.sleep(0.05)
     slurm = _FakeSlurm([JobUsage("5001", "RUNNING", 0.01, 2, 0, 8),  # held 0.02 node-s
                         JobUsage("5000", "TIMEOUT", 300.0, 2, 0, 8)])
     pilot = {p.pilot: p for p in report_data.collect(exp, slurm=slurm).pilots}[1]

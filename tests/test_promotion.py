@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import kill_driver_repeatedly, read_store
 from tests.promotion_search import SEGMENTED, SPEC, XS
 

@@ -7,8 +7,8 @@ before its budget on its own completes the trial, and its bracket has a fully tr
 
 from __future__ import annotations
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import read_store
 
 TRAIN = """\

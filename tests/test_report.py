@@ -14,7 +14,7 @@ import pytest
 
 from hpsearch.report import data as report_data
 from hpsearch.report import write_report
-from hpsearch.slurm.parse import JobUsage
+from hpsearch.slurm.sacct import JobUsage
 from tests.tui.conftest import build_store
 from tests.tui.test_terminal import SPEC, TRIAL
 

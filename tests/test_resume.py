@@ -95,7 +95,7 @@ def test_resume_adopts_trials_still_running(cli):
     _assert_exactly_once(cli, "adopt", runlog, trials=2)
     events = cli("status", "adopt", check=0)
     assert events.returncode == 0
-    from hpsearch.store.store import Reader
+    from hpsearch.store.reader import Reader
     reader = Reader(cli.runs / "adopt" / "store.sqlite")
     adopted = [e for e in reader.events(limit=1000) if e["kind"] == "adopted"]
     reader.close()

@@ -5,8 +5,8 @@ trial may change only while no trial has a result; what decides the search never
 
 from __future__ import annotations
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import event_kinds, read_store
 
 SPEC = """

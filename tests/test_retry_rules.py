@@ -10,7 +10,7 @@ from pathlib import Path
 from hpsearch.driver import retry
 from hpsearch.executors.base import Ended
 from hpsearch.preflight import parse_spec
-from hpsearch.store.store import Reader
+from hpsearch.store.reader import Reader
 from tests.helpers import read_store
 
 BASE = """

@@ -23,8 +23,9 @@ from hpsearch import procs
 from hpsearch.errors import BadInput
 from hpsearch.store import filesystem
 from hpsearch.store.lockfile import LOCK_FILE, STALE_AFTER, this_host
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 from tests.helpers import junk_commits, read_store
 
 NETWORK = {"HPSEARCH_STORAGE": "network"}

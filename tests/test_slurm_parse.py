@@ -1,6 +1,7 @@
-"""hpsearch.slurm.parse against real Slurm 22.05 output (tests/slurm/captured/, whose README
-says which command made each file), plus hand-typed edge cases. The values asserted are the
-ones in those files: after capture.sh makes them again, job ids and times here change too."""
+"""hpsearch.slurm.parse and hpsearch.slurm.sacct against real Slurm 22.05 output
+(tests/slurm/captured/, whose README says which command made each file), plus hand-typed
+edge cases. The values asserted are the ones in those files: after capture.sh makes them
+again, job ids and times here change too."""
 
 from __future__ import annotations
 
@@ -10,19 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from hpsearch.slurm import parse
+from hpsearch.slurm import parse, sacct
 from hpsearch.slurm.parse import (
     JobRecord,
     NodeState,
     QueueRecord,
     Switch,
     expand_array_tasks,
-    is_accounting_disabled,
     is_invalid_job_id,
     job_records_from_scontrol,
     parse_elapsed,
-    parse_sacct,
-    parse_sacct_runs,
     parse_sbatch_parsable,
     parse_scontrol_job,
     parse_scontrol_node,
@@ -32,6 +30,7 @@ from hpsearch.slurm.parse import (
     parse_squeue_steps,
     parse_topology,
 )
+from hpsearch.slurm.sacct import is_accounting_disabled, parse_sacct, parse_sacct_runs
 
 CAPTURED = Path(__file__).resolve().parent / "slurm" / "captured"
 NODES = tuple(f"node{i}" for i in range(1, 9))
@@ -60,12 +59,12 @@ def by_id(records):
 
 def test_formats_are_the_ones_capture_sh_used():
     script = captured("capture.sh")
-    assert f"\nSACCT_FORMAT={parse.SACCT_FORMAT}\n" in script
+    assert f"\nSACCT_FORMAT={sacct.SACCT_FORMAT}\n" in script
     assert f"squeue -h -o '{parse.SQUEUE_FORMAT}'" in script
     assert f"sinfo -h -N -o '{parse.SINFO_NODES_FORMAT}'" in script
     # The hand-made files use it too (README: "Its format is SACCT_FORMAT's").
     for name in ("sacct_duplicate_job_id.txt", "sacct_lagging_behind_squeue.txt"):
-        assert all(line.count("|") == parse.SACCT_FORMAT.count(",")
+        assert all(line.count("|") == sacct.SACCT_FORMAT.count(",")
                    for line in captured(name).splitlines())
 
 
@@ -512,8 +511,8 @@ def test_every_captured_file_is_read_by_a_test_here():
 # -- sacct usage (hpsearch report) ---------------------------------------------------------
 
 def test_sacct_usage_reads_seconds_nodes_and_gpus_from_real_output():
-    from hpsearch.slurm.parse import JobUsage, parse_sacct_usage
-    assert f"\nUSAGE_FORMAT={parse.SACCT_USAGE_FORMAT}\n" in captured("capture.sh")
+    from hpsearch.slurm.sacct import JobUsage, parse_sacct_usage
+    assert f"\nUSAGE_FORMAT={sacct.SACCT_USAGE_FORMAT}\n" in captured("capture.sh")
     usage = by_id(parse_sacct_usage(captured("sacct_usage.txt")))
     assert usage["985"] == JobUsage(job_id="985", state="COMPLETED", elapsed=2.0, nodes=1,
                                     gpus=2, cpus=1)
@@ -525,7 +524,7 @@ def test_sacct_usage_reads_seconds_nodes_and_gpus_from_real_output():
 
 
 def test_sacct_usage_skips_steps_and_unstarted_ranges_and_names_a_bad_line():
-    from hpsearch.slurm.parse import parse_sacct_usage
+    from hpsearch.slurm.sacct import parse_sacct_usage
     text = ("5|COMPLETED|7|1|cpu=1,gres/gpu=4,node=1|2026-11-26T07:43:07\n"
             "5.batch|COMPLETED|7|1|cpu=1,gres/gpu=4,node=1|2026-11-26T07:43:07\n"
             "6_[0-3]|PENDING|0|1||2026-11-26T07:43:07\n")

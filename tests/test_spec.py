@@ -17,7 +17,8 @@ from hpsearch.errors import BadInput
 from hpsearch.preflight import load_spec, parse_spec
 from hpsearch.search.grid import GridSearch, grid_points, grid_size
 from hpsearch.search.registry import STRATEGIES
-from hpsearch.spec import validate
+from hpsearch.spec import space, validate
+from hpsearch.spec.executor import EXECUTOR_KEYS
 from hpsearch.template import BUILTIN_PLACEHOLDERS
 from tests.conftest import EXAMPLES
 
@@ -997,9 +998,9 @@ def test_docs_complete_example_validates(tmp_path):
 
 def test_docs_name_every_key_strategy_and_placeholder():
     text = DOC.read_text()
-    keys = (validate.TOP_KEYS + validate.SEARCH_KEYS + validate.PARAM_KEYS +
+    keys = (validate.TOP_KEYS + validate.SEARCH_KEYS + space.PARAM_KEYS +
             validate.OBJECTIVE_KEYS + validate.RESOURCE_KEYS + validate.RETRY_KEYS +
-            validate.CHECKPOINT_KEYS + validate.EXECUTOR_KEYS + validate.PARAM_TYPES +
+            validate.CHECKPOINT_KEYS + EXECUTOR_KEYS + space.PARAM_TYPES +
             validate.PLACEMENT_KEYS +
             STRATEGIES.names())
     missing = [k for k in keys if f"`{k}`" not in text and f"{k}:" not in text]

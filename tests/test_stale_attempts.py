@@ -22,8 +22,8 @@ from hpsearch.launch.attempt import Launch
 from hpsearch.pilot import program, protocol
 from hpsearch.pilot.slots import Grant
 from hpsearch.store import trusted
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 
 
 class NfsClientCache:

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from hpsearch.errors import NotFound, StorageError
+from hpsearch.store.reader import Reader
 from hpsearch.store.schema import SCHEMA_VERSION
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 from tests.helpers import read_store
 
 
@@ -147,7 +148,7 @@ def test_a_read_only_command_does_not_import_pandas_or_numpy_and_they_still_impo
     store.insert_trial(0, {"x": 1.5}, str(tmp_path / "t0"), {})
     store.close()
     code = ("import sys\n"
-            "from hpsearch.store.store import Reader\n"
+            "from hpsearch.store.reader import Reader\n"
             f"reader = Reader({str(tmp_path / 'runs' / 'exp' / 'store.sqlite')!r})\n"
             "assert [t.params for t in reader.trials()] == [{'x': 1.5}]\n"
             "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))\n"

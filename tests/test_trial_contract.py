@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hpsearch.store.store import Reader
+from hpsearch.store.reader import Reader
 from tests.helpers import read_store
 
 TRIAL_SCRIPT = r'''

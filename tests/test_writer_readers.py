@@ -18,8 +18,9 @@ import threading
 import time
 from pathlib import Path
 
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 from tests.helpers import junk_commits, read_store
 
 NETWORK = {"HPSEARCH_STORAGE": "network"}

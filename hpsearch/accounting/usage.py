@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from hpsearch.spec.model import COST_METRICS
 
 if TYPE_CHECKING:
-    from hpsearch.slurm.parse import JobUsage
+    from hpsearch.slurm.sacct import JobUsage
 
 
 @dataclass

@@ -74,8 +74,8 @@ def _load(args, slurm, runs_dir: Path, names: list[str]):
 def _trials_by_node(runs_dir: Path, names: list[str]) -> dict[str, set[str]]:
     """node -> {"experiment#trial"} for trials running now (from each store, read-only)."""
     from hpsearch.slurm.hostlist import expand
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
 
     found: dict[str, set[str]] = {}
     for name in names:

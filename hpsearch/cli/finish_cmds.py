@@ -54,8 +54,8 @@ def finish(args) -> int:
     from hpsearch.driver import requests, session
     from hpsearch.pruning import finishing
     from hpsearch.store import rows
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
 
     spec = session.stored_spec(runs_dir_of(args), args.name, args.executor)
     pruner = spec.search.pruner

@@ -24,7 +24,7 @@ from hpsearch.views.pilots import pilot_lines
 
 
 def _reader(path):
-    from hpsearch.store.store import Reader  # loads sqlite-utils on first use (see hpsearch.store)
+    from hpsearch.store.reader import Reader  # loads sqlite-utils on first use (see hpsearch.store)
     return Reader(path)
 
 

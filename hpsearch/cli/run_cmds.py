@@ -141,8 +141,8 @@ def _extend(spec, total: int) -> bool:
     request within seconds, and this command starts none)."""
     from hpsearch.driver import requests
     from hpsearch.errors import HpsearchError
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     with Reader(spec.experiment_dir / STORE_FILE) as reader:
         asked = len(reader.trials())
     from hpsearch.driver.extent import MAX_TRIALS
@@ -161,8 +161,8 @@ def _tolerated(spec, code: int, allow_failures: bool) -> int:
     """With --allow-failures, a search that ran to its end with at least one completed trial
     exits 0 although some trials failed (diverged, out of memory); otherwise `code`."""
     from hpsearch.errors import EXIT_INCOMPLETE
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     if not allow_failures or code != EXIT_INCOMPLETE:
         return code
     with Reader(spec.experiment_dir / STORE_FILE) as reader:
@@ -242,9 +242,9 @@ def _printer(quiet: bool):
 
 
 def _summary(spec, elapsed: float) -> None:
+    from hpsearch.store.reader import Reader
     from hpsearch.store.results import best
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     with Reader(spec.experiment_dir / STORE_FILE) as reader:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
         gave_up = [e["message"] for e in reader.events(limit=20)

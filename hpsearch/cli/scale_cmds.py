@@ -78,8 +78,8 @@ def scale(args) -> int:
     from hpsearch.driver import scale_spec, session
     from hpsearch.preflight import parse_spec
     from hpsearch.store import runs
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
 
     runs_dir = runs_dir_of(args)
     parent = session.stored_spec(runs_dir, args.name, args.executor)
@@ -152,8 +152,8 @@ def _untimed(parent: str, trial: int, option: str, sizes: list[int]) -> str:
 
 
 def _stored_text(child_dir) -> str:
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     with Reader(child_dir / STORE_FILE) as reader:
         return reader.experiment().spec_yaml
 
@@ -179,8 +179,8 @@ def _curve(child, option: str, grad_bytes: float | None, bandwidth: float) -> st
     from hpsearch.accounting.efficiency import efficiency
     from hpsearch.driver.scale_spec import SIZE_FIELDS
     from hpsearch.report.scaling_curve import Point, table
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     with Reader(child.experiment_dir / STORE_FILE) as reader:
         trials = reader.trials()
         found = efficiency(reader.rank_timing(), {t.id: t.params for t in trials}, child.text)

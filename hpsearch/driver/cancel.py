@@ -14,9 +14,10 @@ from hpsearch.executors.registry import facts
 from hpsearch.spec.model import Executor as ExecutorSpec
 from hpsearch.store import runs
 from hpsearch.store.lockfile import DriverLock
+from hpsearch.store.reader import Reader
 from hpsearch.store.rows import CANCELLED, PILOT_ENDED, RUNNING, SUBMITTING
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 
 
 def cancel_experiment(runs_dir: Path, name: str, wait: float = 60.0) -> str:

@@ -32,7 +32,7 @@ from hpsearch.executors.registry import facts
 from hpsearch.spec.model import COST_METRICS, Resources, Spec, slot_width
 
 if TYPE_CHECKING:
-    from hpsearch.slurm.parse import JobUsage
+    from hpsearch.slurm.sacct import JobUsage
     from hpsearch.store.store import Store
 
 Sacct = Callable[[list[str]], "list[JobUsage] | None"]

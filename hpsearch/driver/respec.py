@@ -26,8 +26,9 @@ from hpsearch.errors import BadInput, Conflict
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows
 from hpsearch.store.lockfile import DriverLock
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 
 ANY_TIME = ("resources", "executor", "retries", "placement")
 SEARCH_ANY_TIME = ("parallel", "timeout", "max_failures")

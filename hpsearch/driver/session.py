@@ -36,8 +36,9 @@ from hpsearch.spec.model import Spec
 from hpsearch.store import rows, runs
 from hpsearch.store.lockfile import DriverLock
 from hpsearch.store.private import make_private
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader, Store
+from hpsearch.store.store import Store
 
 if TYPE_CHECKING:
     from hpsearch.driver.loop import Driver

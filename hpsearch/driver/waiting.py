@@ -17,9 +17,9 @@ from hpsearch.errors import EXIT_INCOMPLETE, EXIT_OK
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows
 from hpsearch.store.lockfile import DriverLock
+from hpsearch.store.reader import Reader
 from hpsearch.store.results import best, checkpoint_paths, record
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 
 JOB_POLL = 10.0  # seconds between squeue calls about a driver job: 6 a minute, however long
 

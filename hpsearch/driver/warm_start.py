@@ -22,7 +22,7 @@ from hpsearch.store.runs import STORE_FILE
 
 def load(spec: Spec) -> tuple[list[WarmTrial], list[str]]:
     """(the warm trials, one line per experiment saying what was taken and left out)."""
-    from hpsearch.store.store import Reader
+    from hpsearch.store.reader import Reader
 
     warm, lines = [], []
     objectives = len(spec.objectives)

@@ -367,20 +367,28 @@ class SlurmExecutor(Executor):
         self.wait = self.interval
         self.next_query = min(self.next_query, time.monotonic() + min(1.0, self.interval))
 
-    def _query(self, jobs: list[_Job]) -> list[Update | Requeued | Ended | Note]:
-        by_id = {job.job_id: job for job in jobs}
-        runs = self.slurm.sacct_runs(list(by_id))  # every run: a requeue keeps the job id
-        records = None if runs is None else [found[-1] for found in runs.values()]
-        seen: dict[str, parse.JobRecord] = {}
-        if records is not None:
-            seen.update((rec.job_id, rec) for rec in records if rec.job_id in by_id)
-        waiting = [jid for jid in by_id if jid not in seen or seen[jid].state == "PENDING"
+    def _ask(self, job_ids: list[str]) -> tuple[dict[str, list[parse.JobRecord]] | None,
+                                                dict[str, parse.JobRecord],
+                                                dict[str, parse.QueueRecord]]:
+        """What Slurm says of `job_ids`: sacct's runs of each (None: no accounting), the
+        newest run of each, and squeue's record of those sacct does not show finished (of
+        all of them every CTLD_PROBE seconds)."""
+        runs = self.slurm.sacct_runs(job_ids)  # every run: a requeue keeps the job id
+        wanted = set(job_ids)
+        seen: dict[str, parse.JobRecord] = {} if runs is None else {
+            found[-1].job_id: found[-1] for found in runs.values() if found[-1].job_id in wanted}
+        waiting = [jid for jid in job_ids if jid not in seen or seen[jid].state == "PENDING"
                    or seen[jid].state in _MAY_REQUEUE]
         if time.monotonic() - self.ctld_asked >= CTLD_PROBE:
-            waiting = list(by_id)
+            waiting = list(job_ids)
         queue = {rec.job_id: rec for rec in self.slurm.squeue(waiting)} if waiting else {}
         if waiting:
             self.ctld_asked = time.monotonic()
+        return runs, seen, queue
+
+    def _query(self, jobs: list[_Job]) -> list[Update | Requeued | Ended | Note]:
+        by_id = {job.job_id: job for job in jobs}
+        runs, seen, queue = self._ask(list(by_id))
         events: list[Update | Requeued | Ended | Note] = []
         # array id -> its sacct records, asked once per query
         arrays: dict[str, list[parse.JobRecord]] = {}
@@ -395,7 +403,7 @@ class SlurmExecutor(Executor):
                 self._soon()  # Slurm requeues it: its next run's record is on its way
                 continue
             try:  # a failure here must not lose the requeues found above: ask next time
-                if rec is None and queued is None and records is None:
+                if rec is None and queued is None and runs is None:
                     rec = self.slurm.job_record(job_id)  # no accounting: ask scontrol
                 split = rec is None and queued is None and job.cancel_requested \
                     and self._cancelled_before_it_split(job_id, arrays)

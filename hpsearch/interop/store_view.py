@@ -107,7 +107,7 @@ def last_reports(metrics: list[MetricRow]) -> dict[str, tuple[int, float]]:
 def read_view(exp_dir: Path) -> StoreView:
     """Read the experiment in `exp_dir` (its store must exist) and parse its stored spec.
     Raises hpsearch.errors.NotFound / BadInput with a message meant for the user."""
-    from hpsearch.store.store import Reader
+    from hpsearch.store.reader import Reader
 
     exp_dir = Path(exp_dir)
     with Reader(exp_dir / STORE_FILE) as reader:

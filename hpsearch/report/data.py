@@ -37,7 +37,7 @@ from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.driver.cost import PilotShare
-    from hpsearch.slurm.parse import JobUsage
+    from hpsearch.slurm.sacct import JobUsage
 
 CLASSES = ("completed", "pruned", "paused", "failed", "preempted", "cancelled")
 _PREEMPTED_WORDS = ("preempted", "node_fail", "lost", "requeued")
@@ -92,7 +92,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     StoreView (hpsearch.interop.store_view) the caller has read, whose trials, metrics and
     attempts are used instead of reading them again (export at 10,000 trials: reading
     them twice was a third of its time)."""
-    from hpsearch.store.store import Reader
+    from hpsearch.store.reader import Reader
     with Reader(Path(exp_dir) / STORE_FILE) as reader:
         exp = reader.experiment()
         metrics, executor = spec_facts(exp.spec_yaml)

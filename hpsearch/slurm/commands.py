@@ -1,9 +1,10 @@
 """The one place that runs Slurm commands (docs/architecture.md, invariant 5).
 
 `Slurm` runs sbatch, sacct, squeue, scancel, sinfo and scontrol as argument lists (never
-through a shell), hands their output to the parsers of hpsearch.slurm.parse, counts every
-call by command name, and turns a failure into SlurmError. Job ids are batched into one
-call (comma-separated), in chunks of at most `max_ids_per_call`.
+through a shell), hands their output to the parsers of hpsearch.slurm.parse (sacct's: of
+hpsearch.slurm.sacct), counts every call by command name, and turns a failure into
+SlurmError. Job ids are batched into one call (comma-separated), in chunks of at most
+`max_ids_per_call`.
 
 Two answers that are not errors: sacct on a cluster without accounting returns None (never
 []: no accounting is not "no such job"), and a job slurmctld has forgotten is simply absent
@@ -22,6 +23,15 @@ from hpsearch.slurm import failures, parse
 from hpsearch.slurm.environment import outside_allocation
 from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
+from hpsearch.slurm.sacct import (
+    SACCT_FORMAT,
+    SACCT_USAGE_FORMAT,
+    JobUsage,
+    is_accounting_disabled,
+    parse_sacct,
+    parse_sacct_runs,
+    parse_sacct_usage,
+)
 
 DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while
 MAX_IDS_PER_CALL = 500  # job ids per sacct/squeue/scancel call
@@ -134,9 +144,9 @@ class Slurm:
         ids = _unique(job_ids)
         if not ids:
             return []
-        text = self._sacct_text(ids, parse.SACCT_FORMAT)
+        text = self._sacct_text(ids, SACCT_FORMAT)
         # One parse over every chunk: a job listed twice keeps its newest record.
-        return None if text is None else self._parsed(["sacct"], parse.parse_sacct, text)
+        return None if text is None else self._parsed(["sacct"], parse_sacct, text)
 
     def sacct_runs(self, job_ids: Iterable[str]) -> dict[str, list[JobRecord]] | None:
         """Like sacct(), with every run of each job (`sacct -D`), oldest first: a job Slurm
@@ -145,8 +155,8 @@ class Slurm:
         ids = _unique(job_ids)
         if not ids:
             return {}
-        text = self._sacct_text(ids, parse.SACCT_FORMAT, duplicates=True)
-        return None if text is None else self._parsed(["sacct", "-D"], parse.parse_sacct_runs,
+        text = self._sacct_text(ids, SACCT_FORMAT, duplicates=True)
+        return None if text is None else self._parsed(["sacct", "-D"], parse_sacct_runs,
                                                       text)
 
     def _sacct_text(self, ids: list[str], format_: str,
@@ -159,7 +169,7 @@ class Slurm:
                     f"--format={format_}", "-j", ",".join(chunk)]
             proc = self._run(argv)
             if proc.returncode != 0:
-                if parse.is_accounting_disabled(proc.stderr):
+                if is_accounting_disabled(proc.stderr):
                     return None
                 raise _failed(argv, proc)
             outputs.append(proc.stdout)
@@ -270,13 +280,13 @@ class Slurm:
         start = "1970-01-01T00:00:00" if since is None else time.strftime(
             "%Y-%m-%dT%H:%M:%S", time.localtime(since - CLOCK_SKEW))
         argv = ["sacct", "--parsable2", "--noheader", "-X", f"--starttime={start}",
-                "--user", user, "--name", name, f"--format={parse.SACCT_FORMAT}"]
+                "--user", user, "--name", name, f"--format={SACCT_FORMAT}"]
         proc = self._run(argv)
         if proc.returncode != 0:
-            if parse.is_accounting_disabled(proc.stderr):
+            if is_accounting_disabled(proc.stderr):
                 return None
             raise _failed(argv, proc)
-        records = [r for r in self._parsed(argv, parse.parse_sacct, proc.stdout)
+        records = [r for r in self._parsed(argv, parse_sacct, proc.stdout)
                    if r.name == name and (since is None or r.submit is None
                                           or r.submit.timestamp() >= since - CLOCK_SKEW)]
         if not records:
@@ -329,12 +339,12 @@ class Slurm:
             raise SlurmError(argv, 0, "", "printed no NodeAddr")
         return fields["NodeAddr"]
 
-    def sacct_usage(self, job_ids: Iterable[str]) -> list[parse.JobUsage] | None:
+    def sacct_usage(self, job_ids: Iterable[str]) -> list[JobUsage] | None:
         """What these jobs used (seconds run, nodes, GPUs, CPUs), one record per job or
         task that ran or runs; None when the cluster keeps no accounting (`hpsearch
         report` then falls back on the store's times)."""
-        text = self._sacct_text(_unique(job_ids), parse.SACCT_USAGE_FORMAT)
-        return None if text is None else self._parsed(["sacct"], parse.parse_sacct_usage, text)
+        text = self._sacct_text(_unique(job_ids), SACCT_USAGE_FORMAT)
+        return None if text is None else self._parsed(["sacct"], parse_sacct_usage, text)
 
 
 def _failed(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:

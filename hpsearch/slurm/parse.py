@@ -3,7 +3,9 @@
 Each parser reads exactly what hpsearch.slurm.commands asks for (the *_FORMAT constants
 below are the option values it passes), and is tested against output captured from the real
 test cluster (tests/slurm/captured/, whose README says which command made each file).
-Output that does not have the expected shape raises ValueError naming the line.
+Output that does not have the expected shape raises ValueError naming the line. sacct's
+output has a module of its own (hpsearch.slurm.sacct); the records and value parsers here
+are the ones every command's output shares.
 
 Slurm prints times in the cluster's local time without a zone ("2026-11-26T05:08:54");
 they come back as naive datetimes. Commands set SLURM_TIME_FORMAT=standard so that a user's
@@ -19,10 +21,6 @@ from typing import Any, TypeVar
 
 from hpsearch.slurm.hostlist import expand
 
-# `sacct --parsable2 --noheader -X --format=SACCT_FORMAT`: Submit tells apart two jobs that
-# share an id (slurmctld hands ids out again after a crash; `scontrol requeue` makes a second
-# record of the same id).
-SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Submit,Start,End,Reason"
 # `squeue -h -o SQUEUE_FORMAT`: job or task id, long state, reason, allocated nodes.
 SQUEUE_FORMAT = "%i|%T|%r|%N"
 # `squeue -h -s -j JOB -o SQUEUE_STEPS_FORMAT`: a job's steps, step id and step name (last:
@@ -37,7 +35,6 @@ FINISHED_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
     "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 
-ACCOUNTING_DISABLED = "accounting storage is disabled"  # sacct's stderr, exit 1 (22.05)
 INVALID_JOB_ID = "Invalid job id specified"  # squeue/scontrol/scancel of a job slurmctld forgot
 
 _NO_VALUE = frozenset({"", "None", "none", "Unknown", "N/A", "(null)", "INVALID"})
@@ -200,14 +197,16 @@ def expand_array_tasks(spec: str) -> list[int]:
     return list(dict.fromkeys(tasks))
 
 
-def _nodes(text: str) -> tuple[str, ...]:
+def parse_nodes(text: str) -> tuple[str, ...]:
+    """A node list as Slurm prints it ("node[1-3]") -> each node; none assigned -> ()."""
     text = text.strip()
     if text in _NO_VALUE or text == "None assigned":
         return ()
     return tuple(expand(text))
 
 
-def _optional(text: str) -> str | None:
+def parse_value(text: str) -> str | None:
+    """A free-text field, stripped; None where Slurm prints no value (None, Unknown, ...)."""
     text = text.strip()
     return None if text in _NO_VALUE else text
 
@@ -220,7 +219,7 @@ def array_task(job_id: str) -> tuple[str, int] | None:
     return match["job"], int(match["task"])
 
 
-def _split_job_id(job_id: str) -> list[tuple[str, str | None, int | None, bool]]:
+def split_job_id(job_id: str) -> list[tuple[str, str | None, int | None, bool]]:
     """A job-level id -> [(job id, array job id, task id, expanded from a range)]."""
     match = _JOB_ID.match(job_id)
     if not match:
@@ -233,7 +232,7 @@ def _split_job_id(job_id: str) -> list[tuple[str, str | None, int | None, bool]]
     return [(job + (het or ""), None, None, False)]
 
 
-def _keep_newest(items: list[tuple[str, _R, bool, datetime | None]]) -> list[_R]:
+def keep_newest(items: list[tuple[str, _R, bool, datetime | None]]) -> list[_R]:
     """(job id, record, expanded from a range line, submit time) -> one record per job id:
     a task's own line beats one expanded from a range line (sacct lags: `123_[2-5]` may
     still include task 2 that has a line of its own), and among equals the newer submit
@@ -250,87 +249,6 @@ def _keep_newest(items: list[tuple[str, _R, bool, datetime | None]]) -> list[_R]
                 continue
         chosen[job_id] = (record, from_range, submit)
     return [record for record, _, _ in chosen.values()]
-
-
-# -- sacct ---------------------------------------------------------------------------------
-
-_SACCT_FIELDS = SACCT_FORMAT.split(",")
-
-
-def parse_sacct(text: str) -> list[JobRecord]:
-    """`sacct --parsable2 --noheader --format=SACCT_FORMAT` (with or without -X) -> one
-    record per job or array task.
-
-    Step lines (`123.batch`, `123.0`, `123.extern`) are skipped: a job's exit code is the one
-    on its own line. A range line (`123_[0-3%2]`: tasks not started yet, or cancelled before
-    they started) becomes one record per task, in that line's state. A job id listed twice
-    (`sacct -D` after a requeue, or an id slurmctld handed out again) keeps the newest.
-    """
-    return _keep_newest(_sacct_items(text))
-
-
-def parse_sacct_runs(text: str) -> dict[str, list[JobRecord]]:
-    """`sacct -D --parsable2 --noheader --format=SACCT_FORMAT` -> job id -> its runs, oldest
-    first: a job Slurm requeued (scontrol requeue, preemption, a node failure) keeps its id
-    and gets one record per run, each with its own Submit (the requeue time), state (REQUEUED,
-    PREEMPTED, NODE_FAIL...) and nodes. The newest run is the one the job is in now; an
-    older record under another name is another job that had the same id (an id handed out
-    again after a controller crash) and is left out. A task's own line beats a range line."""
-    runs: dict[str, list[tuple[JobRecord, bool]]] = {}
-    for job_id, record, from_range, _ in _sacct_items(text):
-        runs.setdefault(job_id, []).append((record, from_range))
-    result = {}
-    for job_id, found in runs.items():
-        if any(not from_range for _, from_range in found):
-            found = [item for item in found if not item[1]]
-        records = sorted((rec for rec, _ in found),
-                         key=lambda rec: (rec.submit or datetime.min, rec.start or datetime.min))
-        newest = records[-1]
-        result[job_id] = [rec for rec in records[:-1]
-                          if rec.name in (newest.name, "allocation")] + [newest]
-    return result
-
-
-def _sacct_items(text: str) -> list[tuple[str, JobRecord, bool, datetime | None]]:
-    """(job id, record, expanded from a range line, submit time) of every job or task line."""
-    items = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = line.split("|")
-        extra = len(fields) - len(_SACCT_FIELDS)
-        if extra > 0:  # a '|' in a job name (the one free-text field before the last)
-            fields = [fields[0], "|".join(fields[1:2 + extra]), *fields[2 + extra:]]
-        if len(fields) != len(_SACCT_FIELDS):
-            raise ValueError(f"sacct line {number}: expected {len(_SACCT_FIELDS)} "
-                             f"'|'-separated fields ({SACCT_FORMAT}), got {len(fields)}: "
-                             f"{line!r}")
-        row = dict(zip(_SACCT_FIELDS, fields, strict=True))
-        if "." in row["JobID"]:
-            continue  # a step
-        try:
-            ids = _split_job_id(row["JobID"])
-            state = normalize_state(row["State"])
-            finished = state in FINISHED_STATES
-            exit_code, signal = parse_exit_code(row["ExitCode"]) if finished else (None, None)
-            common: dict[str, Any] = dict(
-                name=row["JobName"], state=state, raw_state=row["State"],
-                exit_code=exit_code, signal=signal, nodes=_nodes(row["NodeList"]),
-                reason=_optional(row["Reason"]), submit=parse_time(row["Submit"]),
-                start=parse_time(row["Start"]), end=parse_time(row["End"]),
-                elapsed=parse_elapsed(row["Elapsed"]))
-        except ValueError as exc:
-            raise ValueError(f"sacct line {number}: {exc}: {line!r}") from None
-        for job_id, array_job_id, task_id, from_range in ids:
-            record = JobRecord(job_id=job_id, array_job_id=array_job_id,
-                               array_task_id=task_id, **common)
-            items.append((job_id, record, from_range, record.submit))
-    return items
-
-
-def is_accounting_disabled(stderr: str) -> bool:
-    """sacct's stderr says the cluster keeps no accounting (not: the job is unknown)."""
-    return ACCOUNTING_DISABLED in stderr
 
 
 def is_invalid_job_id(stderr: str) -> bool:
@@ -353,16 +271,16 @@ def parse_squeue(text: str) -> list[QueueRecord]:
                              f"({SQUEUE_FORMAT}), got {len(fields)}: {line!r}")
         job_id, state, reason, nodes = fields
         try:
-            ids = _split_job_id(job_id)
-            common: dict[str, Any] = dict(state=normalize_state(state), reason=_optional(reason),
-                                          nodes=_nodes(nodes))
+            ids = split_job_id(job_id)
+            common: dict[str, Any] = dict(state=normalize_state(state), reason=parse_value(reason),
+                                          nodes=parse_nodes(nodes))
         except ValueError as exc:
             raise ValueError(f"squeue line {number}: {exc}: {line!r}") from None
         for one_id, array_job_id, task_id, from_range in ids:
             record = QueueRecord(job_id=one_id, array_job_id=array_job_id,
                                  array_task_id=task_id, **common)
             items.append((one_id, record, from_range, None))
-    return _keep_newest(items)
+    return keep_newest(items)
 
 
 def parse_squeue_steps(text: str) -> dict[str, str]:
@@ -412,7 +330,7 @@ def parse_sinfo_nodes(text: str) -> list[NodeState]:
             raise ValueError(f"sinfo line {number}: expected '|'-separated fields "
                              f"({SINFO_NODES_FORMAT}), got {len(fields)}: {line!r}")
         name, raw_state, partition = (f.strip() for f in fields[:3])
-        reason = _optional(fields[3]) if len(fields) == 4 else None
+        reason = parse_value(fields[3]) if len(fields) == 4 else None
         if not name:
             raise ValueError(f"sinfo line {number}: no node name: {line!r}")
         try:
@@ -518,13 +436,13 @@ def job_records_from_scontrol(fields: dict[str, str]) -> list[JobRecord]:
                              else (None, None))
         common: dict[str, Any] = dict(
             name=fields.get("JobName", ""), state=state, raw_state=raw_state,
-            exit_code=exit_code, signal=signal, nodes=_nodes(fields.get("NodeList", "")),
-            reason=_optional(fields.get("Reason", "")),
+            exit_code=exit_code, signal=signal, nodes=parse_nodes(fields.get("NodeList", "")),
+            reason=parse_value(fields.get("Reason", "")),
             submit=parse_time(fields.get("SubmitTime", "")),
             start=parse_time(fields.get("StartTime", "")),
             end=parse_time(fields.get("EndTime", "")),
             elapsed=parse_elapsed(fields.get("RunTime", "")))
-        ids = _split_job_id(job_id)
+        ids = split_job_id(job_id)
     except (KeyError, ValueError) as exc:
         raise ValueError(f"scontrol job record {fields.get('JobId', '?')}: {exc}") from None
     return [JobRecord(job_id=one_id, array_job_id=array_job_id, array_task_id=task_id,
@@ -538,8 +456,8 @@ def parse_topology(text: str) -> list[Switch]:
     for number, record in enumerate(parse_scontrol_records(text), 1):
         try:
             switches.append(Switch(name=record["SwitchName"], level=int(record["Level"]),
-                                   nodes=_nodes(record.get("Nodes", "")),
-                                   switches=_nodes(record.get("Switches", ""))))
+                                   nodes=parse_nodes(record.get("Nodes", "")),
+                                   switches=parse_nodes(record.get("Switches", ""))))
         except (KeyError, ValueError) as exc:
             raise ValueError(f"scontrol show topology record {number}: bad or missing "
                              f"{exc}: {record}") from None
@@ -555,79 +473,3 @@ def parse_sbatch_parsable(text: str) -> str:
     if not match:
         raise ValueError(f"sbatch --parsable printed no job id: {text!r}")
     return match.group(1)
-
-
-# -- sacct usage (node- and GPU-hours, for `hpsearch report`) ------------------------------
-
-# `sacct --parsable2 --noheader -X --format=SACCT_USAGE_FORMAT`: ElapsedRaw is whole seconds;
-# GPUs appear only in AllocTRES ("billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1").
-SACCT_USAGE_FORMAT = "JobID,State,ElapsedRaw,NNodes,AllocTRES,Submit"
-_USAGE_FIELDS = SACCT_USAGE_FORMAT.split(",")
-
-
-@dataclass(frozen=True)
-class JobUsage:
-    """What one job or array task used: seconds it ran, nodes, GPUs and CPUs allocated
-    (0 while it has no allocation)."""
-
-    job_id: str
-    state: str
-    elapsed: float | None
-    nodes: int
-    gpus: int
-    cpus: int
-
-
-def parse_tres(text: str) -> dict[str, str]:
-    """"cpu=1,gres/gpu=2,mem=1000M" -> {"cpu": "1", "gres/gpu": "2", "mem": "1000M"}."""
-    out = {}
-    for item in text.strip().split(","):
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"not a TRES item: {item!r}")
-        out[key] = value
-    return out
-
-
-def _tres_count(tres: dict[str, str], key: str) -> int:
-    value = tres.get(key, "0")
-    if not value.isdigit():
-        raise ValueError(f"TRES {key}={value!r} is not a count")
-    return int(value)
-
-
-def parse_sacct_usage(text: str) -> list[JobUsage]:
-    """`sacct --parsable2 --noheader -X --format=SACCT_USAGE_FORMAT` -> one record per job or
-    array task that has a line of its own. Steps and range lines (tasks not started, which
-    used nothing) are skipped; a job id listed twice keeps the newest submit."""
-    items = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = line.split("|")
-        if len(fields) != len(_USAGE_FIELDS):
-            raise ValueError(f"sacct line {number}: expected {len(_USAGE_FIELDS)} "
-                             f"'|'-separated fields ({SACCT_USAGE_FORMAT}), got {len(fields)}: "
-                             f"{line!r}")
-        row = dict(zip(_USAGE_FIELDS, fields, strict=True))
-        if "." in row["JobID"]:
-            continue
-        try:
-            ids = _split_job_id(row["JobID"])
-            if ids[0][3]:  # a range of tasks not started
-                continue
-            tres = parse_tres(row["AllocTRES"])
-            elapsed = row["ElapsedRaw"].strip()
-            nnodes = row["NNodes"].strip()
-            record = JobUsage(job_id=ids[0][0], state=normalize_state(row["State"]),
-                              elapsed=float(elapsed) if elapsed.isdigit() else None,
-                              nodes=int(nnodes) if nnodes.isdigit() else 0,
-                              gpus=_tres_count(tres, "gres/gpu"),
-                              cpus=_tres_count(tres, "cpu"))
-            submit = parse_time(row["Submit"])
-        except ValueError as exc:
-            raise ValueError(f"sacct line {number}: {exc}: {line!r}") from None
-        items.append((record.job_id, record, False, submit))
-    return _keep_newest(items)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from hpsearch.errors import BadInput
 from hpsearch.spec import checks, durations, known_points, limits, trial_resources
 from hpsearch.spec.cost import cost_problem
+from hpsearch.spec.executor import executor as executor_spec
 from hpsearch.spec.model import (
     DIRECTIONS,
     FAILURE_CLASSES,
@@ -39,7 +41,7 @@ from hpsearch.spec.names import NAME_RE
 from hpsearch.spec.names import choose as choose_name
 from hpsearch.spec.problems import FAILED, Problems
 from hpsearch.spec.pruner import pruner as pruner_spec
-from hpsearch.spec.space import PARAM_KEYS, PARAM_RE, PARAM_TYPES, template_problem  # noqa: F401 (re-exported)
+from hpsearch.spec.space import PARAM_RE, template_problem
 from hpsearch.spec.space import is_int as _is_int
 from hpsearch.spec.space import is_number as _is_number
 from hpsearch.spec.space import space as space_spec
@@ -63,10 +65,6 @@ RETRY_RULE_KEYS = ("max", "mem_factor", "time_factor", "exclude_node")
 EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
 CHECKPOINT_KEYS = ("keep_last", "keep_best", "keep_trials", "signal", "signal_before")
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG", "XCPU")
-EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
-                 "lost_after", "pilots", "warm")
-MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
 LAUNCHER_KEYS = ("type", "args")
 CONTAINER_KEYS = ("runtime", "image", "binds", "env", "args")
 PLACEMENT_KEYS = ("policy", "max_wait", "topology", "mode", "replan_after")
@@ -215,10 +213,11 @@ class _Validator:
         else:
             runs = self.optional(top, "runs_dir", (), self.path, default_runs)
         env = self.optional(top, "env", (), self.env, ())
-        parts = {key: self.optional(top, key, (), getattr(self, key), section())
-                 for key, section in (("retries", Retries), ("checkpoints", Checkpoints),
-                                      ("executor", Executor), ("launcher", Launcher),
-                                      ("container", Container), ("placement", Placement))}
+        parts = {key: self.optional(top, key, (), check, section()) for key, check, section in (
+            ("retries", self.retries, Retries), ("checkpoints", self.checkpoints, Checkpoints),
+            ("executor", functools.partial(executor_spec, self), Executor),
+            ("launcher", self.launcher, Launcher), ("container", self.container, Container),
+            ("placement", self.placement, Placement))}
         share = recover(("share",), self.choice, top.get("share", "private"), ("share",),
                         SHARES, "share")
         self.problems.raise_found()  # the checks below read the spec as a whole
@@ -464,82 +463,6 @@ class _Validator:
             raise self.fail(path + ("signal_before",), "expected at most 65535 seconds (Slurm's "
                                                        f"limit for --signal); got {before:g}")
         return Checkpoints(**counts, signal=signal, signal_before=before, keep_all=keep_all)
-
-    def executor(self, value: Any, path: KeyPath) -> Executor:
-        if isinstance(value, str):
-            value = {"type": value}
-        d = self.mapping(value, path, EXECUTOR_KEYS)
-        kind = d.get("type", "local")
-        types = self.vocabulary.executor_types()
-        if kind not in types:
-            raise self.fail(path + ("type",), f"unknown executor {checks.shown(kind)}; "
-                                              f"expected one of {', '.join(types)}")
-        gpus = d.get("gpus")
-        if gpus is not None and gpus != "auto":
-            self.typed(gpus, path + ("gpus",), lambda v: isinstance(v, list) and v and all(
-                _is_int(x) or isinstance(x, str) for x in v), "'auto' or a list of device ids")
-            gpus = tuple(self.string(str(g), path + ("gpus", i)) for i, g in enumerate(gpus))
-        timeout = self.optional(d, "timeout", path, self.duration)
-        grace = self.optional(d, "grace", path, self.duration, 10.0)
-        array = self.optional(d, "array", path, lambda v, p: self.typed(
-            v, p, lambda x: isinstance(x, bool), "true or false"), True)
-        throttle = self.optional(d, "array_throttle", path, lambda v, p: self.integer(v, p, 1))
-        poll = self.optional(d, "poll_interval", path, self.duration, 5.0)
-        lost_after = self.optional(d, "lost_after", path, self.duration, 300.0)
-        pilots = self.optional(d, "pilots", path, self.pilots)
-        if pilots is not None and not self.vocabulary.executor(kind).on_slurm:
-            # (`submit --executor local` comes later)
-            written = f"it is {kind}" if "type" in d else f"without it, it is {kind}"
-            raise self.fail(path + ("pilots",), "pilots run on Slurm: set executor.type: slurm "
-                                                f"({written})")
-        warm = self.optional(d, "warm", path, self.warm)
-        return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
-                          array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
-                          pilots=pilots, warm=warm)
-
-    def warm(self, value: Any, path: KeyPath) -> tuple[str, ...] | None:
-        """`true`, a list of modules to preload, or {preload: [...]}; `false`: off."""
-        if isinstance(value, bool):
-            return () if value else None
-        if isinstance(value, dict):
-            value = self.mapping(value, path, ("preload",)).get("preload", [])
-            path = path + ("preload",)
-        modules = self.strings(value, path)
-        for i, name in enumerate(modules):
-            if not MODULE_RE.fullmatch(name):
-                raise self.fail(path + (i,), f"expected a module name such as torch or "
-                                             f"sklearn.datasets; got {checks.shown(name)}")
-        return modules
-
-    def pilots(self, value: Any, path: KeyPath) -> Pilots | None:
-        """`true` or a mapping: pilot jobs, a default for each key not given; `false`: none."""
-        if isinstance(value, bool):
-            return Pilots() if value else None
-        self.typed(value, path, lambda v: isinstance(v, dict), "true, false or a mapping with "
-                                                              f"keys {', '.join(PILOT_KEYS)}")
-        d = self.mapping(value, path, PILOT_KEYS)
-
-        def count(v: Any, p: KeyPath) -> int:
-            return self.integer(v, p, 1)
-
-        pilots = Pilots(
-            time=self.optional(d, "time", path, self.slurm_time_limit, Pilots.time),
-            **{k: self.optional(d, k, path, count, getattr(Pilots, k))
-               for k in ("nodes", "max", "slots_per_node")},
-            **{k: self.optional(d, k, path, self.duration, getattr(Pilots, k))
-               for k in ("idle_timeout", "grace", "heartbeat")})
-        found = checks.pilot_heartbeat(pilots, d.get("heartbeat") is not None)
-        if found:
-            raise self.fail(path + (found[0],), found[1])
-        return pilots
-
-    def slurm_time_limit(self, value: Any, path: KeyPath) -> str:
-        """A finite Slurm time limit as sbatch --time takes it, as written."""
-        text = str(value).strip() if _is_int(value) or isinstance(value, str) else ""
-        if not durations.time_limit_seconds(text):
-            raise self.fail(path, "expected a Slurm time limit such as 90 (minutes), 01:30:00 "
-                                  f"or 2-00:00:00; got {_kind(value)} {checks.shown(value)}")
-        return text
 
     def launcher(self, value: Any, path: KeyPath) -> Launcher:
         if isinstance(value, str):

@@ -26,7 +26,7 @@ from hpsearch.store import rows
 
 if TYPE_CHECKING:
     from hpsearch.pruning.promotion import Promotion
-    from hpsearch.store.store import Reader
+    from hpsearch.store.reader import Reader
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ class SnapshotSource:
     """Builds snapshots of one experiment from its store (kept open read-only)."""
 
     def __init__(self, exp_dir: Path, rows: int = 40) -> None:
-        from hpsearch.store.store import Reader
+        from hpsearch.store.reader import Reader
         self.exp_dir = Path(exp_dir)
         self.reader = Reader(self.exp_dir / STORE_FILE)
         self.rows = rows

@@ -363,8 +363,8 @@ def test_a_job_slurm_forgot_with_a_quiet_trial_dir_is_lost_and_retried(cli, slur
     exp, trials = read_store(cli.runs, name)
     assert trials[0].state == "completed" and trials[0].attempt == 2
     assert trials[0].job_id != "99999999"
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     reader = Reader(cli.runs / name / STORE_FILE)
     try:
         first = reader.attempts(0)[0]

@@ -9,8 +9,8 @@ import uuid
 from collections import Counter
 
 from hpsearch.pilot import protocol
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import kill_driver_repeatedly, read_store
 
 RUN = uuid.uuid4().hex[:6]

@@ -129,8 +129,8 @@ def test_a_silent_pilot_whose_scancel_fails_has_its_trial_retried_only_once_slur
 
 
 def _events(runs, name) -> list[dict]:
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     if not (runs / name / STORE_FILE).exists():
         return []
     reader = Reader(runs / name / STORE_FILE)

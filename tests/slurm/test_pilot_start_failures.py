@@ -24,8 +24,8 @@ import uuid
 import pytest
 
 from hpsearch.pilot.start_failures import LIMIT
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import ensure_system_entry, read_store
 from tests.site import PYTHON, site  # noqa: F401 (a fixture)
 

@@ -13,8 +13,8 @@ import pytest
 
 from hpsearch.report import data as report_data
 from hpsearch.slurm.commands import Slurm
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from hpsearch.tui.model import SnapshotSource
 
 RUN = uuid.uuid4().hex[:6]

@@ -22,8 +22,8 @@ import pytest
 
 from hpsearch.pilot import protocol
 from hpsearch.slurm.hostlist import expand
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 from tests.helpers import job_prefix, read_store
 from tests.slurm.test_preemption import _slurmd_pid, _wait_node_up
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from hpsearch.slurm.hostlist import expand
+from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.store.store import Reader
 
 # Waits on Slurm's clocks and stops or limits its daemons: scripts/test.sh runs these beside
 # the tests without a cluster, never beside other cluster tests (docs/testing.md#tiers).

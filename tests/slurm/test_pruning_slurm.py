@@ -119,8 +119,8 @@ def test_promotion_segments_run_as_jobs_or_pilot_slots_and_resume_from_checkpoin
 
 
 def _attempt_jobs(runs, name, trial_id) -> list[str]:
+    from hpsearch.store.reader import Reader
     from hpsearch.store.runs import STORE_FILE
-    from hpsearch.store.store import Reader
     reader = Reader(runs / name / STORE_FILE)
     try:
         return [a["job_id"] for a in reader.attempts(trial_id)]

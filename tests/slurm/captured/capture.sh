@@ -11,7 +11,7 @@ WORK=$(mktemp -d /tmp/hpsearch-capture.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 
-# Keep equal to hpsearch.slurm.parse.SACCT_FORMAT (tests/test_slurm_parse.py checks it).
+# Keep equal to hpsearch.slurm.sacct.SACCT_FORMAT (tests/test_slurm_parse.py checks it).
 SACCT_FORMAT=JobID,JobName,State,ExitCode,NodeList,Elapsed,Submit,Start,End,Reason
 
 # out NAME COMMAND...: COMMAND's stdout, exactly, into NAME.txt (a failure stops the script).
@@ -191,7 +191,7 @@ done
 
 # --- sacct usage (hpsearch report: node- and GPU-hours): finished jobs with GPUs, two nodes,
 # a failure and an array; a job pending (--begin later) and one running. Keep USAGE_FORMAT
-# equal to hpsearch.slurm.parse.SACCT_USAGE_FORMAT.
+# equal to hpsearch.slurm.sacct.SACCT_USAGE_FORMAT.
 USAGE_FORMAT=JobID,State,ElapsedRaw,NNodes,AllocTRES,Submit
 u1=$(sbatch --parsable -J usage-gpu --gres=gpu:2 -o /dev/null --wrap 'sleep 2')
 u2=$(sbatch --parsable -J usage-two-node -N2 --ntasks-per-node=1 -o /dev/null --wrap 'srun sleep 2')
