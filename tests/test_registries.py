@@ -86,8 +86,8 @@ def test_a_strategy_added_to_the_registry_is_a_strategy_everywhere(tmp_path, mon
     """A new Optuna sampler is one entry: the spec accepts its name, `plan`'s facts come
     from it, and its search samples with it."""
     entry = SamplerStrategy(StrategyFacts("halton", learns=False, seeded_order=True),
-                            lambda s, seed, parallel, conditional: s.QMCSampler(
-                                qmc_type="halton", seed=seed, scramble=seed is not None,
+                            lambda s, a: s.QMCSampler(
+                                qmc_type="halton", seed=a.seed, scramble=a.seed is not None,
                                 warn_asynchronous_seeding=False),
                             needs=(("scipy", "pip install scipy"),), fixed_seed=True)
     monkeypatch.setitem(STRATEGIES._entries, "halton", entry)
@@ -145,3 +145,68 @@ def test_pilots_refine_the_slurm_type_and_the_local_override_runs_them_here(tmp_
     spec = _spec(tmp_path, executor="{type: slurm, pilots: true}")
     assert chosen(spec.executor).facts.name == "pilots"
     assert chosen(session.with_executor(spec, "local").executor).facts.name == "local"
+
+
+def test_the_docs_list_each_strategy_s_own_settings_with_their_defaults():
+    section = DOC.split("### Strategies", 1)[1].split("\n#", 1)[0]
+    rows = {re.match(r"\| `([a-z0-9]+)` \|", line).group(1): line
+            for line in section.splitlines() if re.match(r"\| `[a-z0-9]+` \|", line)}
+    for entry in STRATEGIES:
+        settings = rows[entry.name].split(" | ")[2]
+        assert re.findall(r"`([a-z_]+)` \(", settings) == [o.name for o in entry.facts.options]
+        for option in entry.facts.options:
+            assert f"`{option.name}` ({option.default}" in settings or \
+                f"; {option.default})" in settings, (option, settings)
+
+
+SETTINGS = """
+name: opts
+command: "echo {{x}}"
+search:
+  strategy: {strategy}
+  trials: 4
+  seed: 3
+  {setting}
+  space:
+    x: {{type: float, low: 0, high: 1}}
+objective: {{metric: loss}}
+"""
+
+
+def _with(tmp_path: Path, strategy: str, setting: str):
+    return parse_spec(textwrap.dedent(SETTINGS.format(strategy=strategy, setting=setting)),
+                      "spec.yaml", tmp_path, tmp_path / "runs")
+
+
+@pytest.mark.parametrize("strategy, setting, attribute, value", [
+    ("tpe", "n_startup_trials: 3", "_n_startup_trials", 3),
+    ("qmc", "qmc_type: halton", "_qmc_type", "halton"),
+    ("nsga2", "population_size: 8", "_population_size", 8),
+])
+def test_a_strategy_s_setting_reaches_its_sampler(tmp_path, strategy, setting, attribute,
+                                                  value):
+    from hpsearch.search import make_search
+    spec = _with(tmp_path, strategy, setting)
+    search = make_search(spec.search, spec.objectives)
+    search.rebuild([], {})
+    assert search.ask() is not None
+    assert getattr(search.study.sampler, attribute) == value
+
+
+def test_a_strategy_s_defaults_are_optuna_s(tmp_path):
+    spec = _with(tmp_path, "tpe", "parallel: 1")
+    assert spec.search.option("n_startup_trials") == 10
+
+
+@pytest.mark.parametrize("strategy, setting, message", [
+    ("tpe", "qmc_type: halton", "search.qmc_type: 'qmc_type' is a setting of strategy qmc, "
+                                "not of tpe"),
+    ("qmc", "qmc_type: faure", "search.qmc_type: expected one of sobol, halton; got 'faure'"),
+    ("tpe", "n_startup_trials: -1", "search.n_startup_trials: expected an integer >= 0; got -1"),
+    ("random", "n_startup_trial: 3", "unknown key 'n_startup_trial'; did you mean "
+                                     "'n_startup_trials'?"),
+])
+def test_a_bad_setting_names_its_key_and_line(tmp_path, strategy, setting, message):
+    with pytest.raises(BadInput) as err:
+        _with(tmp_path, strategy, setting)
+    assert message in str(err.value) and err.value.line == 8, str(err.value)

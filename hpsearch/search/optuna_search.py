@@ -90,8 +90,7 @@ class OptunaSearch(Search):
                 warm: Sequence[WarmTrial] = ()) -> None:
         optuna = _optuna()
         TrialState = optuna.trial.TrialState
-        sampler = self.strategy.sampler(resumed_seed(self.spec.seed, len(trials)),
-                                        self.spec.parallel, self.spec.conditional)
+        sampler = self.strategy.sampler(resumed_seed(self.spec.seed, len(trials)), self.spec)
         study = self.study = optuna.create_study(directions=self.directions, sampler=sampler)
         storage, study_id = compat.storage(study), compat.study_id(study)
         for key, value in study_attrs.items():

@@ -81,8 +81,7 @@ class OrderedSearch(Search):
             raise ValueError("a reproducible search needs search.seed")
         else:
             seed = ask_seed(spec.seed, k)
-        self.inner.built_study().sampler = self.inner.strategy.sampler(seed, spec.parallel,
-                                                                       spec.conditional)
+        self.inner.built_study().sampler = self.inner.strategy.sampler(seed, spec)
         return self.inner.ask(fixed, mark)
 
     def tell(self, trial_id: int, state: str, values: list[float] | None,

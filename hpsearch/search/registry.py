@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.registry import Registry
-from hpsearch.spec.vocabulary import StrategyFacts
+from hpsearch.spec.vocabulary import Option, StrategyFacts
 
 if TYPE_CHECKING:
     from hpsearch.search.base import Search
@@ -42,19 +43,32 @@ class GridStrategy(Strategy):
         return GridSearch(section)
 
 
-class SamplerStrategy(Strategy):
-    """An Optuna sampler asked and told (optuna_search.OptunaSearch). `sampler(seed,
-    parallel, conditional)` makes it; `fixed_seed`: a sequence (QMC) whose seed must stay
-    the same at every ask of a reproducible search, where others take one seed per ask."""
+@dataclass(frozen=True)
+class Sampling:
+    """What an Optuna sampler is made from: the seed, the trials in flight, whether the space
+    is conditional, and the strategy's own settings (its Options, defaults filled in)."""
 
-    def __init__(self, facts: StrategyFacts, sampler: Callable[[Any, int | None, int, bool], Any],
+    seed: int | None
+    parallel: int
+    conditional: bool
+    options: dict[str, Any]
+
+
+class SamplerStrategy(Strategy):
+    """An Optuna sampler asked and told (optuna_search.OptunaSearch). `sampler(samplers,
+    sampling)` makes it from optuna.samplers; `fixed_seed`: a sequence (QMC) whose seed must
+    stay the same at every ask of a reproducible search, where others take one per ask."""
+
+    def __init__(self, facts: StrategyFacts, sampler: Callable[[Any, Sampling], Any],
                  needs: tuple[tuple[str, str], ...] = (), fixed_seed: bool = False) -> None:
         super().__init__(facts, needs)
         self._sampler, self.fixed_seed = sampler, fixed_seed
 
-    def sampler(self, seed: int | None, parallel: int, conditional: bool) -> Any:
+    def sampler(self, seed: int | None, section: SearchSection) -> Any:
         from hpsearch.search.optuna_search import _optuna
-        return self._sampler(_optuna().samplers, seed, parallel, conditional)
+        return self._sampler(_optuna().samplers, Sampling(seed, section.parallel,
+                                                          section.conditional,
+                                                          dict(section.options)))
 
     def search(self, section: SearchSection, objectives: tuple[Objective, ...]) -> Search:
         from hpsearch.search.optuna_search import OptunaSearch
@@ -79,27 +93,35 @@ def _add(entry: Strategy) -> None:
 
 _add(GridStrategy(StrategyFacts("grid", enumerates=True, learns=False, count=_grid_count)))
 _add(SamplerStrategy(StrategyFacts("random", learns=False, seeded_order=True),
-                     lambda s, seed, parallel, conditional: s.RandomSampler(seed=seed)))
+                     lambda s, a: s.RandomSampler(seed=a.seed)))
 # constant_liar keeps parallel workers from sampling next to each other; group models each
 # set of parameters that occur together (a conditional space), where plain multivariate TPE
 # would fall back to independent sampling.
-_add(SamplerStrategy(StrategyFacts("tpe"), lambda s, seed, parallel, conditional: s.TPESampler(
-    seed=seed, multivariate=True, constant_liar=parallel > 1, group=conditional)))
-_add(SamplerStrategy(StrategyFacts("gp"),
-                     lambda s, seed, parallel, conditional: s.GPSampler(seed=seed),
+_STARTUP = Option("n_startup_trials", "int", 10, low=0,
+                  doc="trials sampled at random before the model is used (Optuna's default)")
+_add(SamplerStrategy(StrategyFacts("tpe", options=(_STARTUP,)), lambda s, a: s.TPESampler(
+    seed=a.seed, multivariate=True, constant_liar=a.parallel > 1, group=a.conditional,
+    n_startup_trials=a.options["n_startup_trials"])))
+_add(SamplerStrategy(StrategyFacts("gp", options=(_STARTUP,)),
+                     lambda s, a: s.GPSampler(seed=a.seed,
+                                              n_startup_trials=a.options["n_startup_trials"]),
                      needs=(("torch", "pip install 'hpsearch[gp]'"),
                             ("scipy", "pip install scipy"))))
 _add(SamplerStrategy(StrategyFacts("cmaes", multi_objective=False),
-                     lambda s, seed, parallel, conditional: s.CmaEsSampler(
-                         seed=seed, warn_independent_sampling=False),
+                     lambda s, a: s.CmaEsSampler(seed=a.seed, warn_independent_sampling=False),
                      needs=(("cmaes", "pip install cmaes"),)))
-_add(SamplerStrategy(StrategyFacts("qmc", learns=False, seeded_order=True),
-                     lambda s, seed, parallel, conditional: s.QMCSampler(
-                         seed=seed, scramble=seed is not None, warn_asynchronous_seeding=False,
+_add(SamplerStrategy(StrategyFacts("qmc", learns=False, seeded_order=True, options=(
+    Option("qmc_type", "choice", "sobol", choices=("sobol", "halton"),
+           doc="the low-discrepancy sequence"),)),
+                     lambda s, a: s.QMCSampler(
+                         qmc_type=a.options["qmc_type"], seed=a.seed,
+                         scramble=a.seed is not None, warn_asynchronous_seeding=False,
                          warn_independent_sampling=False),
                      needs=(("scipy", "pip install scipy"),), fixed_seed=True))
-_add(SamplerStrategy(StrategyFacts("nsga2"),
-                     lambda s, seed, parallel, conditional: s.NSGAIISampler(seed=seed)))
+_add(SamplerStrategy(StrategyFacts("nsga2", options=(
+    Option("population_size", "int", 50, low=2, doc="individuals in a generation"),)),
+                     lambda s, a: s.NSGAIISampler(seed=a.seed,
+                                                  population_size=a.options["population_size"])))
 
 
 def strategy(name: str) -> Strategy:

@@ -150,6 +150,10 @@ class Search:
     enqueue: tuple[dict, ...] = ()  # points asked first (parameters left out are sampled)
     warm_start: tuple[str, ...] = ()  # experiments whose finished trials the sampler learns
     reproducible: bool = False  # a seeded parallel search asks the same trials every run
+    options: tuple[tuple[str, Any], ...] = ()  # the strategy's own settings, defaults filled
+
+    def option(self, name: str) -> Any:
+        return dict(self.options)[name]
 
     @property
     def tuned(self) -> tuple[Param, ...]:

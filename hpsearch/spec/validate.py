@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from hpsearch.errors import BadInput
-from hpsearch.spec import checks, durations, known_points, limits, trial_resources
+from hpsearch.spec import (
+    checks,
+    durations,
+    known_points,
+    limits,
+    strategy_options,
+    trial_resources,
+)
 from hpsearch.spec.cost import cost_problem
 from hpsearch.spec.executor import executor as executor_spec
 from hpsearch.spec.model import (
@@ -265,7 +272,7 @@ class _Validator:
 
     def search(self, value: Any, path: KeyPath, objectives: int, name: str = "") -> Search:
         """FAILED where the strategy or the space is (each other key is still checked)."""
-        d = self.mapping(value, path, SEARCH_KEYS)
+        d = self.mapping(value, path, SEARCH_KEYS + self.vocabulary.option_names())
         self.require(d, path, ("strategy", "space"))
         broken, problems = self.problems.broken, self.problems
         strategy = self.take(d, "strategy", path, lambda v, p: choose_name(
@@ -282,6 +289,8 @@ class _Validator:
                                  lambda v, p: limits.max_failures(self, v, p),
                                  MaxFailures())
         budget = self.optional(d, "timeout", path, lambda v, p: limits.timeout(self, v, p))
+        own = () if strategy is FAILED else strategy_options.options(
+            self, d, path, self.vocabulary.strategy(strategy))
         if strategy is FAILED or space is FAILED or broken(path + ("space",)):
             return FAILED  # enqueue, warm_start and the rest read them
         count = self.vocabulary.strategy(strategy).count
@@ -304,9 +313,10 @@ class _Validator:
         if not broken(path + ("seed",), path + ("pruner",)):
             reproducible = self.optional(d, "reproducible", path, lambda v, p: (
                 limits.reproducible(self, v, p, seed, pruner)), False)
-        return Search(strategy=strategy, trials=trials, parallel=parallel, seed=seed,
-                        space=space, pruner=pruner, max_failures=failures, timeout=budget,
-                        enqueue=points, warm_start=warm, reproducible=reproducible)
+        return Search(strategy=strategy, options=own, trials=trials, parallel=parallel,
+                      seed=seed, space=space, pruner=pruner, max_failures=failures,
+                      timeout=budget, enqueue=points, warm_start=warm,
+                      reproducible=reproducible)
 
     def objectives(self, value: Any, path: KeyPath) -> tuple[Objective, ...]:
         items = value if isinstance(value, list) else [value]

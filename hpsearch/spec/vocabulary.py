@@ -14,6 +14,20 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class Option:
+    """A setting of one strategy, written under `search:` beside the common keys (a
+    strategy's settings are its own: adding one touches its registry entry, not the spec).
+    kind: int (>= low) | choice (one of choices)."""
+
+    name: str
+    kind: str
+    default: Any
+    low: int = 0
+    choices: tuple = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
 class StrategyFacts:
     """A search strategy, as the spec and the driver see it."""
 
@@ -27,6 +41,7 @@ class StrategyFacts:
     # How many points an enumerating strategy has in a space (a tuple of Params): only the
     # combinations that exist, counted without listing them (the search package knows how).
     count: Callable[[Any], int] | None = field(default=None, compare=False)
+    options: tuple[Option, ...] = ()  # its own settings under `search:`
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,10 @@ class Vocabulary:
 
     def strategy_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.strategies)
+
+    def option_names(self) -> tuple[str, ...]:
+        """Every strategy's option names, once each, in registry order."""
+        return tuple(dict.fromkeys(o.name for s in self.strategies for o in s.options))
 
     def executor_types(self) -> tuple[str, ...]:
         """What `executor.type` may say."""
