@@ -1,0 +1,179 @@
+"""Population-based training's decisions (Jaderberg et al. 2017, "Population Based Training of
+Neural Networks"; the knobs and their defaults are Ray Tune's PopulationBasedTraining's).
+
+Pure: what the population has reported goes in, a Decision comes out, and nothing here reads
+a clock, a file or the store. The driver's side (issue 41, next step) writes each Decision
+ahead in the store before it acts on it (copying the donor's checkpoint, launching the next
+segment), so a resumed driver replays decisions and never makes one twice.
+
+Asynchronous, as Ray's default: each member runs a segment of `interval` reported steps;
+when one reaches its boundary it is ranked against the latest boundary score of every member
+that has one and is not done. In the bottom `quantile` it takes (exploits) the checkpoint a
+random member of the top `quantile` saved at that member's last boundary, and continues with
+that member's parameters explored: each mutable parameter resampled from its range with
+`resample_probability`, else a number scaled by a random one of `factors` (clipped to its
+range and step) and a choice moved to a neighbouring one. Otherwise it continues as it is.
+No member waits for the others. The random draws of a decision are seeded by (seed, member,
+boundary), so the same history gives the same decisions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpsearch.spec.model import Param
+
+
+@dataclass(frozen=True)
+class PbtSettings:
+    interval: int                     # perturbation_interval: reported steps per segment
+    max_resource: int                 # steps a member runs in all
+    mutations: tuple[str, ...]        # parameters that change (the searched ones by default)
+    maximize: bool = False
+    burn_in: int = 0                  # no member is exploited before this step
+    quantile: float = 0.25            # bottom and top fraction (Ray: at most half each)
+    resample_probability: float = 0.25
+    factors: tuple[float, ...] = (0.8, 1.2)
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a member does after its boundary `at_step`: its next segment's `params`, from
+    its own checkpoint (donor None) or from `donor`'s saved at `donor_step`."""
+
+    member: int
+    at_step: int
+    params: dict[str, Any]
+    donor: int | None = None
+    donor_step: int | None = None
+    resampled: tuple[str, ...] = ()   # parameters drawn anew (the others were perturbed)
+
+    @property
+    def exploits(self) -> bool:
+        return self.donor is not None
+
+
+@dataclass
+class Member:
+    params: dict[str, Any]
+    step: int | None = None           # the last boundary it reached
+    score: float | None = None        # its objective there
+    done: bool = False
+
+
+@dataclass
+class Population:
+    settings: PbtSettings
+    space: tuple[Param, ...]
+    members: dict[int, Member] = field(default_factory=dict)
+
+    def add(self, member: int, params: dict[str, Any]) -> None:
+        self.members[member] = Member(dict(params))
+
+    def budget(self, member: int) -> int:
+        """The step the member's next segment runs to: one interval past its boundary (or
+        from the start), at most max_resource."""
+        start = self.members[member].step
+        reached = 0 if start is None else start + 1
+        return min(reached + self.settings.interval, self.settings.max_resource)
+
+    def reached(self, member: int, step: int, score: float) -> bool:
+        """Record the member's boundary; True if it has run max_resource steps (done)."""
+        m = self.members[member]
+        m.step, m.score = step, score
+        m.done = step + 1 >= self.settings.max_resource
+        return m.done
+
+    def decide(self, member: int) -> Decision:
+        """The member's decision at its last boundary."""
+        m = self.members[member]
+        assert m.step is not None, "decide() after reached()"
+        bottom, top = self.quantiles()
+        if m.step + 1 < self.settings.burn_in or member not in bottom or not top:
+            return Decision(member, m.step, dict(m.params))
+        rng = random.Random(f"{self.settings.seed}:{member}:{m.step}")
+        donor = rng.choice(top)
+        source = self.members[donor]
+        params, resampled = self.explore(source.params, rng)
+        return Decision(member, m.step, params, donor, source.step, resampled)
+
+    def apply(self, decision: Decision) -> None:
+        """The member after its decision: its parameters, and its progress the donor's."""
+        m = self.members[decision.member]
+        m.params = dict(decision.params)
+        if decision.donor is not None:
+            donor = self.members[decision.donor]
+            m.step, m.score = decision.donor_step, donor.score
+
+    def quantiles(self) -> tuple[list[int], list[int]]:
+        """(bottom, top): members by their last score, worst first; none while fewer than
+        two have one. Each holds ceil(n * quantile) members, at most half of them."""
+        ranked = sorted((i for i, m in self.members.items() if m.score is not None
+                         and not m.done and math.isfinite(m.score)),
+                        key=lambda i: (self._goodness(i), i))
+        if len(ranked) <= 1:
+            return [], []
+        k = min(math.ceil(len(ranked) * self.settings.quantile), len(ranked) // 2)
+        return (ranked[:k], ranked[-k:]) if k else ([], [])
+
+    def explore(self, params: dict[str, Any], rng: random.Random
+                ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """`params` with each mutable parameter perturbed or resampled; a conditional one
+        that the change deactivates is dropped, one it activates is drawn."""
+        out, resampled = dict(params), []
+        for p in self.space:
+            if p.name not in self.settings.mutations or p.name not in params or \
+                    p.kind == "fixed":
+                continue
+            if rng.random() < self.settings.resample_probability or \
+                    (p.kind == "categorical" and params[p.name] not in p.choices):
+                out[p.name] = draw(p, rng)
+                resampled.append(p.name)
+            else:
+                out[p.name] = perturb(p, params[p.name], rng, self.settings.factors)
+        active: dict[str, Any] = {}
+        for p in self.space:  # spec order: a parent before its children
+            if p.active_in(active):
+                active[p.name] = out[p.name] if p.name in out else \
+                    p.value if p.kind == "fixed" else draw(p, rng)
+        return active, tuple(resampled)
+
+    def _goodness(self, member: int) -> float:
+        score = self.members[member].score
+        assert score is not None
+        return score if self.settings.maximize else -score
+
+
+def draw(p: Param, rng: random.Random) -> Any:
+    """A value of `p` drawn from its whole range: uniform, or log-uniform with `log`."""
+    if p.kind == "categorical":
+        return rng.choice(p.choices)
+    low, high = float(p.low), float(p.high)  # type: ignore[arg-type]
+    x = math.exp(rng.uniform(math.log(low), math.log(high))) if p.log else \
+        rng.uniform(low, high)
+    return _fit(p, x)
+
+
+def perturb(p: Param, value: Any, rng: random.Random, factors: tuple[float, ...]) -> Any:
+    """A choice moved one place either way (staying at an end); a number times one of
+    `factors`, kept in its range and on its step."""
+    if p.kind == "categorical":
+        i = p.choices.index(value) + rng.choice((-1, 1))
+        return p.choices[min(max(i, 0), len(p.choices) - 1)]
+    return _fit(p, float(value) * rng.choice(factors))
+
+
+def _fit(p: Param, x: float) -> int | float:
+    """`x` clipped to p's range, on its step (from low) and of its kind."""
+    low, high = float(p.low), float(p.high)  # type: ignore[arg-type]
+    x = min(max(x, low), high)
+    if p.step:
+        x = low + round((x - low) / p.step) * p.step
+        x = min(x, high)
+    if p.kind == "int":
+        return int(min(max(round(x), low), high))
+    return x
