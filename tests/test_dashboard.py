@@ -278,6 +278,7 @@ def _get_unix(path: Path, url: str) -> dict:
     return json.loads(body)
 
 
+@pytest.mark.slow  # 6.1 s in the quick tier (2026-11-29): over its 5 s rule
 def test_on_a_unix_socket_only_its_owner_can_connect(searched, request):
     """--socket: optuna-dashboard on a Unix socket in the owner-only runtime folder; it
     prints the socket and the ssh -L line, serves the owner, and another user cannot

@@ -31,6 +31,7 @@ COST = ("node_hours", "gpu_hours", "wall_s", "parallel_efficiency")
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
+@pytest.mark.slow  # 22 s in the quick tier (2026-11-29): over its 5 s rule
 def test_the_mirrors_and_the_dataframe_of_a_promotion_search(cli):
     """One search (about 10 s) read by all three."""
     searched = _search(cli)

@@ -333,6 +333,7 @@ def test_a_lock_that_cannot_be_created_is_a_clear_error(cli):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # 31 s in the quick tier (2026-11-29): over its 5 s rule
 def test_a_driver_whose_lock_was_taken_over_exits_at_once(cli):
     spec = _spec(cli, "lost", trials=2, sleep=30)
     driver = cli.popen("submit", spec, env={**NETWORK, "HPSEARCH_LOCK_HEARTBEAT": "0.2"})

@@ -6,6 +6,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from tests.helpers import AWK_QUAD, quad
 
 SPEC = """
@@ -45,6 +47,7 @@ def test_failed_search_writes_no_best_file_and_says_why(cli):
     assert "cannot read data for" in proc.stderr  # the trial's own stderr
 
 
+@pytest.mark.slow  # 5.0 s in the quick tier (2026-11-29): over its 5 s rule
 def test_detach_wait_blocks_until_the_end_and_returns_its_status(cli):
     out = cli.cwd / "best.json"
     proc = cli("submit", _spec(cli, "bg"), "--detach", "--wait", "--best-out", out, check=0)

@@ -18,6 +18,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.store.store import Store
@@ -83,6 +85,7 @@ def test_a_commit_blocked_by_a_readers_lock_is_retried_until_the_lock_goes(tmp_p
     assert len(waited) == 1 and "another process's lock" in waited[0], waited
 
 
+@pytest.mark.slow  # 5.3 s in the quick tier (2026-11-29): over its 5 s rule
 def test_a_driver_waits_out_a_reader_that_holds_its_lock_and_finishes_the_search(cli):
     spec = cli.write_spec("""
         name: held
