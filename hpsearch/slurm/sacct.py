@@ -9,6 +9,7 @@ naming the line of output that does not have the expected shape.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,6 @@ from hpsearch.slurm.parse import (
 SACCT_FORMAT = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Submit,Start,End,Reason"
 ACCOUNTING_DISABLED = "accounting storage is disabled"  # sacct's stderr, exit 1 (22.05)
 
-_SACCT_FIELDS = SACCT_FORMAT.split(",")
 
 
 def parse_sacct(text: str) -> list[JobRecord]:
@@ -72,20 +72,7 @@ def parse_sacct_runs(text: str) -> dict[str, list[JobRecord]]:
 def _sacct_items(text: str) -> list[tuple[str, JobRecord, bool, datetime | None]]:
     """(job id, record, expanded from a range line, submit time) of every job or task line."""
     items = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = line.split("|")
-        extra = len(fields) - len(_SACCT_FIELDS)
-        if extra > 0:  # a '|' in a job name (the one free-text field before the last)
-            fields = [fields[0], "|".join(fields[1:2 + extra]), *fields[2 + extra:]]
-        if len(fields) != len(_SACCT_FIELDS):
-            raise ValueError(f"sacct line {number}: expected {len(_SACCT_FIELDS)} "
-                             f"'|'-separated fields ({SACCT_FORMAT}), got {len(fields)}: "
-                             f"{line!r}")
-        row = dict(zip(_SACCT_FIELDS, fields, strict=True))
-        if "." in row["JobID"]:
-            continue  # a step
+    for number, line, row in _job_lines(text, SACCT_FORMAT):
         try:
             ids = split_job_id(row["JobID"])
             state = normalize_state(row["State"])
@@ -116,7 +103,6 @@ def is_accounting_disabled(stderr: str) -> bool:
 # `sacct --parsable2 --noheader -X --format=SACCT_USAGE_FORMAT`: ElapsedRaw is whole seconds;
 # GPUs appear only in AllocTRES ("billing=1,cpu=1,gres/gpu=2,mem=1000M,node=1").
 SACCT_USAGE_FORMAT = "JobID,State,ElapsedRaw,NNodes,AllocTRES,Submit"
-_USAGE_FIELDS = SACCT_USAGE_FORMAT.split(",")
 
 
 @dataclass(frozen=True)
@@ -157,17 +143,7 @@ def parse_sacct_usage(text: str) -> list[JobUsage]:
     array task that has a line of its own. Steps and range lines (tasks not started, which
     used nothing) are skipped; a job id listed twice keeps the newest submit."""
     items = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = line.split("|")
-        if len(fields) != len(_USAGE_FIELDS):
-            raise ValueError(f"sacct line {number}: expected {len(_USAGE_FIELDS)} "
-                             f"'|'-separated fields ({SACCT_USAGE_FORMAT}), got {len(fields)}: "
-                             f"{line!r}")
-        row = dict(zip(_USAGE_FIELDS, fields, strict=True))
-        if "." in row["JobID"]:
-            continue
+    for number, line, row in _job_lines(text, SACCT_USAGE_FORMAT):
         try:
             ids = split_job_id(row["JobID"])
             if ids[0][3]:  # a range of tasks not started
@@ -185,3 +161,23 @@ def parse_sacct_usage(text: str) -> list[JobUsage]:
             raise ValueError(f"sacct line {number}: {exc}: {line!r}") from None
         items.append((record.job_id, record, False, submit))
     return keep_newest(items)
+
+
+def _job_lines(text: str, fmt: str) -> Iterator[tuple[int, str, dict[str, str]]]:
+    """(line number, line, field -> value) of each job or task line of `sacct --parsable2
+    --format=fmt` output; steps (an id with a '.') and blank lines are left out. A '|' in a
+    job name (the one free-text field, second of SACCT_FORMAT) is kept in the name."""
+    names = fmt.split(",")
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        extra = len(fields) - len(names)
+        if extra > 0 and names[1] == "JobName":
+            fields = [fields[0], "|".join(fields[1:2 + extra]), *fields[2 + extra:]]
+        if len(fields) != len(names):
+            raise ValueError(f"sacct line {number}: expected {len(names)} '|'-separated "
+                             f"fields ({fmt}), got {len(fields)}: {line!r}")
+        row = dict(zip(names, fields, strict=True))
+        if "." not in row["JobID"]:
+            yield number, line, row
