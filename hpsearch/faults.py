@@ -6,7 +6,9 @@ Points: after_insert (trial stored, not launched), after_launch (process started
 stored), after_running (pid stored), mid_ingest (final metrics read, outcome not committed),
 after_finish (end recorded, sampler told), before_requeue (Slurm requeued a job: seen, not
 recorded), after_stop_request (a trial's early stop written, the trial not told yet),
-after_promotion (a paused trial's next segment written, not launched), after_retry_stored
+after_promotion (a paused trial's next segment written, not launched), after_pbt_stage (a pbt
+donor's checkpoint copied into a member's folder, the decision not stored), after_pbt_swap
+(that checkpoint put in place, the member's next segment not stored), after_retry_stored
 (a retry's attempt written, not launched),
 mid_migration (a store schema migration applied, not committed; any process that
 opens the store read-write passes it once per pending migration).

@@ -155,8 +155,9 @@ def test_the_docs_list_each_strategy_s_own_settings_with_their_defaults():
         settings = rows[entry.name].split(" | ")[2]
         assert re.findall(r"`([a-z_]+)` \(", settings) == [o.name for o in entry.facts.options]
         for option in entry.facts.options:
-            assert f"`{option.name}` ({option.default}" in settings or \
-                f"; {option.default})" in settings, (option, settings)
+            default = "required" if option.required else option.default
+            assert f"`{option.name}` ({default}" in settings or \
+                f"; {default})" in settings, (option, settings)
 
 
 SETTINGS = """

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpsearch.search.registry import STRATEGIES as _REGISTRY
 from tests.helpers import read_store
 
 SPEC = """
@@ -21,7 +22,7 @@ search:
     width: {{choices: [32, 64]}}
 objective: {{metric: loss}}
 """
-STRATEGIES = "grid, random, tpe, gp, cmaes, qmc, nsga2"
+STRATEGIES = ", ".join(_REGISTRY.names())  # the names the message lists, in order
 PRUNERS = ("none, median, percentile, successive_halving, hyperband, wilcoxon, patient, "
            "threshold, asha")
 

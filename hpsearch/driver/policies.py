@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, cast
 
 from hpsearch.driver import requests
 from hpsearch.driver.attempts import Attempts, Launches
@@ -23,9 +24,11 @@ from hpsearch.executors.base import Executor
 from hpsearch.executors.registry import facts
 from hpsearch.ingest.output_watch import OutputWatch, open_watch
 from hpsearch.launch.attempt import build_launch
-from hpsearch.pruning.promoter import Promoter
+from hpsearch.pruning.promoter import Promoter, Segments
 from hpsearch.pruning.stopper import Stopper
+from hpsearch.registry import load
 from hpsearch.search.base import Search
+from hpsearch.search.registry import strategy
 from hpsearch.spec.model import Spec
 from hpsearch.store.store import Store
 
@@ -40,7 +43,7 @@ class Policies:
     checkpoints: CheckpointKeeper
     attempts: Attempts         # failed, requeued, next
     stopper: Stopper | None    # early stopping
-    promoter: Promoter | None  # promotion: pause at a rung, resume when promoted
+    promoter: Segments | None  # segments: pause at a rung or boundary, resume when told
     extent: Extent             # total, enqueued points, time budget
     failfast: FailFast
     costs: Costs               # objectives that are what a trial cost (gpu_hours, ...)
@@ -56,8 +59,7 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
     pruner = spec.search.pruner
     stopper = (Stopper(pruner, objective, study, store, executor, search, on_event)
                if pruner.enabled and not pruner.promotion else None)
-    promoter = (Promoter(pruner, objective, study, store, search, on_event)
-                if pruner.promotion else None)
+    promoter = _segments(spec, store, search, on_event)
     # early stopping: a rejected trial runs on until the driver reads its report, so the
     # executor's wait ends when one is written (where inotify can tell)
     watch, reading = open_watch(store.filesystem) if stopper else (None, "")
@@ -84,6 +86,18 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
     )
 
 
+def _segments(spec: Spec, store: Store, search: Search,
+              on_event: Callable[[str], None]) -> Segments | None:
+    """What runs trials in segments: the strategy's own (pbt), else the promoter where the
+    pruner promotes, else nothing."""
+    own = strategy(spec.search.strategy).segments
+    if own is not None:
+        kind: Any = load(own)  # a class with from_spec(spec, store, search, on_event)
+        return cast("Segments", kind.from_spec(spec, store, search, on_event))
+    return Promoter.from_spec(spec, store, search, on_event) \
+        if spec.search.pruner.promotion else None
+
+
 def _sacct(spec: Spec, executor: Executor):
     """Where each attempt is a Slurm job of its own: sacct's usage of jobs, as `hpsearch
     report` reads it (the executor's Slurm, so a test's stand-in answers); else None."""
@@ -93,7 +107,7 @@ def _sacct(spec: Spec, executor: Executor):
     return slurm.sacct_usage if slurm is not None else None
 
 
-def _finish(promoter: Promoter, request: requests.Request) -> None:
+def _finish(promoter: Segments, request: requests.Request) -> None:
     """`hpsearch finish`: the promoter sends the trials on; the file goes once it has."""
     promoter.request_finish(request.id, request.data["trials"],
                             partial(requests.done, request))

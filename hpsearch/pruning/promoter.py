@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hpsearch.faults import fault_point
 from hpsearch.pruning.finishing import FINISH
@@ -24,8 +24,24 @@ from hpsearch.store import rows
 if TYPE_CHECKING:
     from hpsearch.executors.base import Ended
     from hpsearch.search.base import Search
-    from hpsearch.spec.model import Objective, Pruner
+    from hpsearch.spec.model import Objective, Pruner, Spec
     from hpsearch.store.store import Store
+
+
+class Segments(Protocol):
+    """What the driver's loop asks of whatever runs trials in segments: the Promoter below
+    (search.pruner.mode: promotion), or a strategy's own (pbt: hpsearch.pruning.pbt)."""
+
+    def recover(self, trials: list[rows.TrialRow]) -> None: ...
+    def env(self, segment: Segment) -> dict[str, str]: ...
+    def first(self, trial_id: int) -> Segment: ...
+    def again(self, trial_id: int, attempt: int) -> Segment: ...
+    def promote(self, end_game: bool, rotate_logs: Callable[[Path, int], None]
+                ) -> tuple[Segment, int] | None: ...
+    def paused(self, ended: Ended, last: tuple[int, float] | None) -> bool: ...
+    def finished(self, trial_id: int) -> None: ...
+    def request_finish(self, request_id: str, trial_ids: list[int],
+                       done: Callable[[], None]) -> None: ...
 
 
 @dataclass
@@ -43,6 +59,12 @@ class Promoter:
         self.store, self.search, self.on_event = store, search, on_event
         self.finishing: list[_FinishRequest] = []  # `hpsearch finish` requests, oldest first
         self.sent: dict[int, dict] = {}  # trial id -> its FINISH mark (pruner attrs)
+
+    @classmethod
+    def from_spec(cls, spec: Spec, store: Store, search: Search,
+                  on_event: Callable[[str], None]) -> Promoter:
+        return cls(spec.search.pruner, spec.objectives[0], f"hpsearch-{spec.name}", store,
+                   search, on_event)
 
     def recover(self, trials: list[rows.TrialRow]) -> None:
         for row in trials:

@@ -2,9 +2,9 @@
 Neural Networks"; the knobs and their defaults are Ray Tune's PopulationBasedTraining's).
 
 Pure: what the population has reported goes in, a Decision comes out, and nothing here reads
-a clock, a file or the store. The driver's side (issue 41, next step) writes each Decision
+a clock, a file or the store. The driver's side (hpsearch.pruning.pbt) writes each Decision
 ahead in the store before it acts on it (copying the donor's checkpoint, launching the next
-segment), so a resumed driver replays decisions and never makes one twice.
+segment), so a resumed driver acts on a stored decision and never makes one twice.
 
 Asynchronous, as Ray's default: each member runs a segment of `interval` reported steps;
 when one reaches its boundary it is ranked against the latest boundary score of every member
@@ -51,6 +51,8 @@ class Decision:
     donor: int | None = None
     donor_step: int | None = None
     resampled: tuple[str, ...] = ()   # parameters drawn anew (the others were perturbed)
+    checkpoint: str | None = None     # the donor's checkpoint, as named in the member's
+                                      # folder once taken (the driver's side sets it)
 
     @property
     def exploits(self) -> bool:

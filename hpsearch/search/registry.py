@@ -23,10 +23,14 @@ if TYPE_CHECKING:
 
 class Strategy(ABC):
     """One search strategy. `needs`: (module, how to install it) for each optional package
-    it imports when it samples (pyproject.toml's extras)."""
+    it imports when it samples (pyproject.toml's extras). `segments`: for a strategy that
+    runs trials in segments itself (facts.segmented), "module:Class" of what decides them,
+    built by the driver's policies with `from_spec(spec, store, search, on_event)` and
+    asked as the promoter is (hpsearch.pruning.promoter.Segments)."""
 
-    def __init__(self, facts: StrategyFacts, needs: tuple[tuple[str, str], ...] = ()) -> None:
-        self.facts, self.needs = facts, needs
+    def __init__(self, facts: StrategyFacts, needs: tuple[tuple[str, str], ...] = (),
+                 segments: str | None = None) -> None:
+        self.facts, self.needs, self.segments = facts, needs, segments
 
     @property
     def name(self) -> str:
@@ -60,8 +64,9 @@ class SamplerStrategy(Strategy):
     stay the same at every ask of a reproducible search, where others take one per ask."""
 
     def __init__(self, facts: StrategyFacts, sampler: Callable[[Any, Sampling], Any],
-                 needs: tuple[tuple[str, str], ...] = (), fixed_seed: bool = False) -> None:
-        super().__init__(facts, needs)
+                 needs: tuple[tuple[str, str], ...] = (), fixed_seed: bool = False,
+                 segments: str | None = None) -> None:
+        super().__init__(facts, needs, segments)
         self._sampler, self.fixed_seed = sampler, fixed_seed
 
     def sampler(self, seed: int | None, section: SearchSection) -> Any:
@@ -79,7 +84,16 @@ class SamplerStrategy(Strategy):
         return search
 
 
-def _grid_count(space: Any) -> int:
+class PopulationStrategy(Strategy):
+    """pbt: the population's first parameters (search/population.py); the segments and
+    their decisions are the driver's, from `segments`."""
+
+    def search(self, section: SearchSection, objectives: tuple[Objective, ...]) -> Search:
+        from hpsearch.search.population import PopulationSearch
+        return PopulationSearch(section)
+
+
+def _grid_count(space: Any, options: dict) -> int:
     from hpsearch.search.grid import grid_size  # only the combinations that exist
     return grid_size(space)
 
@@ -122,6 +136,28 @@ _add(SamplerStrategy(StrategyFacts("nsga2", options=(
     Option("population_size", "int", 50, low=2, doc="individuals in a generation"),)),
                      lambda s, a: s.NSGAIISampler(seed=a.seed,
                                                   population_size=a.options["population_size"])))
+
+# Population-based training (Jaderberg et al. 2017) as Ray Tune's PopulationBasedTraining:
+# the population starts from seeded random draws, then hpsearch.pruning.pbt runs each member in
+# segments and exploits and explores at their boundaries (hpsearch.search.pbt_policy).
+_add(PopulationStrategy(StrategyFacts("pbt", learns=False, seeded_order=True, segmented=True,
+                                   count=lambda space, o: o["population"], options=(
+    Option("population", "int", 8, low=2, doc="members trained side by side (`trials` caps "
+                                              "it)"),
+    Option("perturbation_interval", "int", None, low=1, required=True,
+           doc="reported steps per segment: a member is judged every this many steps"),
+    Option("max_resource", "int", None, low=1, required=True,
+           doc="the steps each member runs in all"),
+    Option("burn_in_period", "int", 0, doc="no member is exploited before this step"),
+    Option("quantile_fraction", "float", 0.25, high=0.5, closed=False,
+           doc="the bottom fraction exploits the top fraction"),
+    Option("resample_probability", "float", 0.25, high=1.0,
+           doc="a mutated parameter is drawn anew, else perturbed"),
+    Option("perturbation_factors", "floats", (0.8, 1.2),
+           doc="a perturbed number is multiplied by one of these"),
+    Option("mutations", "names", (), doc="the parameters that change (default: every "
+                                         "searched one)"))),
+                        segments="hpsearch.pruning.pbt:PbtSegments"))
 
 
 def strategy(name: str) -> Strategy:

@@ -1,22 +1,26 @@
 """A strategy's own settings under `search:` (spec/vocabulary.py Option): each checked as its
 registry entry declares it, defaults filled in; one that belongs to another strategy is named
-as such, not as an unknown key."""
+as such, not as an unknown key; a required one missing is named with its strategy."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.errors import shown
+from hpsearch.spec.problems import FAILED
 from hpsearch.spec.vocabulary import Option, StrategyFacts
 from hpsearch.spec.yamlpos import KeyPath
 
 if TYPE_CHECKING:
+    from hpsearch.spec.model import Param
     from hpsearch.spec.validate import _Validator
 
 
-def options(v: _Validator, d: dict, path: KeyPath,
-            facts: StrategyFacts) -> tuple[tuple[str, Any], ...]:
-    """(name, value) of each of `facts`' options, as given in `d` or by default."""
+def options(v: _Validator, d: dict, path: KeyPath, facts: StrategyFacts,
+            space: tuple[Param, ...] | Any) -> tuple[tuple[str, Any], ...]:
+    """(name, value) of each of `facts`' options, as given in `d` or by default. `space`:
+    the checked space (FAILED where it had a problem: names in it are not checked then)."""
     own = {o.name for o in facts.options}
     for key in d:
         if key in v.vocabulary.option_names() and key not in own:
@@ -25,14 +29,49 @@ def options(v: _Validator, d: dict, path: KeyPath,
             v.problems.note(v.fail(path + (key,), f"'{key}' is a setting of strategy "
                                                   f"{' or '.join(owners)}, not of "
                                                   f"{facts.name}"))
-    return tuple((o.name, v.optional(d, o.name, path, lambda x, p, o=o: _value(v, o, x, p),
-                                      o.default)) for o in facts.options)
+    out = []
+    for o in facts.options:
+        if o.required and d.get(o.name) is None:
+            v.problems.note(v.fail(path, f"missing required key '{o.name}' for strategy "
+                                         f"{facts.name} ({o.doc})"))
+            v.problems.skip(path + (o.name,))
+        out.append((o.name, v.optional(d, o.name, path,
+                                       lambda x, p, o=o: _value(v, o, x, p, space), o.default)))
+    return tuple(out)
 
 
-def _value(v: _Validator, option: Option, value: Any, path: KeyPath) -> Any:
+def _value(v: _Validator, option: Option, value: Any, path: KeyPath, space: Any) -> Any:
     if option.kind == "int":
-        return v.integer(value, path, option.low)
+        return v.integer(value, path, int(option.low))
+    if option.kind == "float":
+        return _number(v, option, value, path)
+    if option.kind == "floats":
+        v.typed(value, path, lambda x: isinstance(x, list) and x, "a non-empty list of numbers")
+        return tuple(_number(v, option, x, path + (i,)) for i, x in enumerate(value))
+    if option.kind == "names":
+        names = v.strings(value, path)
+        searched = () if space is FAILED else tuple(p.name for p in space if p.kind != "fixed")
+        for i, name in enumerate(names):
+            if space is not FAILED and name not in searched:
+                raise v.fail(path + (i,), f"expected a searched parameter of search.space "
+                                          f"({', '.join(searched)}); got {shown(name)}")
+        return names
     if value not in option.choices:
         raise v.fail(path, f"expected one of {', '.join(map(str, option.choices))}; "
                            f"got {shown(value)}")
     return value
+
+
+def _number(v: _Validator, option: Option, value: Any, path: KeyPath) -> float:
+    """A finite number in the option's range: low <= x (low < x unless `closed`, and always
+    for floats), x <= high where high is set."""
+    lowest = ">=" if option.closed and option.kind == "float" else ">"
+    bound = f"a number {lowest} {option.low:g}" + \
+        (f" and <= {option.high:g}" if option.high is not None else "")
+    v.typed(value, path, lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+            and math.isfinite(x), bound)
+    x = float(value)
+    if (x < option.low if lowest == ">=" else x <= option.low) or \
+            (option.high is not None and x > option.high):
+        raise v.fail(path, f"expected {bound}; got {shown(value)}")
+    return x

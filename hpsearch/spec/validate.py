@@ -290,13 +290,20 @@ class _Validator:
                                  MaxFailures())
         budget = self.optional(d, "timeout", path, lambda v, p: limits.timeout(self, v, p))
         own = () if strategy is FAILED else strategy_options.options(
-            self, d, path, self.vocabulary.strategy(strategy))
+            self, d, path, self.vocabulary.strategy(strategy),
+            FAILED if broken(path + ("space",)) else space)
         if strategy is FAILED or space is FAILED or broken(path + ("space",)):
             return FAILED  # enqueue, warm_start and the rest read them
-        count = self.vocabulary.strategy(strategy).count
-        if count is not None:  # an enumerating strategy: only the points that exist
-            size = count(space)
-            trials = size if trials is None else min(trials, size)
+        facts = self.vocabulary.strategy(strategy)
+        if facts.segmented and pruner.enabled:
+            problems.note(self.fail(path + ("pruner",), f"strategy {strategy} runs each trial "
+                                    "in segments and decides at each boundary itself; remove "
+                                    "search.pruner"))
+        count = facts.count
+        if count is not None:  # a grid's points that exist; pbt's population
+            if not any(broken(path + (k,)) for k, _ in own):
+                size = count(space, dict(own))
+                trials = size if trials is None else min(trials, size)
         elif trials is None and not broken(path + ("trials",)):
             problems.note(self.fail(path, f"missing required key 'trials' (how many trials the "
                                           f"{strategy} search runs; only grid may omit it)"))

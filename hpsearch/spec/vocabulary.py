@@ -17,14 +17,20 @@ from typing import Any
 class Option:
     """A setting of one strategy, written under `search:` beside the common keys (a
     strategy's settings are its own: adding one touches its registry entry, not the spec).
-    kind: int (>= low) | choice (one of choices)."""
+    kind: int (>= low) | float (low < x <= high, or low <= x with `closed`) | floats (a
+    non-empty list of numbers > low) | choice (one of choices) | names (a list of the
+    space's searched parameters; the default () means all of them). A `required` option
+    has no default: a spec naming the strategy must give it."""
 
     name: str
     kind: str
     default: Any
-    low: int = 0
+    low: float = 0
     choices: tuple = ()
     doc: str = ""
+    high: float | None = None
+    closed: bool = True            # float: low itself is allowed
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -38,10 +44,13 @@ class StrategyFacts:
     multi_objective: bool = True   # it can optimize several objectives at once
     seeded_order: bool = False     # with a seed it asks the same points in the same order
                                    # whatever the results (random, qmc): `plan` can show them
-    # How many points an enumerating strategy has in a space (a tuple of Params): only the
-    # combinations that exist, counted without listing them (the search package knows how).
-    count: Callable[[Any], int] | None = field(default=None, compare=False)
+    # How many trials it runs in a space (a tuple of Params) with its options (a dict), where
+    # `trials` may be omitted: an enumerating strategy's points (only the combinations that
+    # exist, counted without listing them: the search package knows how), pbt's population.
+    count: Callable[[Any, dict], int] | None = field(default=None, compare=False)
     options: tuple[Option, ...] = ()  # its own settings under `search:`
+    segmented: bool = False        # it runs each trial in segments of its own choosing (pbt):
+                                   # no pruner beside it, trials must checkpoint and resume
 
 
 @dataclass(frozen=True)

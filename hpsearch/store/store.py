@@ -357,6 +357,12 @@ class Store(Reader):
                     (max(0.0, first_call - started), trial_id, attempt))
         return True
 
+    def set_params(self, trial_id: int, params: dict) -> None:
+        """A trial's parameters from its next attempt on (pbt explores them between
+        segments; the schedule is in its pruner attrs)."""
+        self._write("update trials set params = ? where id = ?",
+                    (json.dumps(params, allow_nan=True), trial_id))
+
     def set_pruner_attrs(self, trial_id: int, attrs: dict) -> None:
         self._write("update trials set pruner_attrs = ? where id = ?", (_dumps(attrs), trial_id))
 
@@ -491,6 +497,21 @@ class Store(Reader):
             " checkpoints.trial and m.name = ? and m.step " + ("=" if exact else "<=") +
             " checkpoints.step order by m.step desc limit 1) where trial = ? and metric is null",
             (metric, trial_id))
+
+    def set_aside_checkpoints(self, trial_id: int, renamed: dict[str, str], kept: str,
+                              step: int) -> None:
+        """A pbt exploit: the trial's own checkpoints were renamed aside (old path -> new),
+        to be removed, and `kept` now holds another trial's checkpoint of `step`. The rows
+        follow the files, so the checkpoint policy never deletes a path a later attempt
+        saves again; none of them counts as saved by an attempt of this trial (attempt
+        null: a later attempt that starts below them did resume, from `kept`)."""
+        now = time.time()
+        self._write_many(
+            [("update or replace checkpoints set path = ?, attempt = null,"
+              " deleted = coalesce(deleted, ?) where trial = ? and path = ?",
+              (new, now, trial_id, old)) for old, new in renamed.items()]
+            + [("update checkpoints set step = ?, attempt = null, deleted = null,"
+                " metric = null where trial = ? and path = ?", (step, trial_id, kept))])
 
     def mark_checkpoints_deleted(self, doomed: list[CheckpointRow]) -> None:
         """Write-ahead of deleting the files: a checkpoint marked here is gone for good."""

@@ -1,0 +1,186 @@
+"""Population-based training (`search.strategy: pbt`, issue 41) on the local executor, through
+the real CLI, on the PBT paper's toy problem (examples/pbt_toy/train.py): members run in
+segments, the bottom quantile takes a top member's checkpoint and explores its parameters,
+every segment runs with the parameters its member's schedule says, and a driver killed at any
+point resumes to the history an uninterrupted run has."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hpsearch.store.reader import Reader
+from hpsearch.store.runs import STORE_FILE
+from tests.helpers import kill_driver_repeatedly, read_store
+
+TOY = Path(__file__).resolve().parent.parent / "examples" / "pbt_toy" / "train.py"
+
+SPEC = """
+name: {name}
+command: "{{python}} train.py"
+search:
+  strategy: pbt
+  population: 4
+  parallel: {parallel}
+  seed: 3
+  perturbation_interval: 4
+  max_resource: {steps}
+  space:
+    h0: {{type: float, low: 0.0, high: 1.0}}
+    h1: {{type: float, low: 0.0, high: 1.0}}
+objective: {{metric: Q, direction: maximize}}
+executor: {{type: local}}
+"""
+
+
+def _spec(cli, name, parallel=2, steps=24):
+    shutil.copy(TOY, cli.cwd / "train.py")
+    return cli.write_spec(SPEC.format(name=name, parallel=parallel, steps=steps),
+                          f"{name}.yaml")
+
+
+def _history(runs, name):
+    """Per member: its schedule, lineage and stored reports (step, value)."""
+    reader = Reader(runs / name / STORE_FILE)
+    try:
+        return {t.id: (t.pruner_attrs["pbt"]["schedule"], t.pruner_attrs["pbt"]["lineage"],
+                       [(m["step"], m["value"]) for m in reader.metrics(t.id)])
+                for t in reader.trials()}
+    finally:
+        reader.close()
+
+
+def _writer(history, member, step, depth=0):
+    """Who wrote `member`'s checkpoint of `step`: itself, or where it took that checkpoint
+    from another member (an exploit at a boundary leaves it the copy of that step)."""
+    took = [e for e in history[member][1] if e["donor_step"] == step]
+    if not took or depth > len(history):
+        return member
+    return _writer(history, took[-1]["donor"], step, depth + 1)
+
+
+def _in_force(schedule, segment):
+    return [s["params"] for s in schedule if s["segment"] <= segment][-1]
+
+
+def test_members_exploit_and_explore_and_each_segment_runs_its_scheduled_params(cli):
+    proc = cli("submit", _spec(cli, "toy"), "--no-tui", check=0, timeout=120)
+    exp, trials = read_store(cli.runs, "toy")
+    assert exp.status == "completed" and [t.state for t in trials] == ["completed"] * 4
+    history = _history(cli.runs, "toy")
+    exploits = [(tid, e) for tid, (_, lineage, _) in history.items() for e in lineage]
+    assert exploits, proc.stdout  # the bottom quarter of 4 is one member at each boundary
+    for tid, (schedule, lineage, reports) in history.items():
+        steps = [s for s, _ in reports]
+        assert steps == sorted(set(steps)) and steps[-1] == 23, (tid, steps)
+        trial_dir = cli.runs / "toy" / "trials" / f"{tid:05d}"
+        logs = sorted(trial_dir.glob("stdout.attempt*.log"),
+                      key=lambda p: int(re.search(r"(\d+)", p.name).group(1)))
+        logs.append(trial_dir / "stdout.log")
+        # segments of 4 steps; after a boundary the next starts on from it, or from the
+        # donor's step after an exploit (a donor behind costs the member a segment more)
+        taken, starts = list(lineage), [0]  # lineage: in the order the exploits came
+        while starts[-1] + 3 < 23:
+            boundary = starts[-1] + 3
+            if taken and taken[0]["at_step"] == boundary:
+                boundary = taken.pop(0)["donor_step"]
+            starts.append(boundary + 1)
+        assert not taken, (tid, lineage)
+        ran = []
+        for segment, log in enumerate(logs):  # attempt k runs segment k - 1 (no retry here)
+            text = log.read_text()
+            found = re.search(r"params (\{.*\}) from step (\d+)", text)
+            assert found, (log, text)
+            params, start = json.loads(found.group(1)), int(found.group(2))
+            assert params == _in_force(schedule, segment), (tid, log.name, schedule)
+            ran.append(start)
+        assert ran == starts, (tid, ran, lineage)
+        for e in lineage:  # the segment after an exploit resumed from the donor's file
+            writer = _writer(history, e["donor"], e["donor_step"])
+            assert any(f"resumed from trial {writer}'s checkpoint of step "
+                       f"{e['donor_step']}" in log.read_text() for log in logs), (tid, e)
+        leftovers = [p.name for p in (trial_dir / "checkpoints").iterdir()
+                     if p.name.startswith(".pbt-")]
+        assert leftovers == [], leftovers
+    status = cli("status", "toy", check=0).stdout
+    assert "did not resume" not in status, status  # a member resumed from what it took
+
+
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
+def test_a_seeded_one_slot_search_killed_anywhere_resumes_to_the_same_history(cli):
+    """One slot: the order of segments, hence every decision, follows from the seed. Killed
+    at each pbt step of an exploit (copy staged, decision not stored; checkpoint swapped in,
+    next segment not stored; segment stored, not launched) and at 8 random moments, the
+    schedules, lineage and every report equal an uninterrupted run's: no decision made
+    twice, no segment lost or its steps stored twice."""
+    cli("submit", _spec(cli, "once", parallel=1), "--no-tui", check=0, timeout=120)
+    once = _history(cli.runs, "once")
+    assert any(lineage for _, lineage, _ in once.values()), once
+    for i, fault in enumerate(("after_pbt_stage:1", "after_pbt_swap:1",
+                               "after_promotion:5")):
+        name = f"fault{i}"
+        crashed = cli("submit", _spec(cli, name, parallel=1), "--no-tui",
+                      env={"HPSEARCH_FAULT": fault}, timeout=120)
+        assert crashed.returncode == -9, (fault, crashed.stdout, crashed.stderr)
+        cli("resume", name, "--no-tui", check=0, timeout=120)
+        assert _history(cli.runs, name) == once, fault
+    kills = kill_driver_repeatedly(cli, _spec(cli, "killed", parallel=1), "killed", {},
+                                   kills=8, delays=(0.5, 2.0))
+    assert sum("killed" in k for k in kills) >= 4, kills
+    cli("resume", "killed", "--no-tui", check=0, timeout=120)
+    assert _history(cli.runs, "killed") == once
+
+
+BAD = """\
+name: bad
+command: "echo {{h0}} {{h1}}"
+search:
+  strategy: pbt
+  space:
+    h0: {{type: float, low: 0.0, high: 1.0}}
+    h1: {{type: float, low: 0.0, high: 1.0}}
+  {setting}
+objective: {{metric: Q, direction: maximize}}
+"""
+
+
+@pytest.mark.parametrize("setting, line, message", [
+    ("max_resource: 8", 3, "search: missing required key 'perturbation_interval' for strategy "
+                           "pbt (reported steps per segment"),
+    ("perturbation_interval: 0\n  max_resource: 8", 8,
+     "search.perturbation_interval: expected an integer >= 1; got 0"),
+    ("perturbation_interval: 2\n  max_resource: 8\n  quantile_fraction: 0.75", 10,
+     "search.quantile_fraction: expected a number > 0 and <= 0.5; got 0.75"),
+    ("perturbation_interval: 2\n  max_resource: 8\n  perturbation_factors: [1.2, -1]", 10,
+     "search.perturbation_factors[1]: expected a number > 0; got -1"),
+    ("perturbation_interval: 2\n  max_resource: 8\n  mutations: [h0, lr]", 10,
+     "search.mutations[1]: expected a searched parameter of search.space (h0, h1); got 'lr'"),
+    ("perturbation_interval: 2\n  max_resource: 8\n  pruner: asha", 10,
+     "search.pruner: strategy pbt runs each trial in segments and decides at each boundary "
+     "itself; remove search.pruner"),
+])
+def test_a_bad_pbt_setting_names_its_key_and_line(tmp_path, setting, line, message):
+    from hpsearch.errors import BadInput
+    from hpsearch.preflight import parse_spec
+    with pytest.raises(BadInput) as err:
+        parse_spec(BAD.format(setting=setting), "spec.yaml", tmp_path, tmp_path / "runs")
+    assert message in str(err.value) and err.value.line == line, (str(err.value),
+                                                                   err.value.line)
+
+
+def test_the_population_is_trials_and_the_settings_default_to_ray_s(tmp_path):
+    from hpsearch.preflight import parse_spec
+    spec = parse_spec(BAD.format(setting="perturbation_interval: 2\n  max_resource: 8"),
+                      "spec.yaml", tmp_path, tmp_path / "runs")
+    assert spec.search.trials == 8  # population's default
+    assert [spec.search.option(k) for k in ("quantile_fraction", "resample_probability",
+                                            "perturbation_factors", "burn_in_period")] == \
+        [0.25, 0.25, (0.8, 1.2), 0]
+    capped = parse_spec(BAD.format(setting="perturbation_interval: 2\n  max_resource: 8\n"
+                                           "  population: 6\n  trials: 4"),
+                        "spec.yaml", tmp_path, tmp_path / "runs")
+    assert capped.search.trials == 4
