@@ -15,9 +15,11 @@ import pytest
 
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
+from hpsearch.views.pbt_schedule import describe, lived
 from tests.helpers import kill_driver_repeatedly, read_store
 
 TOY = Path(__file__).resolve().parent.parent / "examples" / "pbt_toy" / "train.py"
+LR = 0.01  # the toy's step size
 
 SPEC = """
 name: {name}
@@ -52,6 +54,15 @@ def _history(runs, name):
                 for t in reader.trials()}
     finally:
         reader.close()
+
+
+def _replayed(pieces, steps):
+    """The toy's Q after `steps` steps from its start under `pieces` (examples/pbt_toy)."""
+    theta = [0.9, 0.9]
+    for step in range(steps):
+        h = [p for p in pieces if p.from_step <= step][-1].params
+        theta = [theta[0] + LR * -2 * h["h0"] * theta[0], theta[1] + LR * -2 * h["h1"] * theta[1]]
+    return 1.2 - (theta[0] ** 2 + theta[1] ** 2)
 
 
 def _writer(history, member, step, depth=0):
@@ -108,6 +119,15 @@ def test_members_exploit_and_explore_and_each_segment_runs_its_scheduled_params(
         assert leftovers == [], leftovers
     status = cli("status", "toy", check=0).stdout
     assert "did not resume" not in status, status  # a member resumed from what it took
+    # the schedule `best` prints is the one each model lived: the toy's steps replayed
+    # under it give every member's final Q exactly
+    schedules = {tid: h[0] for tid, h in history.items()}
+    for t in trials:
+        assert _replayed(lived(schedules, t.id), 24) == t.objective_values[0], t.id
+    best = cli("best", "toy", "-k", "4", check=0).stdout
+    for t in trials:
+        for line in describe(lived(schedules, t.id), 23):
+            assert f"     {line}\n" in best, (line, best)
 
 
 @pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)

@@ -20,6 +20,8 @@ from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
 from hpsearch.store.rows import DONE
 from hpsearch.store.runs import STORE_FILE
+from hpsearch.views.pbt_schedule import describe as describe_schedule
+from hpsearch.views.pbt_schedule import lived, schedule_of
 from hpsearch.views.pilots import pilot_lines
 
 
@@ -228,10 +230,16 @@ def best(args) -> int:
     if len(metrics) > 1:
         print(f"Pareto front of {exp.name}: {len(top)} trial(s) "
               f"({', '.join(f'{d} {m}' for m, d in zip(metrics, exp.directions))})")
+    schedules = {t.id: s for t in trials if (s := schedule_of(t.pruner_attrs))}
     for rank, t in enumerate(top, 1):
         values = ", ".join(f"{m}={v:.6g}" for m, v in zip(metrics, t.values))
         print(f"{rank}. trial {t.id}: {values}")
         print(f"   params: {format_params(t.params)}")
+        if t.id in schedules:  # pbt: the parameters its model trained with, step by step
+            last = (t.pruner_attrs.get("pbt") or {}).get("step")
+            print("   schedule (pbt, through the checkpoints it took):")
+            for line in describe_schedule(lived(schedules, t.id), last):
+                print(f"     {line}")
         print(f"   trial dir: {t.trial_dir}")
         ckpt = checkpoint[t.id]
         if ckpt is not None:

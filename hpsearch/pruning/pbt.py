@@ -131,9 +131,13 @@ class PbtSegments:
             state["lineage"].append({"at_step": step, "donor": decision.donor,
                                      "donor_step": decision.donor_step})
         if decision.exploits or decision.params != _last_params(state):
-            state["schedule"].append({"segment": int(state.get("segment", 0)) + 1,
-                                      "from_step": (member.step or 0) + 1,
-                                      "params": decision.params})
+            entry = {"segment": int(state.get("segment", 0)) + 1,
+                     "from_step": (member.step or 0) + 1, "params": decision.params}
+            if decision.exploits:  # the donor's history up to its checkpoint comes first
+                donor = self.state[decision.donor]["schedule"]  # type: ignore[index]
+                entry.update(donor=decision.donor, donor_step=decision.donor_step,
+                             donor_segment=donor[-1]["segment"])
+            state["schedule"].append(entry)
         with self.store.batch():
             self.store.set_pruner_attrs(tid, self._attrs(tid))
             self.store.finish_attempt(tid, ended.attempt, rows.PAUSED, ended.exit_code,
