@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"runs dir kept: {runs_dir}")
         else:
             shutil.rmtree(runs_dir, ignore_errors=True)
-    print(f"\n| row | median best Q | best Q per seed | median wall s |\n|---|---|---|---|")
+    print("\n| row | median best Q | best Q per seed | median wall s |\n|---|---|---|---|")
     medians = {}
     for row, got in results.items():
         medians[row] = statistics.median(q for q, _ in got)
