@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpsearch.store.read_only import HOT_JOURNAL_WAIT, _uri, hot_journal, open_snapshot
+from hpsearch.store.read_only import _uri, hot_journal, hot_journal_wait, open_snapshot
 
 HEADER = 100  # bytes of SQLite's file header
 AGAIN = 0.02  # seconds between tries of a statement that overlapped a commit
@@ -93,7 +93,7 @@ class LockFreeConnection(sqlite3.Connection):
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         if self.in_transaction:  # never for a Reader; its pages are the transaction's
             return super().execute(sql, parameters)
-        deadline = time.monotonic() + HOT_JOURNAL_WAIT
+        deadline = time.monotonic() + hot_journal_wait()
         while True:
             before = _fingerprint(self.store)
             try:

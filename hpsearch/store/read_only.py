@@ -26,6 +26,15 @@ def _uri(path: Path, query: str) -> str:
 HOT_JOURNAL_WAIT = 3.0  # seconds a reader waits for a driver's transaction to end
 
 
+def hot_journal_wait() -> float:
+    """HOT_JOURNAL_WAIT, or HPSEARCH_HOT_JOURNAL_WAIT (seconds; tests make it short: a reader
+    of a store whose driver died mid-transaction waits this long at each of its queries)."""
+    try:
+        return max(0.0, float(os.environ.get("HPSEARCH_HOT_JOURNAL_WAIT") or HOT_JOURNAL_WAIT))
+    except ValueError:
+        return HOT_JOURNAL_WAIT
+
+
 def open_read_only(path: Path) -> sqlite3.Connection:
     """A mode=ro connection, in either journal mode. It never writes the store: a hot
     rollback journal (a driver mid-transaction where locks do not reach this host, as on
@@ -38,7 +47,7 @@ def open_read_only(path: Path) -> sqlite3.Connection:
                                check_same_thread=False)
         conn.execute("select count(*) from sqlite_master").fetchone()
         return conn
-    deadline = time.monotonic() + HOT_JOURNAL_WAIT
+    deadline = time.monotonic() + hot_journal_wait()
     while True:
         try:
             return connect()

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from hpsearch.errors import NotFound
 from hpsearch.store.lib import sqlite_utils
 from hpsearch.store.lock_free import open_lock_free, rollback_journal
-from hpsearch.store.read_only import HOT_JOURNAL_WAIT, hot_journal, open_read_only, open_snapshot
+from hpsearch.store.read_only import hot_journal, hot_journal_wait, open_read_only, open_snapshot
 from hpsearch.store.rows import PILOT_ENDED, CheckpointRow, ExperimentRow, PilotRow, TrialRow
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ def _reads(method: Callable[..., T]) -> Callable[..., T]:
     call; the next call reads the store again. The store is never written."""
     @functools.wraps(method)
     def reading(self: Reader, *args: Any, **kwargs: Any) -> T:
-        deadline = time.monotonic() + HOT_JOURNAL_WAIT
+        deadline = time.monotonic() + hot_journal_wait()
         while True:
             try:
                 return method(self, *args, **kwargs)

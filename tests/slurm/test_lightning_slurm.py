@@ -21,7 +21,7 @@ import pytest
 from hpsearch.pilot import protocol
 from hpsearch.slurm.hostlist import expand
 from tests.helpers import read_store
-from tests.slurm.test_pilots import _attempts
+from tests.slurm.test_pilots import _attempts, _submit_beside
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "lightning"
@@ -119,7 +119,7 @@ def test_lightning_trials_run_as_two_node_slurm_jobs_with_torchrun_ranks(cli, sl
 
 def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
         cli, slurm_cluster, tmp_path):
-    """A 2-node Lightning trial of about 70 s in 1-minute pilots: near its end the pilot
+    """A 2-node Lightning trial of about 60 s in 1-minute pilots: near its end the pilot
     stops the trial (SIGTERM: Lightning's SIGTERMException, which fit() turns into exit 75),
     a new pilot runs it again from its latest .ckpt, and the result equals an uninterrupted
     run's. The pilot's SLURM_* variables are in the trial's environment all along: no pilot
@@ -128,9 +128,15 @@ def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_che
     name = f"pl-lt-{RUN}"
     pilots = ('  pilots: {nodes: 2, time: "00:01:00", max: 1, idle_timeout: 15, '
               'heartbeat: 1}\n')
-    spec = cli.write_spec(SPEC.format(name=name, epochs=20, sleep=3, parallel=1,
+    # 11 epochs of 3.6 s after 16-24 s of start-up: more than a pilot's 45 s (it stopped the
+    # trial after 5-7 epochs; all 11 would need a start-up under 5 s), and the rest fits in
+    # the next pilot. With 20, three or four pilots ran (135 s in CI, 213 s here).
+    spec = cli.write_spec(SPEC.format(name=name, epochs=11, sleep=3, parallel=1,
                                       lrs="[0.01]", time="", pilots=pilots), "pl.yaml")
-    proc = cli("submit", spec, env=_env(slurm_cluster), timeout=900)
+    tdir = cli.runs / name / "trials" / "00000"
+    (tmp_path / "baseline").mkdir()
+    proc, baseline = _submit_beside(cli, spec, _env(slurm_cluster), tdir,
+                                    lambda: _baseline(tmp_path / "baseline", 11), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     attempts = _attempts(cli.runs, name)[0]
     assert len(attempts) >= 2 and attempts[-1]["state"] == "completed", attempts
@@ -140,12 +146,11 @@ def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_che
         slurm_cluster.wait_for_accounting(job_id, "State")
         # no pilot was requeued (Lightning's SIGUSR1 handler would requeue it)
         assert "REQUEUED" not in _runs(slurm_cluster, job_id)
-    tdir = cli.runs / name / "trials" / "00000"
     assert "environment TorchElasticEnvironment" in (tdir / "stdout.log").read_text()
     steps = [json.loads(line)["step"] for line in
              (tdir / "metrics.jsonl").read_text().splitlines()]
-    assert sorted(set(steps)) == list(range(20))
-    assert json.loads((tdir / "result.json").read_text()) == _baseline(tmp_path, 20)
+    assert sorted(set(steps)) == list(range(11))
+    assert json.loads((tdir / "result.json").read_text()) == baseline.result()
     assert not list(tdir.rglob("hpc_ckpt_*"))
     exits = [protocol.read_json(d / "exit.json")
              for d in protocol.pilots_dir(cli.runs / name).glob("[0-9]*")]

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -225,24 +227,53 @@ def _baseline(tmp: Path, epochs: int) -> dict:
     return json.loads((tmp / "result.json").read_text())
 
 
+def _submit_beside(cli, spec: Path, env: dict, trial_dir: Path, baseline: Callable[[], dict],
+                   timeout: float) -> tuple[subprocess.CompletedProcess, Future[dict]]:
+    """`hpsearch submit spec`, and beside it `baseline()` (the uninterrupted run on this
+    machine: 20-30 s that the test waited for after the search), started once the trial
+    has reported: the trial then sleeps between its epochs, and its start-up, which the
+    pilot's minute counts, is past. Returns the submit's outcome and the baseline's (done)."""
+    driver = cli.popen("submit", spec, env=env)
+
+    def after_its_first_report() -> dict:
+        while driver.poll() is None and not (trial_dir / "metrics.jsonl").exists():
+            time.sleep(0.5)
+        return baseline()
+
+    with ThreadPoolExecutor(1) as pool:
+        expected = pool.submit(after_its_first_report)
+        try:
+            out, err = driver.communicate(timeout=timeout)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    return subprocess.CompletedProcess(driver.args, driver.returncode, out, err), expected
+
+
 def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
         cli, slurm_cluster, tmp_path):
-    """A 2-node DDP trial of about 70 s in 1-minute pilots (no time limit of its own): near
+    """A 2-node DDP trial of about 50 s in 1-minute pilots (no time limit of its own): near
     its end the pilot stops the trial (SIGTERM; train.py saves and exits), a new pilot runs
     it again from its checkpoint, and the result equals an uninterrupted run's."""
     shutil.copy(TRAIN, cli.cwd / "train.py")
     name = f"pl-end-{RUN}"
-    spec = cli.write_spec(DDP.format(name=name, epochs=20, sleep=3, parallel=1, max=1,
+    # 12 epochs of 3.2 s after 11-17 s of start-up: more than a pilot's 45 s (it stopped the
+    # trial after 6 epochs), and the rest fits in the next pilot (which ran 8). With 20, three
+    # pilots were needed as often as two (158 s against 126 s).
+    spec = cli.write_spec(DDP.format(name=name, epochs=12, sleep=3, parallel=1, max=1,
                                      lrs="[0.01]", time="", pilot_time="00:01:00"), "end.yaml")
-    proc = cli("submit", spec, env=_env(slurm_cluster), timeout=600)
+    tdir = cli.runs / name / "trials" / "00000"
+    (tmp_path / "baseline").mkdir()
+    proc, baseline = _submit_beside(cli, spec, _env(slurm_cluster), tdir,
+                                    lambda: _baseline(tmp_path / "baseline", 12), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     attempts = _attempts(cli.runs, name)[0]
     assert len(attempts) >= 2 and attempts[-1]["state"] == "completed", attempts
     assert all(a["failure"] in ("interrupted", "preempted") for a in attempts[:-1]), attempts
     assert len({a["job_id"] for a in attempts}) == len(attempts)  # one pilot each
-    tdir = cli.runs / name / "trials" / "00000"
     assert "resuming from epoch-" in (tdir / "stdout.log").read_text()
-    assert json.loads((tdir / "result.json").read_text()) == _baseline(tmp_path, 20)
+    assert json.loads((tdir / "result.json").read_text()) == baseline.result()
     pilots = [protocol.read_json(d / "exit.json")
               for d in protocol.pilots_dir(cli.runs / name).glob("[0-9]*")]
     assert any(e and e["reason"] == "its time limit is near" for e in pilots), pilots
