@@ -17,20 +17,25 @@ process per segment (examples/pbt_toy/train.py), 2 slots:
   started at h = (1, 0) and (0, 1) (search.enqueue), with and without PBT: without it
   neither member can move both coordinates and Q never passes 1.2 - 0.81 = 0.39.
 
+- `ray pbt`: Ray Tune's PopulationBasedTraining with the same population, interval,
+  quantile, resample probability and factors, 2 trials at a time (benchmarks/_pbt_ray.py,
+  run by benchmarks/.venv-peers from peers-setup.sh; its wall time is Tuner.fit()'s,
+  ray.init not counted). Without that venv the row is left out and a line says so.
+
 It prints, per row, the median best Q over the seeds, the best Q of each seed and the
-median wall time, then goal lines: PBT's best no worse than random search's at the same
-step budget (medians), and PBT from the paper's start above 0.39. Ray Tune's
-PopulationBasedTraining is not run here yet (its row needs ray[tune], from
-benchmarks/peers-setup.sh): the line says so.
+median wall time, then goal lines: PBT's best no worse than random search's and than Ray's
+at the same step budget (medians), in no more wall time than Ray's, and PBT from the
+paper's start above 0.39.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import json
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +50,7 @@ from hpsearch.store.reader import Reader  # noqa: E402
 from hpsearch.store.runs import STORE_FILE  # noqa: E402
 
 TOY = HERE.parent / "examples" / "pbt_toy" / "train.py"
+PEERS_PYTHON = HERE / ".venv-peers" / "bin" / "python"
 SPACE = {"h0": {"type": "float", "low": 0.0, "high": 1.0},
          "h1": {"type": "float", "low": 0.0, "high": 1.0}}
 PAPER_START = [{"h0": 1.0, "h1": 0.0}, {"h0": 0.0, "h1": 1.0}]
@@ -82,6 +88,15 @@ ROWS = {  # row -> (strategy, population, paper start)
 }
 
 
+def run_ray(population: int, seed: int, steps: int, interval: int) -> tuple[float, float]:
+    """(best Q, wall seconds of Tuner.fit()) of Ray Tune's PBT, in the peers' venv."""
+    proc = subprocess.run([str(PEERS_PYTHON), str(HERE / "_pbt_ray.py"), str(population),
+                           str(steps), str(interval), str(seed)], capture_output=True,
+                          text=True, timeout=900, check=True)
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(found["best"]), float(found["seconds"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -103,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                                                args.interval, PAPER_START if paper else None),
                                           runs_dir)
                 results[row].append((best_q(exp_dir), wall))
+            for n in (2, 4) if PEERS_PYTHON.exists() else ():
+                results.setdefault(f"ray pbt, population {n}", []).append(
+                    run_ray(n, seed, args.steps, args.interval))
     finally:
         if args.keep:
             print(f"runs dir kept: {runs_dir}")
@@ -120,13 +138,23 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "ok" if pbt >= rnd else "MISS"
         print(f"{verdict}: pbt (population {n}) best Q {pbt:.4f} >= random search's "
               f"{rnd:.4f} at the same step budget ({n} x {args.steps} steps)")
+        if f"ray pbt, population {n}" not in medians:
+            continue
+        ray_q = medians[f"ray pbt, population {n}"]
+        walls = {k: statistics.median(w for _, w in results[k])
+                 for k in (f"pbt, population {n}", f"ray pbt, population {n}")}
+        ours, theirs = walls.values()
+        print(f"{'ok' if pbt >= ray_q else 'MISS'}: pbt (population {n}) best Q {pbt:.4f} >= "
+              f"Ray Tune PBT's {ray_q:.4f} at the same step budget")
+        print(f"{'ok' if ours <= theirs else 'MISS'}: pbt (population {n}) wall {ours:.1f} s "
+              f"<= Ray Tune PBT's {theirs:.1f} s (Tuner.fit(), ray.init not counted)")
     paper = medians["pbt, paper start (2)"]
     print(f"{'ok' if paper > 0.39 + 1e-3 else 'MISS'}: pbt from the paper's start "
           f"{paper:.4f} > 0.39, where fixed h stays "
           f"({medians['fixed, paper start (2)']:.4f})")
-    if importlib.util.find_spec("ray") is None:
-        print("not measured: Ray Tune's PopulationBasedTraining (ray[tune] is not installed "
-              "here; benchmarks/peers-setup.sh installs the peers)")
+    if not PEERS_PYTHON.exists():
+        print(f"not measured: Ray Tune's PopulationBasedTraining ({PEERS_PYTHON} is missing; "
+              "benchmarks/peers-setup.sh installs the peers there)")
     return 0
 
 

@@ -204,3 +204,10 @@ def test_the_population_is_trials_and_the_settings_default_to_ray_s(tmp_path):
                                            "  population: 6\n  trials: 4"),
                         "spec.yaml", tmp_path, tmp_path / "runs")
     assert capped.search.trials == 4
+
+
+def test_validate_shows_the_pbt_settings_in_force(cli):
+    out = cli("validate", _spec(cli, "shown"), check=0).stdout
+    assert ("pbt settings: population=4, perturbation_interval=4, max_resource=24, "
+            "burn_in_period=0, quantile_fraction=0.25, resample_probability=0.25, "
+            "perturbation_factors=[0.8, 1.2]\n") in out, out

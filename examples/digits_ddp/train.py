@@ -11,6 +11,11 @@ with the same seed would (on CPU; see README.md). The objective is the final epo
 In promotion mode (trial.budget(), $HPSEARCH_BUDGET) the run stops after that many epochs in
 all, as if --epochs were the budget, and a promoted trial's next segment resumes from there.
 
+Under population-based training (`--pbt`, strategy pbt: examples/digits_ddp/pbt.yaml) a
+segment may resume from another member's checkpoint, and --lr changes between segments: the
+checkpoint may hold another --lr, and the optimizer takes this segment's after loading it
+(the checkpoint's optimizer state carries the old one).
+
 Exit codes: 0 done, or the budget reached (result.json written, checkpoint saved); 75 stopped
 early (STOP file or SIGTERM/SIGUSR1/SIGUSR2) after saving a checkpoint, so a retry resumes;
 2 bad arguments, a budget below 1 or a checkpoint from other hyperparameters.
@@ -67,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="wait this long after each epoch's training (cut short by a stop "
                              "request): makes a tiny run outlast a time limit in tests; the "
                              "results are the same")
+    parser.add_argument("--pbt", action="store_true",
+                        help="population-based training: resume from a checkpoint of another "
+                             "--lr, and train on with this one")
     parser.add_argument("--data", default=None, metavar="NPZ",
                         help="train on these digits (arrays x: pixels in [0, 1], y: labels) "
                              "instead of all of scikit-learn's; the split is made as usual")
@@ -202,12 +210,16 @@ def resume(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Na
     path = trial.latest_checkpoint()
     if path is not None:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        wanted = {key: getattr(args, key) for key in RESUME_KEYS}
-        if ckpt["hyperparameters"] != wanted:
+        mutable = ("lr",) if args.pbt else ()  # pbt explores lr between segments
+        wanted = {key: getattr(args, key) for key in RESUME_KEYS if key not in mutable}
+        saved = {k: v for k, v in ckpt["hyperparameters"].items() if k not in mutable}
+        if saved != wanted:
             raise Refused(f"{path} was saved with {ckpt['hyperparameters']}, not {wanted}; "
                           "remove it or use another trial dir")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        for group in optimizer.param_groups:  # this segment's lr, not the checkpoint's
+            group["lr"] = args.lr
         torch.set_rng_state(ckpt["rng"]["torch"])
         random.setstate(ckpt["rng"]["python"])
         if ckpt["rng"]["cuda"] is not None and ranks.device.type == "cuda":

@@ -108,9 +108,13 @@ def warn_about(file: Path, spec, programs: bool = True) -> None:
 
 
 def _search_extras(s) -> list[str]:
-    """What else the search section asks for: fail-fast, time budget, known points."""
+    """What else the search section asks for: the strategy's own settings, fail-fast, time
+    budget, known points."""
     f = s.max_failures
-    lines = [("max_failures: " + ", ".join(filter(None, [
+    settings = [f"{k}=[{', '.join(map(str, v))}]" if isinstance(v, tuple) else f"{k}={v}"
+                for k, v in s.options if not (isinstance(v, tuple) and not v)]
+    lines = [f"{s.strategy} settings: " + ", ".join(settings)] if settings else []
+    lines += [("max_failures: " + ", ".join(filter(None, [
         f"stop after {f.first} failures with none completed" if f.first else "",
         f"stop when more than {f.fraction:g} of finished trials failed"
         if f.fraction is not None else ""]))) if f.enabled else "max_failures: off"]
