@@ -142,10 +142,10 @@ class PbtSegments:
             self.store.set_pruner_attrs(tid, self._attrs(tid))
             self.store.finish_attempt(tid, ended.attempt, rows.PAUSED, ended.exit_code,
                                       f"paused at step {step} ({self.metric}={value:.6g}): "
-                                      + _told(decision))
+                                      + self._told(decision))
         self.waiting.append(tid)
         self.on_event(f"trial {tid} at step {step} ({self.metric}={value:.6g}): "
-                      + _told(decision))
+                      + self._told(decision))
         return True
 
     def promote(self, end_game: bool, rotate_logs: Callable[[Path, int], None]
@@ -240,6 +240,9 @@ class PbtSegments:
                    if Path(c.path) != taken and not Path(c.path).name.startswith(".")}
         self.store.set_aside_checkpoints(tid, renamed, str(taken), step)
 
+    def _told(self, decision: Decision) -> str:
+        return _told(decision, self.population.settings.mutations)
+
     def _save(self, tid: int, attempt: int, why: str) -> Segment:
         state = self.state[tid]
         segment = Segment(tid, int(state.get("segment", 0)), self.population.budget(tid), why)
@@ -262,11 +265,12 @@ def _last_params(state: dict) -> dict:
     return state["schedule"][-1]["params"] if state["schedule"] else {}
 
 
-def _told(decision: Decision) -> str:
+def _told(decision: Decision, mutations: tuple[str, ...]) -> str:
+    """What a member does at its boundary, its mutable parameters named."""
     if not decision.exploits:
         return "goes on with its own parameters"
     changed = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}"
-                        for k, v in decision.params.items())
+                        for k, v in decision.params.items() if k in mutations)
     return (f"takes trial {decision.donor}'s checkpoint of step {decision.donor_step} and "
             f"goes on with {changed}" + (f" (resampled: {', '.join(decision.resampled)})"
                                          if decision.resampled else ""))
