@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from hpsearch.interop import optuna_trials
 from hpsearch.interop.store_view import AttemptRow, MetricRow, StoreView, read_view
+from hpsearch.search.pbt_schedule import Piece, lived_all
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows, runs
 from hpsearch.store.results import best as best_trials
@@ -88,6 +89,12 @@ class Experiment:
     def best_trials(self) -> list[rows.TrialRow]:
         """The best trial as a list (single objective), or the Pareto front."""
         return best_trials(list(self.trials), list(self.directions), 1)
+
+    def schedule(self, trial_id: int) -> list[Piece]:
+        """A pbt member's schedule as its model lived it: Pieces (from_step, params, trial),
+        through the members it took checkpoints from (docs/pbt.md); [] for another
+        strategy's trial."""
+        return lived_all(list(self.trials)).get(trial_id, [])
 
     def optuna_trials(self) -> list:
         """Every trial as an optuna FrozenTrial (hpsearch.interop.optuna_trials)."""

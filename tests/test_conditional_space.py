@@ -21,7 +21,7 @@ from hpsearch.cli.main import main
 from hpsearch.preflight import parse_spec
 from hpsearch.search.grid import GridSearch, grid_points
 from hpsearch.search.optuna_search import OptunaSearch
-from hpsearch.search.registry import STRATEGIES
+from hpsearch.search.registry import STRATEGIES, SamplerStrategy
 from hpsearch.store.rows import TrialRow
 from tests.helpers import read_store
 
@@ -376,7 +376,8 @@ def _row(trial_id: int, params: dict, values: list, attrs: dict) -> TrialRow:
 
 
 @pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
-@pytest.mark.parametrize("strategy", [s for s in STRATEGIES.names() if s != "grid"])
+@pytest.mark.parametrize("strategy", [s.name for s in STRATEGIES
+                                      if isinstance(s, SamplerStrategy)])
 def test_every_sampler_asks_active_parameters_only_and_resumes(tmp_path, strategy):
     """Define-by-run for each Optuna strategy (CMA-ES, GP and QMC sample what lies outside
     their fixed space independently, as Optuna does): 12 trials asked and told, then a study
@@ -416,3 +417,35 @@ def test_tpe_models_the_conditional_parameters_together(tmp_path):
     trial = study._storage.get_trial(study.ask()._trial_id)
     modelled = set(study.sampler.infer_relative_search_space(study, trial))
     assert {"lr", "optimizer", "momentum", "nesterov", "beta1"} <= modelled, modelled
+
+
+def test_pbt_draws_and_explores_active_parameters_only_and_resumes_the_same(tmp_path):
+    """pbt's first draws (search/population.py) and its explore (pbt_policy) on a conditional
+    space: each member has exactly its active parameters, after an explore that switches the
+    optimizer too; a search rebuilt after 5 members asks the 6th the same as one that was
+    not (draws seeded per member)."""
+    import random
+
+    from hpsearch.search.pbt_policy import PbtSettings, Population
+    from hpsearch.search.population import PopulationSearch
+    text = textwrap.dedent(TPE.format(name="s", trials=8)).replace(
+        "strategy: tpe", "strategy: pbt\n  perturbation_interval: 2\n  max_resource: 4")
+    spec = parse_spec(text, "spec.yaml", tmp_path)
+    search = PopulationSearch(spec.search)
+    search.rebuild([], {})
+    asked = [search.ask() for _ in range(8)]
+    assert search.ask() is None
+    for a in asked:
+        assert sorted(a.params) == sorted(_active_keys(a.params)), a.params
+    assert {a.params["optimizer"] for a in asked} == {"sgd", "adam"}
+    again = PopulationSearch(spec.search)
+    again.rebuild([_row(a.trial_id, a.params, None, {}) for a in asked[:5]], {})
+    assert again.ask().params == asked[5].params
+    tuned = tuple(p.name for p in spec.search.tuned)
+    population = Population(PbtSettings(2, 4, tuned, resample_probability=1.0, seed=1),
+                            spec.search.space)
+    rng = random.Random(3)
+    explored = [population.explore(a.params, rng)[0] for a in asked for _ in range(5)]
+    assert {p["optimizer"] for p in explored} == {"sgd", "adam"}
+    for params in explored:
+        assert sorted(params) == sorted(_active_keys(params)), params

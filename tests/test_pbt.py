@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import hpsearch
+from hpsearch.search.pbt_schedule import as_json, describe, lived
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.views.pbt_schedule import describe, lived
 from tests.helpers import kill_driver_repeatedly, read_store
 
 TOY = Path(__file__).resolve().parent.parent / "examples" / "pbt_toy" / "train.py"
@@ -128,6 +129,15 @@ def test_members_exploit_and_explore_and_each_segment_runs_its_scheduled_params(
     for t in trials:
         for line in describe(lived(schedules, t.id), 23):
             assert f"     {line}\n" in best, (line, best)
+    # export, the Python API and the Optuna view carry the same schedule
+    exported = json.loads(cli("export", "toy", "--format", "json", check=0).stdout)
+    experiment = hpsearch.load("toy", cli.runs)
+    frozen = {f.number: f for f in experiment.optuna_trials()}
+    for t in trials:
+        pieces = as_json(lived(schedules, t.id))
+        assert json.loads(next(r for r in exported if r["trial"] == t.id)["schedule"]) == pieces
+        assert as_json(experiment.schedule(t.id)) == pieces
+        assert frozen[t.id].user_attrs["hpsearch_pbt_schedule"] == pieces
 
 
 @pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)

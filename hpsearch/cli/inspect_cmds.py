@@ -13,6 +13,8 @@ from hpsearch.cli.common import add_command, add_runs_dir, format_params, format
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
+from hpsearch.search.pbt_schedule import describe as describe_schedule
+from hpsearch.search.pbt_schedule import lived, schedule_of
 from hpsearch.store import runs
 from hpsearch.store.atomic import AS_OPEN, replace_file
 from hpsearch.store.lockfile import DriverLock
@@ -20,8 +22,6 @@ from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
 from hpsearch.store.rows import DONE
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.views.pbt_schedule import describe as describe_schedule
-from hpsearch.views.pbt_schedule import lived, schedule_of
 from hpsearch.views.pilots import pilot_lines
 
 

@@ -20,7 +20,9 @@
                        _comm_efficiency, _parallel_efficiency, _throughput(_unit), _speedup
                        and _scaling_efficiency (docs/scaling.md); in promotion mode,
                        hpsearch_rung (its last segment's) and hpsearch_rung_value (the
-                       objective's value there: what a paused trial waits with)
+                       objective's value there: what a paused trial waits with); under pbt,
+                       hpsearch_pbt_schedule ([{from_step, trial, params}]: the parameters
+                       its model trained with, through the members it took checkpoints from)
   datetime_start/_complete  its first attempt's start and last attempt's end (local time,
                        as Optuna's own), so Optuna's duration spans every segment and the
                        pauses between them (hpsearch.interop.trial_times)
@@ -39,6 +41,7 @@ from typing import Any
 
 from hpsearch.interop.store_view import StoreView, last_reports
 from hpsearch.interop.trial_times import trial_times
+from hpsearch.search.pbt_schedule import as_json, lived_all
 from hpsearch.spec.model import Param
 from hpsearch.store import rows
 
@@ -101,11 +104,13 @@ def frozen_trials(view: StoreView) -> list:
     space = {p.name: p for p in view.spec.search.space}
     running = view.experiment.status == "running"
     objectives = [o.metric for o in view.spec.objectives]
-    return [frozen_trial(t, space, objectives, view, running) for t in view.trials]
+    schedules = lived_all(list(view.trials))
+    return [frozen_trial(t, space, objectives, view, running, schedules.get(t.id))
+            for t in view.trials]
 
 
 def frozen_trial(t: rows.TrialRow, space: dict[str, Param], objectives: list[str],
-                 view: StoreView, experiment_running: bool):
+                 view: StoreView, experiment_running: bool, schedule: list | None = None):
     """One trial as a FrozenTrial (see the module docstring for what goes where)."""
     o = optuna()
     state = o.trial.TrialState[trial_state(t.state, experiment_running)]
@@ -139,6 +144,8 @@ def frozen_trial(t: rows.TrialRow, space: dict[str, Param], objectives: list[str
                            if value is not None})
     if t.rung is not None:  # promotion mode
         user_attrs.update(hpsearch_rung=t.rung, hpsearch_rung_value=t.rung_value)
+    if schedule:  # pbt: the parameters its model trained with, through its donors
+        user_attrs["hpsearch_pbt_schedule"] = as_json(schedule)
     values = t.objective_values if state == o.trial.TrialState.COMPLETE else None
     if t.state == rows.PAUSED and state == o.trial.TrialState.PRUNED and t.rung_value \
             is not None and len(objectives) == 1:

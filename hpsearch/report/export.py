@@ -40,6 +40,7 @@ from hpsearch.interop.store_view import StoreView, last_reports
 from hpsearch.interop.trial_times import trial_times
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import GpuUse
+from hpsearch.search.pbt_schedule import as_json, lived_all
 
 
 def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
@@ -56,6 +57,7 @@ def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
         """hpsearch's own columns, each under a name no metric takes (module docstring)."""
         return {f"hpsearch_{k}" if k in taken else k: v for k, v in columns.items()}
 
+    schedules = lived_all(list(view.trials))  # pbt: each member's, through its donors
     out = []
     for t in view.trials:
         rec = own({"trial": t.id, "state": t.state, "attempts": t.attempt})
@@ -84,6 +86,9 @@ def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
         if timing:  # parallel efficiency and scaling (docs/scaling.md)
             eff = timing.get(t.id)
             rec.update(own(eff.columns() if eff else dict.fromkeys(TIMING_COLUMNS)))
+        if schedules:  # pbt (docs/pbt.md): JSON text, also in CSV
+            rec.update(own({"schedule": json.dumps(as_json(schedules[t.id]))
+                            if t.id in schedules else None}))
         out.append(rec)
     return out
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from hpsearch.views.pbt_schedule import lived
+from hpsearch.search.pbt_schedule import lived
 from tests.helpers import read_store
 from tests.slurm.test_pruning_slurm import _attempt_jobs
 from tests.test_pbt import TOY, _history, _replayed

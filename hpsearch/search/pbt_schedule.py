@@ -1,4 +1,5 @@
-"""A pbt member's schedule as its model lived it (`hpsearch best`, the report, the Python API):
+"""A pbt member's schedule as its model lived it (`hpsearch best`, export, the Python API, the
+Optuna view of an experiment):
 the parameters it trained with from step 0, through the members whose checkpoints it took.
 
 Each member's own schedule (hpsearch.pruning.pbt: pruner_attrs["pbt"]["schedule"]) starts
@@ -55,3 +56,14 @@ def describe(pieces: list[Piece], last_step: int | None = None) -> list[str]:
                           for k, v in piece.params.items())
         lines.append(f"steps {span} (trial {piece.trial}): {params}")
     return lines
+
+
+def lived_all(trials: list) -> dict[int, list[Piece]]:
+    """Every pbt trial's lived schedule, by trial id, from rows with pruner_attrs ({} for an
+    experiment of another strategy)."""
+    schedules = {t.id: s for t in trials if (s := schedule_of(t.pruner_attrs))}
+    return {tid: lived(schedules, tid) for tid in schedules}
+
+
+def as_json(pieces: list[Piece]) -> list[dict]:
+    return [{"from_step": p.from_step, "trial": p.trial, "params": p.params} for p in pieces]
