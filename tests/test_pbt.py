@@ -189,6 +189,11 @@ objective: {{metric: Q, direction: maximize}}
      "search.perturbation_factors[1]: expected a number > 0; got -1"),
     ("perturbation_interval: 2\n  max_resource: 8\n  mutations: [h0, lr]", 10,
      "search.mutations[1]: expected a searched parameter of search.space (h0, h1); got 'lr'"),
+    ("perturbation_interval: 2\n  max_resource: 8\n  replay: [{from_step: 0, params: {h0: 1}},"
+     " {from_step: 0, params: {h1: 1}}]", 10,
+     "search.replay[1].from_step: expected a step after 0"),
+    ("perturbation_interval: 2\n  max_resource: 8\n  replay: [{from_step: 0, params: {lr: 1}}]",
+     10, "search.replay[0].params.lr: expected a parameter of search.space (h0, h1)"),
     ("perturbation_interval: 2\n  max_resource: 8\n  pruner: asha", 10,
      "search.pruner: strategy pbt runs each trial in segments and decides at each boundary "
      "itself; remove search.pruner"),
@@ -221,3 +226,26 @@ def test_validate_shows_the_pbt_settings_in_force(cli):
     assert ("pbt settings: population=4, perturbation_interval=4, max_resource=24, "
             "burn_in_period=0, quantile_fraction=0.25, resample_probability=0.25, "
             "perturbation_factors=[0.8, 1.2]\n") in out, out
+
+
+def test_replay_trains_a_member_s_schedule_again_to_the_same_score(cli):
+    """`hpsearch replay`: the best member's lived schedule, as a new experiment of one member
+    that changes its parameters where the schedule says: the same final Q, to the bit (the
+    toy is deterministic); the spec it wrote stays, and is never written over."""
+    cli("submit", _spec(cli, "src"), "--no-tui", check=0, timeout=120)
+    exp, trials = read_store(cli.runs, "src")
+    schedules = {tid: h[0] for tid, h in _history(cli.runs, "src").items()}
+    best_trial = max(trials, key=lambda t: t.objective_values[0])
+    pieces = lived(schedules, best_trial.id)
+    proc = cli("replay", "src", "--no-tui", check=0, timeout=120)
+    assert f"wrote {cli.cwd / 'src-replay.yaml'}: member {best_trial.id}'s schedule, " \
+           f"{len(pieces)} piece(s)" in proc.stdout, proc.stdout
+    _, replayed = read_store(cli.runs, "src-replay")
+    assert [t.objective_values for t in replayed] == [best_trial.objective_values]
+    mine = replayed[0].pruner_attrs["pbt"]["schedule"]
+    assert [(e["from_step"], e["params"]) for e in mine] == \
+        [(p.from_step, p.params) for p in pieces]
+    again = cli("replay", "src", "--no-tui")
+    assert again.returncode == 2 and "src-replay.yaml exists" in again.stderr, again.stderr
+    other = cli("replay", "src-replay", "--no-tui")
+    assert other.returncode == 2 and "not a pbt search of a population" in other.stderr

@@ -55,7 +55,9 @@ def settings_of(spec: Spec) -> PbtSettings:
                        burn_in=search.option("burn_in_period"),
                        quantile=search.option("quantile_fraction"),
                        resample_probability=search.option("resample_probability"),
-                       factors=tuple(search.option("perturbation_factors")), seed=search.seed)
+                       factors=tuple(search.option("perturbation_factors")), seed=search.seed,
+                       replay=tuple((piece["from_step"], piece["params"])
+                                    for piece in search.option("replay")))
 
 
 class PbtSegments:

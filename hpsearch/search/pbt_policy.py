@@ -38,6 +38,9 @@ class PbtSettings:
     resample_probability: float = 0.25
     factors: tuple[float, ...] = (0.8, 1.2)
     seed: int | None = None
+    # A replay (`hpsearch replay`): one member, (from_step, params) pieces; a segment ends
+    # where a piece begins, and each boundary takes the next piece's params, no exploit.
+    replay: tuple[tuple[int, dict[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ class Population:
         from the start), at most max_resource."""
         start = self.members[member].step
         reached = 0 if start is None else start + 1
-        return min(reached + self.settings.interval, self.settings.max_resource)
+        stops = [step for step, _ in self.settings.replay if step > reached]
+        return min(reached + self.settings.interval, self.settings.max_resource, *stops)
 
     def reached(self, member: int, step: int, score: float) -> bool:
         """Record the member's boundary; True if it has run max_resource steps (done)."""
@@ -94,6 +98,9 @@ class Population:
         """The member's decision at its last boundary."""
         m = self.members[member]
         assert m.step is not None, "decide() after reached()"
+        if self.settings.replay:  # the piece the next step falls in
+            params = [p for step, p in self.settings.replay if step <= m.step + 1][-1]
+            return Decision(member, m.step, {**m.params, **params})
         bottom, top = self.quantiles()
         if m.step + 1 < self.settings.burn_in or member not in bottom or not top:
             return Decision(member, m.step, dict(m.params))

@@ -2,8 +2,9 @@
 seeded by (seed, k), as pbt's explore draws (hpsearch.search.pbt_policy.draw), so a search
 resumed after a crash asks the members it had not asked yet with the parameters an
 uninterrupted run gives them. Without a seed each draw is fresh. An enqueued point's
-parameters are taken as given, the rest drawn. The results go to the population (the
-driver's hpsearch.pruning.pbt), not here: tell records nothing.
+parameters are taken as given, the rest drawn; so are a replay's first (search.replay).
+The results go to the population (the driver's hpsearch.pruning.pbt), not here: tell
+records nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from hpsearch.store.rows import TrialRow
 class PopulationSearch(Search):
     def __init__(self, section: SearchSpec) -> None:
         self.space, self.seed = section.space, section.seed
+        replay = section.option("replay")  # one member, its first parameters given
+        self.first: dict[str, Any] = dict(replay[0]["params"]) if replay else {}
         self.total = section.trials
         self.next_id = 0
 
@@ -38,7 +41,7 @@ class PopulationSearch(Search):
             return None
         rng = random.Random(f"hpsearch-pbt:{self.seed}:{self.next_id}") \
             if self.seed is not None else random.Random()
-        given = fixed or {}
+        given = {**self.first, **(fixed or {})}
         params: dict[str, Any] = {}
         for p in self.space:  # spec order: a parent before its children
             if p.active_in(params):

@@ -141,7 +141,8 @@ _add(SamplerStrategy(StrategyFacts("nsga2", options=(
 # the population starts from seeded random draws, then hpsearch.pruning.pbt runs each member in
 # segments and exploits and explores at their boundaries (hpsearch.search.pbt_policy).
 _add(PopulationStrategy(StrategyFacts("pbt", learns=False, seeded_order=True, segmented=True,
-                                   count=lambda space, o: o["population"], options=(
+                                   count=lambda space, o: 1 if o["replay"] else o["population"],
+                                   options=(
     Option("population", "int", 8, low=2, doc="members trained side by side (`trials` caps "
                                               "it)"),
     Option("perturbation_interval", "int", None, low=1, required=True,
@@ -156,7 +157,10 @@ _add(PopulationStrategy(StrategyFacts("pbt", learns=False, seeded_order=True, se
     Option("perturbation_factors", "floats", (0.8, 1.2),
            doc="a perturbed number is multiplied by one of these"),
     Option("mutations", "names", (), doc="the parameters that change (default: every "
-                                         "searched one)"))),
+                                         "searched one)"),
+    Option("replay", "schedule", (), doc="one member trained with these parameters from each "
+                                         "step on, no population (`hpsearch replay` writes "
+                                         "it)"))),
                         segments="hpsearch.pruning.pbt:PbtSegments"))
 
 

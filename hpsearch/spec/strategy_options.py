@@ -56,6 +56,8 @@ def _value(v: _Validator, option: Option, value: Any, path: KeyPath, space: Any)
                 raise v.fail(path + (i,), f"expected a searched parameter of search.space "
                                           f"({', '.join(searched)}); got {shown(name)}")
         return names
+    if option.kind == "schedule":
+        return _schedule(v, value, path, space)
     if value not in option.choices:
         raise v.fail(path, f"expected one of {', '.join(map(str, option.choices))}; "
                            f"got {shown(value)}")
@@ -75,3 +77,28 @@ def _number(v: _Validator, option: Option, value: Any, path: KeyPath) -> float:
             (option.high is not None and x > option.high):
         raise v.fail(path, f"expected {bound}; got {shown(value)}")
     return x
+
+
+def _schedule(v: _Validator, value: Any, path: KeyPath, space: Any) -> tuple[dict, ...]:
+    """[{from_step, params}, ...]: the first from step 0, each later one further on, the
+    parameters named in the space."""
+    v.typed(value, path, lambda x: isinstance(x, list) and x,
+            "a non-empty list of {from_step, params}")
+    names = () if space is FAILED else tuple(p.name for p in space)
+    out: list[dict] = []
+    for i, item in enumerate(value):
+        d = v.mapping(item, path + (i,), ("from_step", "params"))
+        v.require(d, path + (i,), ("from_step", "params"))
+        step = v.integer(d.get("from_step", 0), path + (i, "from_step"), 0)
+        bad = step != 0 if not out else step <= out[-1]["from_step"]
+        if bad:
+            raise v.fail(path + (i, "from_step"), "expected 0 for the first piece"
+                         if not out else f"expected a step after {out[-1]['from_step']}")
+        params = v.typed(d.get("params", {}), path + (i, "params"),
+                         lambda x: isinstance(x, dict), "a mapping of parameter: value")
+        for name in params:
+            if space is not FAILED and name not in names:
+                raise v.fail(path + (i, "params", name), f"expected a parameter of "
+                                                         f"search.space ({', '.join(names)})")
+        out.append({"from_step": step, "params": dict(params)})
+    return tuple(out)

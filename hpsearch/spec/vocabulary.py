@@ -19,7 +19,9 @@ class Option:
     strategy's settings are its own: adding one touches its registry entry, not the spec).
     kind: int (>= low) | float (low < x <= high, or low <= x with `closed`) | floats (a
     non-empty list of numbers > low) | choice (one of choices) | names (a list of the
-    space's searched parameters; the default () means all of them). A `required` option
+    space's searched parameters; the default () means all of them) | schedule (a list of
+    {from_step, params}: from step 0 on, steps increasing, parameters of the space; the
+    default () means none). A `required` option
     has no default: a spec naming the strategy must give it."""
 
     name: str
