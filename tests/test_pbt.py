@@ -249,3 +249,27 @@ def test_replay_trains_a_member_s_schedule_again_to_the_same_score(cli):
     assert again.returncode == 2 and "src-replay.yaml exists" in again.stderr, again.stderr
     other = cli("replay", "src-replay", "--no-tui")
     assert other.returncode == 2 and "not a pbt search of a population" in other.stderr
+
+
+@pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)
+def test_pb2_runs_its_population_and_resumes_to_the_same_history(cli):
+    """strategy pb2 (PBT with a GP-bandit explore, hpsearch.search.pb2_explore) on the toy,
+    one slot and a seed: every member completes, explored values stay in their bounds, and
+    a driver killed right after the second exploit's checkpoint was staged resumes to the
+    history of an uninterrupted run (the model is fitted again from the stored boundaries)."""
+    def pb2(name):
+        spec = _spec(cli, name, parallel=1)
+        spec.write_text(spec.read_text().replace("strategy: pbt", "strategy: pb2"))
+        return spec
+    proc = cli("submit", pb2("once"), "--no-tui", check=0, timeout=120)
+    once = _history(cli.runs, "once")
+    _, trials = read_store(cli.runs, "once")
+    assert [t.state for t in trials] == ["completed"] * 4, proc.stdout
+    assert sum(len(lineage) for _, lineage, _ in once.values()) >= 2, proc.stdout
+    for schedule, _, _ in once.values():
+        assert all(0.0 <= e["params"][h] <= 1.0 for e in schedule for h in ("h0", "h1"))
+    crashed = cli("submit", pb2("fault"), "--no-tui", env={"HPSEARCH_FAULT": "after_pbt_stage:2"},
+                  timeout=120)
+    assert crashed.returncode == -9, (crashed.stdout, crashed.stderr)
+    cli("resume", "fault", "--no-tui", check=0, timeout=120)
+    assert _history(cli.runs, "fault") == once

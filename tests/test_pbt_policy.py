@@ -5,6 +5,7 @@ exploiting reaches the optimum the fixed hyperparameters of either member cannot
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -195,3 +196,50 @@ def test_the_paper_s_toy_problem_exploit_reaches_what_neither_member_alone_can()
     assert alone < 0.39
     reached = [_toy(quantile=0.5, seed=seed) for seed in range(10)]
     assert min(reached) > 1.1 and sorted(reached)[5] > 1.19, reached
+
+
+def _pb2_population(history, seed=0):
+    from hpsearch.search.pbt_policy import Boundary, PbtSettings, Population
+    from hpsearch.spec.model import Param
+    space = (Param("h0", "float", 0.0, 1.0), Param("h1", "float", 1e-3, 1.0, log=True))
+    population = Population(PbtSettings(4, 40, ("h0", "h1"), maximize=True, seed=seed),
+                            space)
+    for member in range(4):
+        population.add(member, {"h0": 0.5, "h1": 0.1})
+        population.members[member].step = 7
+    population.history = [Boundary(m, s, score, before, params)
+                          for m, s, score, before, params in history]
+    return population
+
+
+def test_pb2_explores_where_its_model_expects_the_reward_to_grow():
+    """PB2's GP-UCB (hpsearch.search.pb2_explore): boundaries whose reward grew with h0 and
+    did not depend on h1 send the next exploit to a high h0, whatever the donor had; the
+    same inputs (in any order) give the same choice."""
+    import random
+
+    from hpsearch.search import pb2_explore
+    rng = random.Random(0)
+    history = []
+    for member in range(4):
+        for step in (3, 7):
+            h0, h1 = rng.random(), math.exp(rng.uniform(math.log(1e-3), 0.0))
+            history.append((member, step, 1.0 + h0, 1.0, {"h0": h0, "h1": h1}))
+    chosen = [pb2_explore.explore(_pb2_population(history), 0, {"h0": 0.1, "h1": 0.5},
+                                  random.Random(seed))[0] for seed in range(4)]
+    assert all(c["h0"] > 0.8 for c in chosen), [round(c["h0"], 3) for c in chosen]
+    assert all(1e-3 <= c["h1"] <= 1.0 for c in chosen)
+    shuffled = list(reversed(history))
+    again = pb2_explore.explore(_pb2_population(shuffled), 0, {"h0": 0.1, "h1": 0.5},
+                                random.Random(3))[0]
+    assert again == chosen[3]
+
+
+def test_pb2_explores_as_pbt_until_it_has_seen_three_rewards():
+    import random
+
+    from hpsearch.search import pb2_explore
+    few = [(0, 3, 1.5, 1.0, {"h0": 0.9, "h1": 0.5}), (1, 3, 1.1, 1.0, {"h0": 0.1, "h1": 0.5})]
+    population = _pb2_population(few)
+    assert pb2_explore.explore(population, 0, {"h0": 0.5, "h1": 0.5}, random.Random(1)) == \
+        population.explore({"h0": 0.5, "h1": 0.5}, random.Random(1))

@@ -4,9 +4,10 @@
 The schedule is the one the member's model lived (hpsearch.search.pbt_schedule: through the
 members it took checkpoints from). The command writes a spec beside the experiment's own
 (its name NAME-replay unless --name says otherwise), the same as the stored one but for
-`name` and `search`: strategy pbt with `replay:` the schedule, one member, one at a time,
-the same perturbation_interval, max_resource, seed and space. Then it runs it, as `submit`
-runs a spec (the same flags). The spec file stays: `hpsearch submit` it again, or resume.
+`name` and `search`: the same strategy (pbt or pb2) with `replay:` the schedule, one
+member, one at a time, the same perturbation_interval, max_resource, seed and space. Then
+it runs it, as `submit` runs a spec (the same flags). The spec file stays: `hpsearch
+submit` it again, or resume.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def replay(args) -> int:
     from hpsearch.store.runs import STORE_FILE
 
     spec = session.stored_spec(runs_dir_of(args), args.name)
-    if spec.search.strategy != "pbt" or spec.search.option("replay"):
+    options = dict(spec.search.options)  # a strategy that can replay (pbt, pb2), not one
+    if "replay" not in options or options["replay"]:
         raise BadInput(f"experiment {spec.name} is not a pbt search of a population: replay "
                        "trains a pbt member's schedule again")
     with Reader(spec.experiment_dir / STORE_FILE) as reader:
@@ -68,7 +70,7 @@ def replay(args) -> int:
     raw["name"] = new
     search = raw["search"]
     raw["search"] = {
-        "strategy": "pbt", "parallel": 1, "seed": search.get("seed"),
+        "strategy": spec.search.strategy, "parallel": 1, "seed": search.get("seed"),
         "perturbation_interval": spec.search.option("perturbation_interval"),
         "max_resource": spec.search.option("max_resource"), "space": search["space"],
         "replay": [{"from_step": p["from_step"], "params": p["params"]}

@@ -28,12 +28,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hpsearch.faults import fault_point
 from hpsearch.pruning import pbt_checkpoints as files
 from hpsearch.pruning.promotion import Segment
-from hpsearch.search.pbt_policy import Decision, Member, PbtSettings, Population
+from hpsearch.registry import load
+from hpsearch.search.pbt_policy import (
+    Boundary,
+    Decision,
+    Explorer,
+    Member,
+    PbtSettings,
+    Population,
+)
+from hpsearch.search.registry import strategy
 from hpsearch.store import rows
 
 if TYPE_CHECKING:
@@ -64,6 +73,9 @@ class PbtSegments:
     def __init__(self, settings: PbtSettings, spec: Spec, store: Store, search: Search,
                  on_event: Callable[[str], None]) -> None:
         self.population = Population(settings, spec.search.space)
+        explorer = strategy(spec.search.strategy).explorer  # pb2's GP-bandit; pbt's own
+        if explorer is not None:
+            self.population.explorer = cast("Explorer", load(explorer))
         self.metric = spec.objectives[0].metric
         self.store, self.search, self.on_event = store, search, on_event
         self.state: dict[int, dict[str, Any]] = {}  # member -> its pruner_attrs["pbt"]
@@ -88,6 +100,8 @@ class PbtSegments:
                 bool(state.get("done")) or row.state in rows.FINISHED)
             if row.state == rows.PAUSED:
                 self.waiting.append(row.id)
+            self.population.history += [Boundary(row.id, b[0], b[1], b[2], b[3])
+                                        for b in state.get("boundaries", [])]
 
     # -- segments --------------------------------------------------------------------------
     def env(self, segment: Segment) -> dict[str, str]:
@@ -117,11 +131,16 @@ class PbtSegments:
         step, value = last
         budget = self.population.budget(tid)
         state = self.state[tid]
-        if step + 1 < budget or self.population.reached(tid, step, value):
+        short = step + 1 < budget
+        done = short or self.population.reached(tid, step, value)
+        if not short:  # what pb2 learns from, kept to rebuild after a resume
+            b = self.population.history[-1]
+            state.setdefault("boundaries", []).append([b.step, b.score, b.before, b.params])
+        if done:
             self.population.members[tid].done = True
             state.update(step=step, score=value, done=True)
             self.store.set_pruner_attrs(tid, self._attrs(tid))
-            if step + 1 < budget:
+            if short:
                 self.on_event(f"trial {tid} ended at step {step} of its budget {budget} on "
                               "its own: it completes there")
             return False

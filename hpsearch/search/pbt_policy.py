@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,11 +71,32 @@ class Member:
     done: bool = False
 
 
+@dataclass(frozen=True)
+class Boundary:
+    """A member reached a boundary: its score there, the score its segment started from (its
+    previous boundary's, or the donor's after an exploit; None at the first) and the
+    parameters it trained with since: what PB2's model learns from (pb2_explore)."""
+
+    member: int
+    step: int
+    score: float
+    before: float | None
+    params: dict[str, Any]
+
+
+# How an exploit's parameters are explored: (population, member, the donor's parameters, the
+# decision's generator) -> (parameters, those drawn anew). Population.explore is PBT's own.
+Explorer = Callable[["Population", int, dict[str, Any], random.Random],
+                    tuple[dict[str, Any], tuple[str, ...]]]
+
+
 @dataclass
 class Population:
     settings: PbtSettings
     space: tuple[Param, ...]
     members: dict[int, Member] = field(default_factory=dict)
+    history: list[Boundary] = field(default_factory=list)  # every boundary, in order
+    explorer: Explorer | None = None  # None: perturb or resample (explore)
 
     def add(self, member: int, params: dict[str, Any]) -> None:
         self.members[member] = Member(dict(params))
@@ -90,6 +112,7 @@ class Population:
     def reached(self, member: int, step: int, score: float) -> bool:
         """Record the member's boundary; True if it has run max_resource steps (done)."""
         m = self.members[member]
+        self.history.append(Boundary(member, step, score, m.score, dict(m.params)))
         m.step, m.score = step, score
         m.done = step + 1 >= self.settings.max_resource
         return m.done
@@ -107,7 +130,8 @@ class Population:
         rng = random.Random(f"{self.settings.seed}:{member}:{m.step}")
         donor = rng.choice(top)
         source = self.members[donor]
-        params, resampled = self.explore(source.params, rng)
+        params, resampled = self.explorer(self, member, source.params, rng) if self.explorer \
+            else self.explore(source.params, rng)
         return Decision(member, m.step, params, donor, source.step, resampled)
 
     def apply(self, decision: Decision) -> None:

@@ -28,6 +28,8 @@ class Strategy(ABC):
     built by the driver's policies with `from_spec(spec, store, search, on_event)` and
     asked as the promoter is (hpsearch.pruning.promoter.Segments)."""
 
+    explorer: str | None = None  # segmented strategies: see PopulationStrategy
+
     def __init__(self, facts: StrategyFacts, needs: tuple[tuple[str, str], ...] = (),
                  segments: str | None = None) -> None:
         self.facts, self.needs, self.segments = facts, needs, segments
@@ -85,8 +87,14 @@ class SamplerStrategy(Strategy):
 
 
 class PopulationStrategy(Strategy):
-    """pbt: the population's first parameters (search/population.py); the segments and
-    their decisions are the driver's, from `segments`."""
+    """pbt and pb2: the population's first parameters (search/population.py); the segments
+    and their decisions are the driver's, from `segments`. `explorer`: "module:function"
+    choosing an exploit's new parameters (pbt_policy.Explorer), None for PBT's own."""
+
+    def __init__(self, facts: StrategyFacts, needs: tuple[tuple[str, str], ...] = (),
+                 segments: str | None = None, explorer: str | None = None) -> None:
+        super().__init__(facts, needs, segments)
+        self.explorer = explorer
 
     def search(self, section: SearchSection, objectives: tuple[Objective, ...]) -> Search:
         from hpsearch.search.population import PopulationSearch
@@ -140,9 +148,7 @@ _add(SamplerStrategy(StrategyFacts("nsga2", options=(
 # Population-based training (Jaderberg et al. 2017) as Ray Tune's PopulationBasedTraining:
 # the population starts from seeded random draws, then hpsearch.pruning.pbt runs each member in
 # segments and exploits and explores at their boundaries (hpsearch.search.pbt_policy).
-_add(PopulationStrategy(StrategyFacts("pbt", learns=False, seeded_order=True, segmented=True,
-                                   count=lambda space, o: 1 if o["replay"] else o["population"],
-                                   options=(
+_POPULATION = (
     Option("population", "int", 8, low=2, doc="members trained side by side (`trials` caps "
                                               "it)"),
     Option("perturbation_interval", "int", None, low=1, required=True,
@@ -160,8 +166,22 @@ _add(PopulationStrategy(StrategyFacts("pbt", learns=False, seeded_order=True, se
                                          "searched one)"),
     Option("replay", "schedule", (), doc="one member trained with these parameters from each "
                                          "step on, no population (`hpsearch replay` writes "
-                                         "it)"))),
-                        segments="hpsearch.pruning.pbt:PbtSegments"))
+                                         "it)"))
+
+
+def _population(name: str, explorer: str | None = None,
+                needs: tuple[tuple[str, str], ...] = ()) -> PopulationStrategy:
+    return PopulationStrategy(StrategyFacts(
+        name, learns=False, seeded_order=True, segmented=True, options=_POPULATION,
+        count=lambda space, o: 1 if o["replay"] else o["population"]),
+        needs, segments="hpsearch.pruning.pbt:PbtSegments", explorer=explorer)
+
+
+_add(_population("pbt"))
+# PB2 (Parker-Holder et al. 2020): PBT whose explore is a GP-bandit over the numeric mutable
+# parameters' bounds (hpsearch.search.pb2_explore, scikit-learn's Gaussian process).
+_add(_population("pb2", "hpsearch.search.pb2_explore:explore",
+                 needs=(("sklearn", "pip install scikit-learn"),)))
 
 
 def strategy(name: str) -> Strategy:
