@@ -228,6 +228,7 @@ def test_validate_shows_the_pbt_settings_in_force(cli):
             "perturbation_factors=[0.8, 1.2]\n") in out, out
 
 
+@pytest.mark.slow  # over 5 s in the quick tier (60 s in a loaded fresh-clone run, 2026-11-29)
 def test_replay_trains_a_member_s_schedule_again_to_the_same_score(cli):
     """`hpsearch replay`: the best member's lived schedule, as a new experiment of one member
     that changes its parameters where the schedule says: the same final Q, to the bit (the

@@ -31,6 +31,9 @@ class Started:
     pid_start: int | None = None  # process start time (clock ticks since boot): pid identity
     gpus: str | None = None
     job_id: str | None = None
+    # When the executor started it (time.time()); None: when the driver stores it. A start
+    # seen with the attempt's end is stored in the end's commit, which may come later.
+    at: float | None = None
 
 
 # Why an attempt ended, as the executors say it (driver/retry.classify turns it into a failure

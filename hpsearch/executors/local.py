@@ -210,7 +210,7 @@ class LocalExecutor(Executor):
         self._watch(run)
         self.events.append(Started(launch.trial_id, launch.attempt, self.host, popen.pid,
                                    procs.start_time(popen.pid), ",".join(gpus)
-                                   if self.free_gpus is not None else None))
+                                   if self.free_gpus is not None else None, at=time.time()))
 
     def _start_waiting(self) -> None:
         """In the order submitted: the first waits until its GPU slots are free, and those

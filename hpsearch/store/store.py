@@ -284,8 +284,10 @@ class Store(Reader):
                               for tid in trial_ids])
 
     def mark_running(self, trial_id: int, attempt: int, host: str, pid: int | None,
-                     pid_start: int | None, gpus: str | None, job_id: str | None = None) -> None:
-        now = time.time()
+                     pid_start: int | None, gpus: str | None, job_id: str | None = None,
+                     at: float | None = None) -> None:
+        """The attempt runs, since `at` (default: now)."""
+        now = time.time() if at is None else at
         self._write_many([
             ("update trials set state = ?, started = ?, host = ?, pid = ?, pid_start = ?,"
              " gpus = ?, job_id = ? where id = ?",
