@@ -227,7 +227,8 @@ class Driver:
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:
         # An end before this driver began went unseen: its exit_code file's time is its end.
-        # One seen while it ran is recorded when seen, as its start was (their lags cancel).
+        # One seen while it ran: when the executor saw it end (Ended.at; the local executor
+        # stamps its start and end so), else when recorded, as its start was.
         live = self.live[ended.trial_id]
         ended_at = exit_time(live.trial_dir) if live.adopted else None
         unseen = ended_at if ended_at is not None and ended_at < self.began else None
@@ -236,7 +237,7 @@ class Driver:
             for started in starts:  # its own start first; the others after its end, so
                 if started.trial_id == ended.trial_id:  # their recorded start follows it
                     self._store_start(started)
-            with self.store.ending_at(unseen):
+            with self.store.ending_at(unseen if unseen is not None else ended.at):
                 self._finalize(ended)
             for started in starts:
                 if started.trial_id != ended.trial_id:

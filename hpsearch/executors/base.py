@@ -69,6 +69,9 @@ class Ended:
     # not the trial's failure; the failure class it counts as (lost, preempted), `detail`
     # saying why.
     stopped_as: FailureClass | None = None
+    # When the executor saw it end (time.time()); None: when the driver records it. With the
+    # start's `at`, the attempt's stored run time is the process's, however late the poll.
+    at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -382,6 +382,7 @@ class LocalExecutor(Executor):
         return read_exit_code(run.trial_dir, run.attempt)
 
     def _finish(self, run: _Running, code: int | None) -> Ended:
+        seen = time.time()  # its end, before the next waiting attempt is spawned
         procs.signal_group(run.pid, signal.SIGKILL)  # reap whatever the trial left behind
         if run.reason is not None:  # stopped: its workers in sessions of their own (torchrun)
             procs.kill(procs.attempt_processes(run.trial_dir, run.attempt, run.pid),
@@ -392,11 +393,11 @@ class LocalExecutor(Executor):
         if run.reason is not None:
             return Ended(run.trial_id, run.attempt, code, run.reason,
                          f"stopped after {run.timeout:g}s timeout" if run.reason == "timeout"
-                         else "cancelled")
+                         else "cancelled", at=seen)
         if code is None:
             return Ended(run.trial_id, run.attempt, None, "lost",
-                         "the process ended and left no exit code")
-        return Ended(run.trial_id, run.attempt, code, "exited", _signal_detail(code))
+                         "the process ended and left no exit code", at=seen)
+        return Ended(run.trial_id, run.attempt, code, "exited", _signal_detail(code), at=seen)
 
 
 def _launch_failed(launch: Launch, exc: OSError) -> Ended:
