@@ -94,8 +94,9 @@ def _schedule(v: _Validator, value: Any, path: KeyPath, space: Any) -> tuple[dic
         if bad:
             raise v.fail(path + (i, "from_step"), "expected 0 for the first piece"
                          if not out else f"expected a step after {out[-1]['from_step']}")
-        params = v.typed(d.get("params", {}), path + (i, "params"),
-                         lambda x: isinstance(x, dict), "a mapping of parameter: value")
+        params = v.plain(v.typed(d.get("params", {}), path + (i, "params"),
+                                 lambda x: isinstance(x, dict),
+                                 "a mapping of parameter: value"), path + (i, "params"))
         for name in params:
             if space is not FAILED and name not in names:
                 raise v.fail(path + (i, "params", name), f"expected a parameter of "
