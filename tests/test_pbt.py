@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import hpsearch
+from hpsearch.report import data as report_data
+from hpsearch.report import figures
 from hpsearch.search.pbt_schedule import as_json, describe, lived
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
@@ -138,6 +140,41 @@ def test_members_exploit_and_explore_and_each_segment_runs_its_scheduled_params(
         assert json.loads(next(r for r in exported if r["trial"] == t.id)["schedule"]) == pieces
         assert as_json(experiment.schedule(t.id)) == pieces
         assert frozen[t.id].user_attrs["hpsearch_pbt_schedule"] == pieces
+    _check_population_figure(cli.runs / "toy", history)
+
+
+def _check_population_figure(exp_dir, history):
+    """The report's population figure draws what the store holds: each member's score by
+    step cut at its exploits, a dotted jump per exploit across the cut and a ring on the
+    donor's score at the step it gave, and each mutated parameter's schedule (a dot per
+    exploit)."""
+    data = report_data.collect(exp_dir, use_sacct=False)
+    drawn = figures.population(data)
+    assert isinstance(drawn, figures.Drawn), drawn
+    figures.png(drawn.figure)
+    score, h0, h1 = drawn.figure.axes
+    assert (h0.get_ylabel(), h1.get_ylabel()) == ("h0", "h1")
+    lines = [ln for ln in score.get_lines() if ln.get_linestyle() == "-"]
+    jumps = [ln for ln in score.get_lines() if ln.get_linestyle() == ":"]
+    rings = [ln for ln in score.get_lines() if ln.get_marker() == "o"]
+    exploits = [e for _, lineage, _ in history.values() for e in lineage]
+    assert len(jumps) == len(rings) == len(exploits)
+    assert len(lines) == len(history) + len(exploits)
+    drawn_points = {(x, y) for ln in lines for x, y in zip(ln.get_xdata(), ln.get_ydata())}
+    assert drawn_points == {p for _, _, reports in history.values() for p in reports}
+    for ln in jumps:  # from the member's last report before the exploit to its next
+        assert all(p in drawn_points for p in zip(ln.get_xdata(), ln.get_ydata()))
+    given = sorted((e["donor"], e["donor_step"]) for e in exploits)
+    reports = {(tid, s): v for tid, (_, _, got) in history.items() for s, v in got}
+    assert sorted((x, y) for ln in rings for x, y in zip(ln.get_xdata(), ln.get_ydata())) \
+        == sorted((step, reports[(donor, step)]) for donor, step in given)
+    for ax, name in ((h0, "h0"), (h1, "h1")):
+        steps = [ln for ln in ax.get_lines() if ln.get_drawstyle() == "steps-post"]
+        dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+        assert sorted(list(ln.get_ydata()[:-1]) for ln in steps) == sorted(
+            [e["params"][name] for e in schedule] for schedule, _, _ in history.values())
+        assert sum(len(ln.get_xdata()) for ln in dots) == len(exploits)
+    assert f"4 members, {len(exploits)} exploit" in drawn.caption
 
 
 @pytest.mark.slow  # long end-to-end run, 10 to 200 s (docs/testing.md#tiers)

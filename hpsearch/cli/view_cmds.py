@@ -28,7 +28,7 @@ def register(sub) -> None:
     add_runs_dir(p)
     p = add_command(sub, "report", "Write an HTML report with PNG figures: optimization "
                     "history, parallel coordinates, objective by parameter, parameter "
-                    "importances, learning curves, "
+                    "importances, learning curves, the population over time (pbt), "
                     "Pareto front, and node/GPU-hours per trial (from sacct on Slurm).",
                     "  hpsearch report quadratic                 # -> ./quadratic-report/\n"
                     "  hpsearch report quadratic --out /tmp/rep  # report.html + *.png\n"

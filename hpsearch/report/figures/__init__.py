@@ -15,6 +15,7 @@ from hpsearch.report.figures.importances import importance_chart, importances
 from hpsearch.report.figures.parallel import parallel_coordinates
 from hpsearch.report.figures.pareto import pareto
 from hpsearch.report.figures.pilots import pilot_hours
+from hpsearch.report.figures.population import population
 from hpsearch.report.figures.scaling import scaling
 from hpsearch.report.figures.slices import slices
 
@@ -25,10 +26,11 @@ FIGURES = [
     ("slices", "Objective by parameter", slices),
     ("importances", "Parameter importances", importance_chart),
     ("learning_curves", "Learning curves", learning_curves),
+    ("population", "Population over time", population),
     ("pilots", "Pilot node-hours", pilot_hours),
     ("scaling", "Parallel efficiency and scaling", scaling),
 ]
 
 __all__ = ["Drawn", "FIGURES", "LeftOut", "history", "importance_chart", "importances",
-           "learning_curves", "parallel_coordinates", "pareto", "pilot_hours", "png", "scaling",
-           "slices"]
+           "learning_curves", "parallel_coordinates", "pareto", "pilot_hours", "png", "population",
+           "scaling", "slices"]
