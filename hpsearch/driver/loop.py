@@ -222,7 +222,8 @@ class Driver:
 
     def _store_start(self, started: Started) -> None:
         self.store.mark_running(started.trial_id, started.attempt, started.host, started.pid,
-                                started.pid_start, started.gpus, started.job_id, started.at)
+                                started.pid_start, started.gpus, started.job_id, started.at,
+                                started.site)
 
     # -- an attempt ended ------------------------------------------------------------------
     def finalize(self, ended: Ended) -> None:

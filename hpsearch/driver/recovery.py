@@ -48,11 +48,12 @@ def adopt(driver: Driver, row: rows.TrialRow) -> None:
                if row.job_id and a["job_id"] == row.job_id)  # Slurm requeues: same id
     outcome = driver.executor.adopt(Adoptable(row.id, row.attempt, Path(row.trial_dir),
                                               row.pid, row.pid_start, row.gpus, row.job_id,
-                                              job_runs=max(1, runs)))
+                                              job_runs=max(1, runs), site=row.site))
     if isinstance(outcome, Started):
         if row.state == rows.SUBMITTING:
             driver.store.mark_running(row.id, row.attempt, outcome.host, outcome.pid,
-                                      outcome.pid_start, outcome.gpus, outcome.job_id)
+                                      outcome.pid_start, outcome.gpus, outcome.job_id,
+                                      site=outcome.site)
         where = (f"pid {outcome.pid}" if outcome.pid is not None else
                  f"Slurm job {outcome.job_id}" if outcome.job_id else outcome.host or "")
         driver.store.add_event("adopted", f"attempt {row.attempt} still running"

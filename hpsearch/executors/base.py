@@ -34,6 +34,7 @@ class Started:
     # When the executor started it (time.time()); None: when the driver stores it. A start
     # seen with the attempt's end is stored in the end's commit, which may come later.
     at: float | None = None
+    site: str | None = None  # executor.sites: the site it was sent to
 
 
 # Why an attempt ended, as the executors say it (driver/retry.classify turns it into a failure
@@ -134,6 +135,7 @@ class Adoptable:
     job_id: str | None = None
     extra: dict = field(default_factory=dict)
     job_runs: int = 1  # attempts the store holds under job_id (more after Slurm requeued it)
+    site: str | None = None  # executor.sites: the site the store says it was sent to
 
 
 class Executor(ABC):

@@ -8,7 +8,8 @@ take their names from EXECUTORS (tests/test_registries.py checks they agree).
 An executor is chosen by `executor.type`, unless an entry refines that type with a section of
 `executor:` (`facts.refines`, `facts.section`): where that section is set, its executor runs
 the trials (executor.pilots with type slurm: pilot jobs; `submit --executor local` runs the
-same spec's trials here).
+same spec's trials here; executor.sites with type slurm: several partitions or clusters,
+brokered).
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ for _entry in (
         ExecutorEntry(ExecutorFacts("slurm", on_slurm=True, job_per_attempt=True),
                       "hpsearch.executors.slurm:SlurmExecutor"),
         ExecutorEntry(ExecutorFacts("pilots", on_slurm=True, section="pilots", refines="slurm"),
-                      "hpsearch.pilot.executor:PilotExecutor")):
+                      "hpsearch.pilot.executor:PilotExecutor"),
+        ExecutorEntry(ExecutorFacts("sites", on_slurm=True, job_per_attempt=True,
+                                    section="sites", refines="slurm"),
+                      "hpsearch.executors.sites:SitesExecutor")):
     EXECUTORS.add(_entry.facts.name, _entry)
 
 
@@ -47,7 +51,7 @@ def chosen(section: ExecutorSection) -> ExecutorEntry:
     """The entry of the executor a spec's `executor:` section chooses."""
     for entry in EXECUTORS:
         refined = entry.facts.refines == section.type and entry.facts.section
-        if refined and getattr(section, refined, None) is not None:
+        if refined and getattr(section, refined, None):  # set: pilots (a mapping), sites
             return entry
     return EXECUTORS.get(section.type)
 

@@ -357,8 +357,11 @@ class SlurmExecutor(Executor):
         if time.monotonic() >= self.query_after and self.health.query_ok():
             for job in self.jobs.values():  # after an outage nothing was seen for a while
                 job.last_seen = time.monotonic()
-        # Back off while nothing happens; come back quickly after a change.
-        self.wait = self.interval if events else min(self.wait * 1.5, MAX_BACKOFF)
+        # Back off while nothing happens; come back quickly after a change, and while a job
+        # we cancelled has yet to show its end (sacct can list it pending for seconds more).
+        waiting_end = any(job.cancel_requested for job in self.jobs.values())
+        self.wait = self.interval if events or waiting_end else min(self.wait * 1.5,
+                                                                    MAX_BACKOFF)
         self.next_query = min(time.monotonic() + self.wait, self.ctld_asked + CTLD_PROBE)
         return self.health.take_notes() + events
 
@@ -445,7 +448,9 @@ class SlurmExecutor(Executor):
             nodelist = compress(list(nodes)) if nodes else job.nodes
             if state != "PENDING" or (rec is not None and rec.finished):
                 self.planner.started(job.trial_id, job.attempt)
-            if rec is not None and rec.finished and len(nodes) < asked \
+            never_ran = rec is not None and rec.state == "CANCELLED" and not nodes \
+                and job.cancel_requested and job.state == "PENDING"  # we cancelled it there
+            if rec is not None and rec.finished and len(nodes) < asked and not never_ran \
                     and not job.nodes and now - (job.short_since or now) < SHORT_READS_FOR:
                 job.short_since = job.short_since or now  # sacct drops nodes while they
                 self._soon()                              # finish the job: ask again

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import checks, durations
-from hpsearch.spec.model import Executor, Pilots
+from hpsearch.spec.model import Executor, Pilots, Site
 from hpsearch.spec.space import is_int
 from hpsearch.spec.yamlpos import KeyPath
 
@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator
 
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
-                 "lost_after", "pilots", "warm")
+                 "lost_after", "pilots", "warm", "sites", "move_after")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
+SITE_KEYS = ("name", "partition", "cluster", "account", "qos", "max", "weight")
 
 
 def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
@@ -55,9 +56,44 @@ def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
         raise v.fail(path + ("pilots",), "pilots run on Slurm: set executor.type: slurm "
                                          f"({written})")
     warm = v.optional(d, "warm", path, functools.partial(_warm, v))
+    sites = v.optional(d, "sites", path, functools.partial(_sites, v), ())
+    if sites and not v.vocabulary.executor(kind).on_slurm:
+        raise v.fail(path + ("sites",), "sites are Slurm partitions or clusters: set "
+                                        f"executor.type: slurm (it is {kind})")
+    if sites and pilots is not None:
+        raise v.fail(path + ("sites",), "sites with pilots are not supported yet (issue 40's "
+                                        "next step): drop executor.pilots, or keep one site "
+                                        "and set resources.partition")
+    move_after = v.optional(d, "move_after", path, lambda x, p: None if x is False
+                            else v.duration(x, p), Executor.move_after)
     return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
                     array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
-                    pilots=pilots, warm=warm)
+                    pilots=pilots, warm=warm, sites=sites, move_after=move_after)
+
+
+def _sites(v: _Validator, value: Any, path: KeyPath) -> tuple[Site, ...]:
+    """A list of mappings of SITE_KEYS, each a partition and/or cluster, names unique."""
+    v.typed(value, path, lambda x: isinstance(x, list) and x, "a non-empty list of sites, "
+            "each a mapping such as {partition: gpu, max: 8}")
+    sites: list[Site] = []
+    for i, entry in enumerate(value):
+        where = path + (i,)
+        d = v.mapping(entry, where, SITE_KEYS)
+        names = {k: v.optional(d, k, where, lambda x, p, k=k: v.slurm_name(x, p, k))
+                 for k in ("partition", "cluster", "account", "qos")}
+        default = ":".join(n for n in (names["cluster"], names["partition"]) if n)
+        name = v.optional(d, "name", where, v.name, default or "default")
+        weight = v.optional(d, "weight", where, lambda x, p: v.typed(
+            x, p, lambda w: isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0
+            and w < float("inf"), "a number > 0"), 1.0)
+        site = Site(name=name, max=v.optional(d, "max", where, lambda x, p: v.integer(x, p, 1)),
+                    weight=float(weight), **names)
+        twin = next((s for s in sites if s.name == site.name), None)
+        if twin is not None:
+            raise v.fail(where + ("name",) if "name" in d else where,
+                         f"two sites are named {site.name!r}; give each its own `name`")
+        sites.append(site)
+    return tuple(sites)
 
 
 def _warm(v: _Validator, value: Any, path: KeyPath) -> tuple[str, ...] | None:

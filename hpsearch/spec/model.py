@@ -338,6 +338,22 @@ class Pilots:
 
 
 @dataclass(frozen=True)
+class Site:
+    """One place a search may send trials (issue 40, docs/brokerage.md): a partition, and
+    optionally another cluster of the same slurmdbd (`sbatch -M`), an account and a qos.
+    The broker (hpsearch.executors.brokerage) splits trials across sites by a weight it
+    recomputes every poll; `weight` scales it, `max` caps the site's jobs in flight."""
+
+    name: str
+    partition: str | None = None
+    cluster: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    max: int | None = None   # jobs in flight (pending and running) at once; None: no cap
+    weight: float = 1.0      # a factor on the broker's weight (> 0)
+
+
+@dataclass(frozen=True)
 class Executor:
     type: str = "local"
     gpus: tuple[str, ...] | str | None = None  # device ids, "auto" (detect), or None (no GPU slots)
@@ -354,6 +370,12 @@ class Executor:
     # Python trials forked from a warm server that imported these modules first
     # (hpsearch.warm): `{python}` in the command runs through it. None: off.
     warm: tuple[str, ...] | None = None
+    # Several partitions or clusters one search uses at once (executor.sites); (): the one
+    # partition of `resources` (or Slurm's default).
+    sites: tuple[Site, ...] = ()
+    # With sites: a job pending this long at one site while another starts what it gets is
+    # cancelled there and sent to that one (None: never moved).
+    move_after: float | None = 120.0
 
 
 @dataclass(frozen=True)

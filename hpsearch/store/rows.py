@@ -55,6 +55,7 @@ class TrialRow:
     leaves: str | None = None        # leaf switches of those nodes, comma-separated
     pruner_attrs: dict = field(default_factory=dict)  # what the pruner keeps of this trial
     stop_request: dict | None = None  # early stopping decided: {step, value, pruner, time}
+    site: str | None = None  # executor.sites: where the current attempt was sent
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> TrialRow:

@@ -121,7 +121,14 @@ def _v10(db: sqlite_utils.Database) -> None:
     db["attempts"].add_column("startup_s", float)
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10]
+def _v11(db: sqlite_utils.Database) -> None:
+    """The site (executor.sites: a partition or cluster, docs/brokerage.md) each attempt was
+    sent to, and the current one's on the trial; null without sites."""
+    db["trials"].add_column("site", str)
+    db["attempts"].add_column("site", str)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

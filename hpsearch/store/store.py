@@ -285,16 +285,17 @@ class Store(Reader):
 
     def mark_running(self, trial_id: int, attempt: int, host: str, pid: int | None,
                      pid_start: int | None, gpus: str | None, job_id: str | None = None,
-                     at: float | None = None) -> None:
-        """The attempt runs, since `at` (default: now)."""
+                     at: float | None = None, site: str | None = None) -> None:
+        """The attempt runs, since `at` (default: now), at `site` (executor.sites; None:
+        the trial's site so far, as for the next run of a job Slurm requeued)."""
         now = time.time() if at is None else at
         self._write_many([
             ("update trials set state = ?, started = ?, host = ?, pid = ?, pid_start = ?,"
-             " gpus = ?, job_id = ? where id = ?",
-             (RUNNING, now, host, pid, pid_start, gpus, job_id, trial_id)),
-            ("update attempts set state = ?, started = ?, host = ?, pid = ?, job_id = ?"
-             " where trial = ? and attempt = ?",
-             (RUNNING, now, host, pid, job_id, trial_id, attempt)),
+             " gpus = ?, job_id = ?, site = coalesce(?, site) where id = ?",
+             (RUNNING, now, host, pid, pid_start, gpus, job_id, site, trial_id)),
+            ("update attempts set state = ?, started = ?, host = ?, pid = ?, job_id = ?,"
+             " site = (select site from trials where id = ?) where trial = ? and attempt = ?",
+             (RUNNING, now, host, pid, job_id, trial_id, trial_id, attempt)),
         ])
 
     def bind_attempt(self, trial_id: int, attempt: int, job_id: str) -> None:

@@ -1,0 +1,100 @@
+"""Which site gets the next trial (issue 40, docs/brokerage.md): PanDA JEDI's job brokerage,
+for the sites of one search (`executor.sites`).
+
+JEDI weighs each queue by what it runs against what waits there,
+
+    weight = (running + 1) / (queued + 10)
+
+(panda-docs, advanced/brokerage.rst: "(running + 1) / ((activated + assigned + starting +
+defined + 10) x manyAssigned)"), and skips a queue whose backlog is over twice what it runs
+("activated + starting > 2 x running"), counting a queue that has not started anything yet
+as running a few (its bootstrap: min(nBatchJob, 20)). Here, per site, `running` and
+`pending` are this search's own jobs there; the site's `weight` setting scales it; each
+failure of the site itself (a launch Slurm refused, a node that failed, a job lost) halves
+it, the halving fading with FAILURE_HALF_LIFE. The next trial goes to the site of the
+highest weight that is neither full (`max`) nor skipped; its pending count then grows, so
+the next one may go elsewhere: equal sites alternate, and a site whose jobs start takes
+more. Pure: the executor (hpsearch.executors.sites) keeps the counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hpsearch.spec.model import Site
+
+OFFSET = 10          # JEDI's constant in the denominator: few jobs do not swing the weight
+BACKLOG = 2.0        # skipped while pending > BACKLOG x max(running, BOOTSTRAP)
+BOOTSTRAP = 2        # a site counts as running at least this many: it may queue a few first
+FAILURE_HALF_LIFE = 600.0  # seconds: a site failure's halving of the weight fades this fast
+# What ends an attempt because of the site rather than the trial (EndReason words).
+SITE_FAILURES = frozenset({"launch_error", "node_fail", "boot_fail", "lost"})
+
+
+@dataclass
+class SiteLoad:
+    """What one site holds of the search now, and what it did so far."""
+
+    running: int = 0
+    pending: int = 0
+    waits: list[float] = field(default_factory=list)  # seconds from submit to start, per job
+    failures: list[float] = field(default_factory=list)  # when the site failed an attempt
+    ended: int = 0  # attempts that ended here
+
+    @property
+    def in_flight(self) -> int:
+        return self.running + self.pending
+
+    def median_wait(self) -> float | None:
+        return statistics.median(self.waits) if self.waits else None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A site's weight now, and why it takes no trial (None: it may)."""
+
+    site: Site
+    weight: float
+    skipped: str | None
+
+
+def failure_factor(failures: Sequence[float], now: float) -> float:
+    """1 halved for each failure, each halving fading with FAILURE_HALF_LIFE."""
+    factor = 1.0
+    for when in failures:
+        factor *= 1.0 - 0.5 * 0.5 ** (max(0.0, now - when) / FAILURE_HALF_LIFE)
+    return factor
+
+
+def verdict(site: Site, load: SiteLoad, now: float) -> Verdict:
+    weight = (load.running + 1) / (load.pending + OFFSET) * site.weight \
+        * failure_factor(load.failures, now)
+    if site.max is not None and load.in_flight >= site.max:
+        return Verdict(site, weight, f"full ({load.in_flight} of max {site.max} in flight)")
+    if load.pending > BACKLOG * max(load.running, BOOTSTRAP):
+        return Verdict(site, weight, f"backlog ({load.pending} pending against "
+                                     f"{load.running} running)")
+    return Verdict(site, weight, None)
+
+
+def verdicts(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> list[Verdict]:
+    return [verdict(site, loads[site.name], now) for site in sites]
+
+
+def choose(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> Site | None:
+    """The site of the highest weight that may take a trial (the first of equal ones), or
+    None if every site is full or skipped."""
+    open_ = [v for v in verdicts(sites, loads, now) if v.skipped is None]
+    return max(open_, key=lambda v: v.weight).site if open_ else None
+
+
+def describe(verdict_: Verdict, load: SiteLoad) -> str:
+    """One line of a site: `left: weight 0.167 (1 running, 2 pending, median wait 3.2 s)`."""
+    wait = load.median_wait()
+    said = (f"{verdict_.site.name}: weight {verdict_.weight:.3g} ({load.running} running, "
+            f"{load.pending} pending, {load.ended} ended"
+            + (f", median queue wait {wait:.1f} s" if wait is not None else "")
+            + (f", {len(load.failures)} site failures" if load.failures else "") + ")")
+    return said + (f"; skipped: {verdict_.skipped}" if verdict_.skipped else "")

@@ -1,0 +1,291 @@
+"""Several Slurm sites for one search (`executor.sites`, issue 40, docs/brokerage.md).
+
+A site is a partition, and optionally another cluster (`sbatch -M`), account and qos. Each
+site has a Slurm executor of its own (hpsearch.executors.slurm: its jobs, arrays, placement
+within the site's partition, requeues, health); this one hands each launch to the site the
+broker (hpsearch.executors.brokerage) weighs best at that moment, and routes cancels,
+adoptions and polls to the site that holds each trial. Every Started it reports names its
+site (Started.site), which the store keeps with the attempt, so a resumed driver adopts each
+job through its own site (its own cluster) and `status` counts trials per site.
+
+What it measures per site, to weigh it: its running and pending jobs (from the site's own
+executor, as Slurm reported them), each job's queue wait (submit to the first poll that saw
+it run) and the attempts the site itself failed (brokerage.SITE_FAILURES). A Note of kind
+`brokerage` says where each trial went and the weights then (`hpsearch events`).
+
+Moving (JEDI reassigns jobs that wait too long at a queue): a job pending at one site for
+`executor.move_after` seconds, while another site starts what it gets (nothing of ours
+pending there, room under its `max`, not skipped), is cancelled and its attempt sent there;
+the cancel's end is not the driver's news, the new job's Started is (the same attempt, a new
+job id and site). At most MAX_MOVES a trial. If the job started before the cancel reached
+it, it ran a few seconds for nothing, and its attempt runs again at the other site. A driver
+killed between the cancel and the store learning the new job finds that job by its name when
+it resumes (adopt asks every cluster); one killed before the new sbatch finds the old job
+cancelled, which fails that attempt (retried as any failure is).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from hpsearch.executors import brokerage
+from hpsearch.executors.base import (
+    Adoptable,
+    Ended,
+    Executor,
+    GaveUp,
+    Note,
+    Requeued,
+    Started,
+    Update,
+)
+from hpsearch.executors.slurm import SlurmExecutor
+from hpsearch.launch.attempt import Launch
+from hpsearch.spec.model import Site
+
+if TYPE_CHECKING:
+    from hpsearch.spec.model import Resources, SlurmJob, Spec
+    from hpsearch.store.store import Store
+
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING"})
+MAX_MOVES = 3  # moves of one trial's attempt between sites
+
+
+def site_resources(res: Resources, site: Site) -> Resources:
+    """A trial's resources as sent to `site`: its partition, account and qos, where set."""
+    return replace(res, **{k: getattr(site, k) for k in ("partition", "account", "qos")
+                           if getattr(site, k) is not None})
+
+
+def site_job(job: SlurmJob, site: Site) -> SlurmJob:
+    """The part of the spec one site's executor is made of: the site's partition (its
+    placement plans within it), at most `max` jobs in flight."""
+    return replace(job, resources=site_resources(job.resources, site),
+                   parallel=min(job.parallel, site.max or job.parallel),
+                   slot_shape=site_resources(job.slot_shape, site) if job.slot_shape else None)
+
+
+class SitesExecutor(Executor):
+    @classmethod
+    def from_spec(cls, spec: Spec, store: Store | None, ask_ahead: bool) -> SitesExecutor:
+        return cls(spec.slurm_job())
+
+    def __init__(self, job: SlurmJob, slurms: dict[str, object] | None = None) -> None:
+        from hpsearch.slurm.commands import Slurm
+        self.job = job
+        self.sites = job.executor.sites
+        self.parallel = job.parallel
+        self.executors: dict[str, SlurmExecutor] = {}
+        for site in self.sites:
+            slurm = (slurms or {}).get(site.name) or (  # DEV: until Slurm(cluster=) lands
+                Slurm(cluster=site.cluster) if site.cluster else Slurm())  # type: ignore[call-arg]
+            self.executors[site.name] = SlurmExecutor(site_job(job, site), slurm)
+        self.loads = {site.name: brokerage.SiteLoad() for site in self.sites}
+        self.where: dict[int, str] = {}  # trial id -> the site holding its attempt
+        self.submitted: dict[int, float] = {}  # trial id -> when its job was handed over
+        self.launches: dict[int, Launch] = {}  # trial id -> its attempt's launch, as given
+        self.moving: dict[int, str] = {}  # trial id -> the site it goes to once cancelled
+        self.moves: dict[int, int] = {}  # trial id -> how often its attempt was moved
+        self.notes: list[Note] = []
+
+    # -- the broker's view -----------------------------------------------------------------
+    def _count(self) -> None:
+        """Each site's running and pending jobs now, from its executor."""
+        for name, ex in self.executors.items():
+            load = self.loads[name]
+            running = sum(1 for j in ex.jobs.values() if j.state in RUNNING_STATES)
+            load.running = running
+            load.pending = len(ex.jobs) - running + len(ex.waiting) + len(ex.held)
+
+    def verdicts(self) -> list[brokerage.Verdict]:
+        self._count()
+        return brokerage.verdicts(self.sites, self.loads, time.time())
+
+    def free_slots(self) -> int:
+        self._count()
+        in_flight = sum(load.in_flight for load in self.loads.values())
+        if brokerage.choose(self.sites, self.loads, time.time()) is None:
+            return 0
+        return max(0, self.parallel - in_flight)
+
+    # -- launching ---------------------------------------------------------------------------
+    def submit(self, launch: Launch) -> Started | None:
+        self._count()
+        now = time.time()
+        site = brokerage.choose(self.sites, self.loads, now)
+        if site is None:  # free_slots() said there was room; a retry came meanwhile
+            site = max(brokerage.verdicts(self.sites, self.loads, now),
+                       key=lambda v: v.weight).site
+        self.launches[launch.trial_id] = launch
+        self.moves.pop(launch.trial_id, None)
+        self.notes.append(Note(launch.trial_id, "brokerage", f"attempt {launch.attempt} to "
+                               f"site {site.name} (weights: {self._weights(now)})"))
+        return self._send(launch, site)
+
+    def _weights(self, now: float) -> str:
+        return ", ".join(f"{v.site.name} {v.weight:.3g}" + (" (skipped)" if v.skipped else "")
+                         for v in brokerage.verdicts(self.sites, self.loads, now))
+
+    def _send(self, launch: Launch, site: Site) -> Started | None:
+        self.where[launch.trial_id] = site.name
+        self.submitted[launch.trial_id] = time.time()
+        self.loads[site.name].pending += 1
+        own = replace(launch, resources=site_resources(launch.resources or self.job.resources,
+                                                       site))
+        started = self.executors[site.name].submit(own)
+        return self._named(started, site.name) if started is not None else None
+
+    def _move_stuck(self) -> None:
+        """Cancel jobs pending past move_after where another site starts what it gets."""
+        after = self.job.executor.move_after
+        if after is None or len(self.sites) < 2:
+            return
+        self._count()
+        now = time.time()
+        ready = [v.site for v in brokerage.verdicts(self.sites, self.loads, now)
+                 if v.skipped is None and self.loads[v.site.name].pending == 0]
+        for name, ex in self.executors.items():
+            for job in list(ex.jobs.values()):
+                tid = job.trial_id
+                targets = [s for s in ready if s.name != name]
+                if job.state != "PENDING" or tid in self.moving or not targets \
+                        or now - self.submitted.get(tid, now) < after \
+                        or self.moves.get(tid, 0) >= MAX_MOVES or tid not in self.launches:
+                    continue
+                target = targets[0]
+                ready.remove(target)  # one move into each ready site a poll
+                self.moving[tid] = target.name
+                ex.cancel(tid)
+                self.notes.append(Note(tid, "brokerage", f"job {job.job_id} pending at site "
+                                       f"{name} for {now - self.submitted[tid]:.0f} s "
+                                       f"({job.reason or 'no reason given'}) while site "
+                                       f"{target.name} starts what it gets: moved there"))
+
+    @staticmethod
+    def _named(started: Started, site: str) -> Started:
+        return replace(started, site=site)
+
+    def poll(self, timeout: float
+             ) -> Sequence[Started | Update | Requeued | Ended | Note | GaveUp]:
+        events: list[Started | Update | Requeued | Ended | Note | GaveUp] = []
+        share = timeout / max(1, len(self.executors))
+        for name, ex in self.executors.items():
+            for event in ex.poll(0.0 if events else share):
+                if isinstance(event, Ended) and event.trial_id in self.moving:
+                    moved = self._moved(name, event)
+                    if moved is not None:
+                        events.append(moved)
+                    continue
+                events.append(self._seen(name, event))
+        self._move_stuck()
+        events[:0], self.notes = self.notes, []
+        return events
+
+    def _moved(self, name: str, ended: Ended) -> Started | Ended | None:
+        """The end of a job cancelled to move its attempt: the attempt goes to its new site
+        (a Started when that site's executor starts it at once, else later from its poll).
+        A job that ended otherwise (it ran, and failed or finished, before the cancel) is
+        the driver's news as it is."""
+        target = self.moving.pop(ended.trial_id)
+        if ended.reason != "cancelled":
+            return self._seen(name, ended)
+        self.loads[name].pending = max(0, self.loads[name].pending - 1)
+        self.moves[ended.trial_id] = self.moves.get(ended.trial_id, 0) + 1
+        site = next(s for s in self.sites if s.name == target)
+        return self._send(self.launches[ended.trial_id], site)
+
+    def _seen(self, name: str, event):
+        """Learn from one site's event (a start's queue wait, a site failure)."""
+        load = self.loads[name]
+        tid = getattr(event, "trial_id", None)
+        ran = isinstance(event, Update) and event.sched_state in RUNNING_STATES
+        if tid is not None and (ran or isinstance(event, Ended)) and tid in self.submitted:
+            if ran or (isinstance(event, Ended) and event.nodes):
+                load.waits.append(time.time() - self.submitted[tid])
+            del self.submitted[tid]
+        if isinstance(event, Ended):
+            load.ended += 1
+            if event.reason in brokerage.SITE_FAILURES:
+                load.failures.append(time.time())
+            self.where.pop(event.trial_id, None)
+            self.launches.pop(event.trial_id, None)
+        if isinstance(event, Requeued) and event.reason == "node_fail":
+            load.failures.append(time.time())
+        if isinstance(event, Started):
+            return self._named(event, name)
+        return event
+
+    def wake_on(self, fd: int | None) -> None:
+        self.wake_fd = fd
+        for ex in self.executors.values():
+            ex.wake_on(fd)
+
+    # -- one trial's site ------------------------------------------------------------------
+    def _site_of(self, trial_id: int) -> SlurmExecutor | None:
+        name = self.where.get(trial_id)
+        return self.executors.get(name) if name is not None else None
+
+    def cancel(self, trial_id: int) -> None:
+        self.moving.pop(trial_id, None)  # its cancelled job's end is the driver's news
+        ex = self._site_of(trial_id)
+        if ex is not None:
+            ex.cancel(trial_id)
+
+    def abandon(self, trial_id: int) -> None:
+        ex = self._site_of(trial_id)
+        if ex is not None:
+            ex.abandon(trial_id)
+        self.where.pop(trial_id, None)
+
+    def adopt(self, known: Adoptable) -> Started | Ended | None:
+        """Through the site the store names (Adoptable.site; a site no longer in the spec,
+        or none stored, through the first site). A job found cancelled, not by this
+        driver, may have been moved by a driver killed before the store learnt the new
+        job: the attempt's newest job by name on each cluster of the sites is adopted
+        instead, if there is one."""
+        name = known.site if known.site in self.executors else self.sites[0].name
+        outcome = self._adopt_at(name, known)
+        if isinstance(outcome, Ended) and "CANCELLED" in outcome.detail and known.job_id:
+            for site_name, job_id in self._newer_jobs(known):
+                found = self._adopt_at(site_name, replace(known, job_id=job_id, job_runs=1))
+                if found is not None:
+                    self.notes.append(Note(known.trial_id, "brokerage", f"job {known.job_id} "
+                                           f"was cancelled to move it: adopted job {job_id} "
+                                           f"at site {site_name} instead"))
+                    return found
+        return outcome
+
+    def _adopt_at(self, name: str, known: Adoptable) -> Started | Ended | None:
+        self.where[known.trial_id] = name
+        outcome = self.executors[name].adopt(known)
+        if isinstance(outcome, Ended) or outcome is None:
+            self.where.pop(known.trial_id, None)
+        return self._named(outcome, name) if isinstance(outcome, Started) else outcome
+
+    def _newer_jobs(self, known: Adoptable) -> list[tuple[str, str]]:
+        """(site, job id) of a job of this attempt other than the stored one, on each
+        cluster the sites use (its first site there)."""
+        found, clusters = [], set()
+        for site in self.sites:
+            if site.cluster in clusters:
+                continue
+            clusters.add(site.cluster)
+            job_id = self.executors[site.name].submitter.find_by_name(replace(known,
+                                                                              job_id=None))
+            if job_id is not None and job_id != known.job_id:
+                found.append((site.name, job_id))
+        return found
+
+    def withdraw(self) -> list[int]:
+        return [tid for ex in self.executors.values() for tid in ex.withdraw()]
+
+    def release(self) -> None:
+        for ex in self.executors.values():
+            ex.release()
+
+    def close(self) -> None:
+        for ex in self.executors.values():
+            ex.close()

@@ -1,0 +1,105 @@
+"""One search over several sites (`executor.sites`, issue 40) on the emulated cluster: two
+partitions of disjoint nodes. Every trial's job runs in the partition of the site the store
+says it went to, both sites take trials, and a site whose jobs do not start stops getting
+them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from hpsearch.store.reader import Reader
+from hpsearch.store.runs import STORE_FILE
+from tests.helpers import read_store
+
+RUN = uuid.uuid4().hex[:6]
+LEFT, RIGHT = "left", "right"  # scripts/slurm-cluster.sh: node1-4 and node5-8
+
+SPEC = """
+name: {name}
+command: 'sleep 1; echo "@hpsearch step=0 loss={{x}}"'
+search:
+  strategy: random
+  trials: {trials}
+  parallel: 4
+  seed: 4
+  space:
+    x: {{low: 0.0, high: 1.0}}
+objective: {{metric: loss}}
+resources: {{nodes: 1, time: "00:02:00"}}
+executor:
+  type: slurm
+  poll_interval: 0.5
+  array: false
+  sites:
+    - {{partition: {left}}}
+    - {{partition: {right}}}
+"""
+
+
+def _attempts(runs, name):
+    with Reader(runs / name / STORE_FILE) as reader:
+        return list(reader.db.query(
+            "select trial, attempt, site, job_id, nodes, state from attempts order by trial, "
+            "attempt"))
+
+
+def _partitions(cluster, job_ids):
+    """Each job's partition as sacct says it (asked again for a few seconds while a record
+    lacks it: slurmdbd writes a short job's record after its end)."""
+    for _ in range(20):
+        out = cluster.run("sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
+                          "-o", "JobID,Partition").stdout
+        found = dict(line.split("|") for line in out.split())
+        if all(found.get(j) for j in job_ids):
+            break
+        time.sleep(0.5)
+    return found
+
+
+def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, slurm_cluster):
+    name = f"sites-{RUN}"
+    for part, nodes in ((LEFT, "node[1-4]"), (RIGHT, "node[5-8]")):  # DEV ONLY: remove
+        slurm_cluster.run("scontrol", "create", f"PartitionName={part}", f"Nodes={nodes}",
+                          "State=UP", check=False)
+    spec = cli.write_spec(SPEC.format(name=name, trials=8, left=LEFT, right=RIGHT))
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
+    exp, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 8, proc.stdout
+    attempts = _attempts(cli.runs, name)
+    sites = {a["job_id"]: a["site"] for a in attempts}
+    assert set(sites.values()) == {LEFT, RIGHT}, attempts
+    assert _partitions(slurm_cluster, list(sites)) == sites
+    for a in attempts:  # left is node1-4, right node5-8
+        number = int(a["nodes"].removeprefix("node"))
+        assert (number <= 4) == (a["site"] == LEFT), a
+    assert {t.site for t in trials} == {LEFT, RIGHT}
+    events = cli("events", name, check=0).stdout
+    assert "to site left (weights: left 0.1, right 0.1)" in events, events
+
+
+def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, slurm_cluster):
+    """`right` is DOWN (Slurm queues its jobs and never starts them): what the broker sent
+    there moves to `left` after move_after, as the same attempt, and every trial ends
+    there; a job cancelled to move it is no failure."""
+    name = f"sites-move-{RUN}"
+    for part, nodes in ((LEFT, "node[1-4]"), (RIGHT, "node[5-8]")):  # DEV ONLY: remove
+        slurm_cluster.run("scontrol", "create", f"PartitionName={part}", f"Nodes={nodes}",
+                          "State=UP", check=False)
+    text = SPEC.format(name=name, trials=6, left=LEFT, right=RIGHT)
+    spec = cli.write_spec(text.replace("  array: false\n", "  array: false\n  move_after: 3\n"))
+    slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=DOWN")
+    try:
+        proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
+    finally:
+        slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=UP")
+    exp, trials = read_store(cli.runs, name)
+    assert [(t.state, t.attempt, t.site) for t in trials] == [("completed", 1, LEFT)] * 6, \
+        proc.stdout
+    events = cli("events", name, check=0).stdout
+    moved = events.count(f"while site {LEFT} starts what it gets: moved there")
+    assert moved >= 1 and "pending at site right" in events, events
+    sent_right = events.count("to site right")
+    assert moved == sent_right, events  # everything sent there moved
+    jobs = [a["job_id"] for a in _attempts(cli.runs, name)]
+    assert set(_partitions(slurm_cluster, jobs).values()) == {LEFT}

@@ -1,0 +1,140 @@
+"""The broker that splits a search's trials across sites (`executor.sites`, issue 40,
+docs/brokerage.md): JEDI's weight (running + 1) / (pending + 10), a site skipped while its
+backlog is over twice what it runs, failures of the site halving its weight for a while,
+and `max` capping what it holds; and the spec's `executor.sites`, checked at its line."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from hpsearch.errors import BadInput
+from hpsearch.executors import brokerage
+from hpsearch.executors.brokerage import SiteLoad
+from hpsearch.executors.registry import chosen
+from hpsearch.preflight import load_spec
+from hpsearch.spec.model import Site
+
+A, B = Site("a", partition="left"), Site("b", partition="right")
+
+
+def _split(sites, loads, trials, now=0.0):
+    """Where `trials` trials go, one after another, each adding to its site's pending."""
+    went = []
+    for _ in range(trials):
+        site = brokerage.choose(sites, loads, now)
+        if site is None:
+            break
+        loads[site.name].pending += 1
+        went.append(site.name)
+    return went
+
+
+def test_equal_sites_take_turns_and_the_first_of_a_tie_goes_first():
+    loads = {"a": SiteLoad(), "b": SiteLoad()}
+    assert _split([A, B], loads, 4) == ["a", "b", "a", "b"]
+
+
+def test_a_site_whose_jobs_run_takes_more_than_one_whose_jobs_pend():
+    loads = {"a": SiteLoad(running=4), "b": SiteLoad(pending=3)}
+    went = _split([A, B], loads, 6)
+    assert went.count("a") == 6, went  # b: (0+1)/(3+10) against a: (4+1)/(k+10)
+    assert brokerage.verdict(A, SiteLoad(running=4), 0).weight == pytest.approx(0.5)
+    assert brokerage.verdict(B, SiteLoad(pending=3), 0).weight == pytest.approx(1 / 13)
+
+
+def test_a_backlog_over_twice_what_runs_skips_the_site_and_all_skipped_is_none():
+    assert brokerage.verdict(A, SiteLoad(pending=4), 0).skipped is None  # bootstrap: 2 x 2
+    skipped = brokerage.verdict(A, SiteLoad(pending=5), 0).skipped
+    assert skipped and "backlog (5 pending against 0 running)" in skipped
+    assert brokerage.verdict(A, SiteLoad(running=3, pending=6), 0).skipped is None
+    assert brokerage.choose([A, B], {"a": SiteLoad(pending=5), "b": SiteLoad(pending=9)},
+                            0) is None
+
+
+def test_max_caps_a_site_and_the_rest_goes_elsewhere():
+    small = Site("a", partition="left", max=2)
+    loads = {"a": SiteLoad(), "b": SiteLoad()}
+    assert _split([small, B], loads, 5) == ["a", "b", "a", "b", "b"]
+    assert "full (2 of max 2 in flight)" in brokerage.verdict(small, loads["a"], 0).skipped
+
+
+def test_the_weight_setting_scales_a_site():
+    heavy = Site("a", partition="left", weight=3.0)  # first, up to the backlog's limit
+    assert _split([B, heavy], {"a": SiteLoad(), "b": SiteLoad()}, 7) == ["a"] * 5 + ["b"] * 2
+
+
+def test_a_site_that_fails_is_backed_off_and_recovers_as_the_failures_fade():
+    failed = SiteLoad(failures=[1000.0, 1000.0])
+    assert brokerage.failure_factor(failed.failures, 1000.0) == pytest.approx(0.25)
+    later = 1000.0 + 3 * brokerage.FAILURE_HALF_LIFE
+    assert brokerage.failure_factor(failed.failures, later) == pytest.approx((1 - 0.5 / 8) ** 2)
+    loads = {"a": failed, "b": SiteLoad()}
+    assert _split([A, B], loads, 3, now=1000.0) == ["b", "b", "b"]
+    assert _split([A, B], {"a": failed, "b": SiteLoad()}, 3, now=later) == ["b", "b", "a"]
+
+
+def test_describe_says_the_weight_the_counts_and_why_skipped():
+    load = SiteLoad(running=1, pending=5, waits=[2.0, 4.0, 9.0], ended=3)
+    line = brokerage.describe(brokerage.verdict(A, load, 0), load)
+    assert line == ("a: weight 0.133 (1 running, 5 pending, 3 ended, median queue wait "
+                    "4.0 s); skipped: backlog (5 pending against 1 running)")
+
+
+SPEC = """\
+name: s
+command: echo {x}
+search: {strategy: random, trials: 2, space: {x: {low: 0, high: 1}}}
+objective: {metric: loss, direction: minimize}
+executor:
+  type: slurm
+"""
+
+
+def _load(tmp_path, executor_tail):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC + textwrap.indent(textwrap.dedent(executor_tail), "  "))
+    return load_spec(path)
+
+
+def test_sites_in_the_spec_choose_the_sites_executor_with_names_and_defaults(tmp_path):
+    spec = _load(tmp_path, """\
+        sites:
+          - {partition: left, max: 3}
+          - {name: other, cluster: hpsearch2, partition: debug, account: proj, qos: low,
+             weight: 0.5}
+          - {cluster: hpsearch2}
+        """)
+    assert spec.executor.sites == (
+        Site("left", partition="left", max=3),
+        Site("other", partition="debug", cluster="hpsearch2", account="proj", qos="low",
+             weight=0.5),
+        Site("hpsearch2", cluster="hpsearch2"))
+    assert chosen(spec.executor).facts.name == "sites"
+    assert chosen(_load(tmp_path, "array: true\n").executor).facts.name == "slurm"
+
+
+@pytest.mark.parametrize("tail, line, key, message", [
+    ("sites: []\n", 7, "executor.sites", "a non-empty list of sites"),
+    ("sites: [{partition: a}, {partition: a}]\n", 7, "executor.sites[1]",
+     "two sites are named 'a'"),
+    ("sites:\n  - {partition: a, max: 0}\n", 8, "executor.sites[0].max", ">= 1"),
+    ("sites:\n  - {partition: a, weight: -1}\n", 8, "executor.sites[0].weight", "a number > 0"),
+    ("sites:\n  - {partition: 'a b'}\n", 8, "executor.sites[0].partition", "Slurm partition"),
+    ("sites:\n  - {partition: a, nodes: 2}\n", 8, "executor.sites[0].nodes", "unknown key"),
+    ("pilots: true\nsites: [{partition: a}]\n", 8, "executor.sites",
+     "sites with pilots are not supported yet"),
+])
+def test_a_bad_site_names_its_key_and_line(tmp_path, tail, line, key, message):
+    with pytest.raises(BadInput) as caught:
+        _load(tmp_path, tail)
+    assert (caught.value.line, caught.value.key) == (line, key), caught.value
+    assert message in str(caught.value)
+
+
+def test_sites_need_slurm(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.replace("type: slurm", "type: local") + "  sites: [{partition: a}]\n")
+    with pytest.raises(BadInput, match="sites are Slurm partitions or clusters"):
+        load_spec(path)
