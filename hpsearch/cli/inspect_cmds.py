@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from hpsearch.accounting import efficiency
+from hpsearch.cli import sites_cmds
 from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report import budget
@@ -82,6 +83,7 @@ def status(args) -> int:
         timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                                        exp.spec_yaml)  # docs/scaling.md
         restarts = reader.events(limit=None, kind=resume_check.KIND)
+        sites = sites_cmds.read_lines(runs_dir_of(args) / args.name, reader)
     driver = DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
@@ -121,6 +123,8 @@ def status(args) -> int:
         print(not_resumed)
     if pilots:
         _pilot_table(pilots, pilot_gpu)
+    if sites:
+        sites_cmds.table(sites)
     return 0
 
 

@@ -24,6 +24,7 @@ from hpsearch.cli import (
     replay_cmds,
     run_cmds,
     scale_cmds,
+    sites_cmds,
     spec_cmds,
     view_cmds,
 )
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in (spec_cmds, run_cmds, inspect_cmds, view_cmds, cluster_cmds,
                    checkpoint_cmds, optuna_cmds, mirror_cmds, manage_cmds, grow_cmds, finish_cmds,
-                   replay_cmds, scale_cmds):
+                   replay_cmds, scale_cmds, sites_cmds):
         module.register(sub)
     return parser
 

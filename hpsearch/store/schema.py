@@ -123,9 +123,12 @@ def _v10(db: sqlite_utils.Database) -> None:
 
 def _v11(db: sqlite_utils.Database) -> None:
     """The site (executor.sites: a partition or cluster, docs/brokerage.md) each attempt was
-    sent to, and the current one's on the trial; null without sites."""
+    sent to, and the current one's on the trial; null without sites. And each Slurm job's
+    queue wait: seconds from its submit (the attempt's start) to the first poll that saw it
+    run (status's sites table, the broker's measure)."""
     db["trials"].add_column("site", str)
     db["attempts"].add_column("site", str)
+    db["attempts"].add_column("queue_wait", float)
 
 
 MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11]

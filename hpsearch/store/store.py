@@ -312,13 +312,17 @@ class Store(Reader):
                          pending_reason: str | None, nodes: str | None,
                          leaves: str | None = None) -> None:
         """What the scheduler says of a submitted attempt: state, pending reason, nodes, and
-        the leaf switches of those nodes."""
+        the leaf switches of those nodes. The first time it runs, its queue wait (since the
+        attempt's start: its submit)."""
+        ran = sched_state in ("RUNNING", "COMPLETING")
         self._write_many([
             ("update trials set sched_state = ?, pending_reason = ?, nodes = ?, leaves = ?,"
              " host = coalesce(?, host) where id = ? and attempt = ?",
              (sched_state, pending_reason, nodes, leaves, nodes, trial_id, attempt)),
-            ("update attempts set nodes = ?, leaves = ?, host = coalesce(?, host)"
-             " where trial = ? and attempt = ?", (nodes, leaves, nodes, trial_id, attempt)),
+            ("update attempts set nodes = ?, leaves = ?, host = coalesce(?, host), queue_wait"
+             " = coalesce(queue_wait, case when ? then max(0, ? - started) end)"
+             " where trial = ? and attempt = ?",
+             (nodes, leaves, nodes, ran, time.time(), trial_id, attempt)),
         ])
 
     def finish_attempt(self, trial_id: int, attempt: int, state: str, exit_code: int | None,

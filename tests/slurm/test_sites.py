@@ -1,7 +1,8 @@
 """One search over several sites (`executor.sites`, issue 40) on the emulated cluster: two
 partitions of disjoint nodes. Every trial's job runs in the partition of the site the store
 says it went to, both sites take trials, and a site whose jobs do not start stops getting
-them."""
+them (hpsearch.executors.sites; the sites table of status and `sites`:
+hpsearch.views.sites)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,18 @@ def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, s
     assert {t.site for t in trials} == {LEFT, RIGHT}
     events = cli("events", name, check=0).stdout
     assert "to site left (weights: left 0.1, right 0.1)" in events, events
+    # status and sites count each site's attempts and show the weight of the counts now
+    sent = {s: sum(1 for a in attempts if a["site"] == s) for s in (LEFT, RIGHT)}
+    status = cli("status", name, check=0).stdout
+    assert "\nsites: 2\n" in status, status
+    for site in (LEFT, RIGHT):
+        row = next(line.split() for line in status.splitlines()
+                   if line.startswith(site + " "))
+        assert row[:7] == [site, site, "0", "0", str(sent[site]), "0", row[6]], row
+        assert row[-1] == "0.1" and row[-2] == f"{sent[site] / 8:.0%}", row  # none skipped
+    explained = cli("sites", name, check=0).stdout
+    assert f"  {LEFT}: weight 0.1 (0 running, 0 pending, {sent[LEFT]} ended, median queue " \
+        "wait" in explained, explained
 
 
 def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, slurm_cluster):
