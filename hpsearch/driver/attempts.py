@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.driver import retry
+from hpsearch.driver.scouts import Scouts
 from hpsearch.executors.base import Ended, Requeued
 from hpsearch.faults import fault_point
 from hpsearch.ingest.outcome import cause
@@ -35,24 +36,43 @@ class Verdict:
 
 class Attempts:
     def __init__(self, retries: Retries, resources: Resources, launches: Launches, store: Store,
-                 search: Search) -> None:
+                 search: Search, scouts: Scouts | None = None) -> None:
         """retries, resources: the spec's sections; launches: builds an attempt's Launch
-        (trial id, attempt, params), as hpsearch.launch.attempt.build_launch does."""
+        (trial id, attempt, params), as hpsearch.launch.attempt.build_launch does; scouts:
+        sizes attempts from the first ones (resources.time or mem `auto`), or None."""
         self.retries, self.resources, self.launches = retries, resources, launches
-        self.store, self.search = store, search
+        self.store, self.search, self.scouts = store, search, scouts
+        self.sized: str | None = None  # the scouts' last sizing told
+
+    def first(self, launch: Launch) -> tuple[Launch, str | None]:
+        """A new trial's first attempt with the scouts' sizes, and what to store of them."""
+        if self.scouts is None:
+            return launch, None
+        options, note = self.scouts.options()
+        if note and note != self.sized:  # say each new sizing once (`hpsearch events`)
+            self.store.add_event("scouts", f"trials from {launch.trial_id} on ask for {note}")
+            self.sized = note
+        return dataclasses.replace(launch, sbatch_extra=(*options, *launch.sbatch_extra)), note
 
     def _decide(self, tid: int, this: retry.Attempt) -> retry.Decision:
         earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
-                   if a["attempt"] != this.number]
+                   if a["attempt"] != this.number and not Scouts.at_limit(a, a["failure"])]
         return retry.decide(self.retries, this, earlier, self.store.checkpoint_steps(tid))
 
     def failed(self, ended: Ended, error: str, failure: FailureClass) -> Verdict:
         """Store the attempt's end: retried if the trial's rule for this failure class
-        allows (the driver queues it), else the trial failed and the search is told."""
+        allows (the driver queues it), else the trial failed and the search is told. One
+        killed at a limit the scouts set runs again at the ceiling, not counted."""
         tid, attempt = ended.trial_id, ended.attempt
+        first = cause(error)
+        row = next((a for a in self.store.attempts(tid) if a["attempt"] == attempt), {})
+        if self.scouts is not None and Scouts.at_limit(row, failure):
+            self.store.finish_attempt(tid, attempt, rows.FAILED, ended.exit_code, error,
+                                      requeue=True, failure=failure)
+            return Verdict(True, f"trial {tid} {failure} at the scouts' limit ({first}): "
+                                 "runs again at the ceiling, not counted as a failure")
         decision = self._decide(tid, retry.Attempt(attempt, failure, ended.exit_code,
                                                    ended.nodes))
-        first = cause(error)
         if decision.retry:
             state = "lost" if failure == "lost" else rows.FAILED
             self.store.finish_attempt(tid, attempt, state, ended.exit_code, error, requeue=True,
@@ -100,22 +120,37 @@ class Attempts:
         or killed driver never launched."""
         row = self.store.trial(trial_id)
         attempt = row.attempt if unlaunched else row.attempt + 1
-        history = [retry.Attempt.from_row(a) for a in self.store.attempts(trial_id)
-                   if a["attempt"] < attempt]
+        before = [a for a in self.store.attempts(trial_id) if a["attempt"] < attempt]
+        history = [retry.Attempt.from_row(a) for a in before  # killed at the scouts'
+                   if not Scouts.at_limit(a, a["failure"])]   # limit: not the trial's own
         # the factors apply to the trial's own memory and time (per-trial resources)
         plan = retry.next_overrides(self.retries, self.resources.for_params(row.params),
                                     history, self.store.checkpoint_steps(trial_id))
-        failure = history[-1].failure if history else None
+        failure = before[-1]["failure"] if before else None
         reason = ("launched again: the driver stopped before it was" if unlaunched else
                   "re-run after interruption" if row.state != rows.QUEUED else
+                  f"at the ceiling after {failure} at the scouts' limit (not counted)"
+                  if Scouts.at_limit(before[-1], failure) else
                   f"retry after {failure}" if failure else "retry")
+        options, note = self._scouted(trial_id, attempt)
         if not unlaunched:  # before the attempt is stored: the last one's exit_code must
             rotate_logs(Path(row.trial_dir), row.attempt)  # not pass for the new one's
-        self.store.begin_attempt(trial_id, attempt, reason, plan.describe())
+        said = "; ".join(n for n in (note, plan.describe()) if n) or None
+        self.store.begin_attempt(trial_id, attempt, reason, said)
         fault_point("after_retry_stored")
         return dataclasses.replace(self.launches(trial_id, attempt, row.params),
-                                   sbatch_extra=plan.sbatch_extra,
+                                   sbatch_extra=(*options, *plan.sbatch_extra),
                                    time_factor=plan.time_factor)
+
+    def _scouted(self, trial_id: int, attempt: int) -> tuple[tuple[str, ...], str | None]:
+        """The scouts' sizes for a trial's next attempt: none (the ceiling) after one killed
+        at them."""
+        if self.scouts is None:
+            return (), None
+        before = [a for a in self.store.attempts(trial_id) if a["attempt"] < attempt]
+        if before and Scouts.at_limit(before[-1], before[-1]["failure"]):
+            return (), None
+        return self.scouts.options()
 
     def withdrawn(self, row: rows.TrialRow) -> bool:
         """A queued trial whose attempt was stored but never started (Store.withdraw)."""

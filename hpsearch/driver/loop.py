@@ -189,10 +189,10 @@ class Driver:
                             {ENQUEUED: point.id} if point else None)
         if asked is None:
             return self._promoted(end_game=True) if not self.live else None
-        launch = self.launches(asked.trial_id, 1, asked.params)
+        launch, sized = self.attempts.first(self.launches(asked.trial_id, 1, asked.params))
         with self.store.batch():  # the trial, and its first segment: one commit
             self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
-                                    asked.sampler_attrs, asked.study_attrs)
+                                    asked.sampler_attrs, asked.study_attrs, sized)
             if self.promoter:
                 launch = _with_env(launch, self.promoter.env(
                     self.promoter.first(asked.trial_id)))

@@ -19,6 +19,7 @@ from hpsearch.driver.checkpoint_keeper import CheckpointKeeper
 from hpsearch.driver.cost import Costs, pilot_share_of
 from hpsearch.driver.extent import Extent
 from hpsearch.driver.failfast import FailFast
+from hpsearch.driver.scouts import Scouts
 from hpsearch.driver.warm_start import load as load_warm_start
 from hpsearch.executors.base import Executor
 from hpsearch.executors.registry import facts
@@ -72,7 +73,9 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
         checkpoints=CheckpointKeeper(spec.checkpoints.in_force(),
                                      [o.direction for o in spec.objectives],
                                      spec.experiment_dir, store, on_event),
-        attempts=Attempts(spec.retries, spec.resources, launches, store, search),
+        attempts=Attempts(spec.retries, spec.resources, launches, store, search,
+                          Scouts(spec.resources, store) if spec.resources.auto
+                          and facts(spec.executor).job_per_attempt else None),
         stopper=stopper,
         promoter=promoter,
         extent=Extent(spec.search, spec.experiment_dir, store, search, on_event,

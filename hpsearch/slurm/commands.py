@@ -25,10 +25,13 @@ from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.parse import JobRecord, NodeState, QueueRecord, Switch
 from hpsearch.slurm.sacct import (
     SACCT_FORMAT,
+    SACCT_PEAK_FORMAT,
     SACCT_USAGE_FORMAT,
     JobUsage,
+    Peak,
     is_accounting_disabled,
     parse_sacct,
+    parse_sacct_peaks,
     parse_sacct_runs,
     parse_sacct_usage,
 )
@@ -338,6 +341,21 @@ class Slurm:
         if not fields.get("NodeAddr"):
             raise SlurmError(argv, 0, "", "printed no NodeAddr")
         return fields["NodeAddr"]
+
+    def sacct_peaks(self, job_ids: Iterable[str]) -> dict[str, Peak] | None:
+        """Each finished job's run time and largest step MaxRSS (scouts); None when the
+        cluster keeps no accounting."""
+        found: dict[str, Peak] = {}
+        for chunk in _chunks(_unique(job_ids), self.max_ids_per_call):
+            argv = ["sacct", "--parsable2", "--noheader", f"--format={SACCT_PEAK_FORMAT}",
+                    "-j", ",".join(chunk)]
+            proc = self._run(argv)
+            if proc.returncode != 0:
+                if is_accounting_disabled(proc.stderr):
+                    return None
+                raise _failed(argv, proc)
+            found.update(self._parsed(argv, parse_sacct_peaks, proc.stdout))
+        return found
 
     def sacct_usage(self, job_ids: Iterable[str]) -> list[JobUsage] | None:
         """What these jobs used (seconds run, nodes, GPUs, CPUs), one record per job or

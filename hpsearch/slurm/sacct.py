@@ -9,6 +9,7 @@ naming the line of output that does not have the expected shape.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -161,6 +162,45 @@ def parse_sacct_usage(text: str) -> list[JobUsage]:
             raise ValueError(f"sacct line {number}: {exc}: {line!r}") from None
         items.append((record.job_id, record, False, submit))
     return keep_newest(items)
+
+
+# -- peaks (scouts: what a finished job took, docs/brokerage.md#scouts) ---------------------
+
+# `sacct --parsable2 --noheader --format=SACCT_PEAK_FORMAT` (steps included): the job's own
+# line has its run time; MaxRSS is per step (the batch script, each srun), where the
+# cluster's jobacct_gather sampled it (not for a step shorter than JobAcctGatherFrequency).
+SACCT_PEAK_FORMAT = "JobID,ElapsedRaw,MaxRSS"
+_RSS = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A job's run time (seconds) and the largest MaxRSS of its steps (MB; None: none
+    recorded)."""
+
+    elapsed: float | None
+    max_rss_mb: float | None
+
+
+def parse_sacct_peaks(text: str) -> dict[str, Peak]:
+    """sacct's lines of jobs and their steps -> {job id: Peak}."""
+    elapsed: dict[str, float | None] = {}
+    rss: dict[str, float] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 3 or not fields[0]:
+            continue
+        job, dot, _ = fields[0].partition(".")
+        if not dot:
+            seconds = fields[1].strip()
+            elapsed[job] = float(seconds) if seconds.isdigit() else None
+            continue
+        found = _RSS.match(fields[2].strip())
+        if found:
+            size = float(found.group(1)) * {"": 1 / 1024 ** 2, "K": 1 / 1024, "M": 1,
+                                            "G": 1024, "T": 1024 ** 2}[found.group(2)]
+            rss[job] = max(rss.get(job, 0.0), size)
+    return {job: Peak(seconds, rss.get(job)) for job, seconds in elapsed.items()}
 
 
 def _job_lines(text: str, fmt: str) -> Iterator[tuple[int, str, dict[str, str]]]:

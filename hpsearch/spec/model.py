@@ -203,6 +203,10 @@ class Resources:
     qos: str | None = None
     sbatch_extra: tuple[str, ...] = ()
     per_trial: tuple[tuple[str, str], ...] = ()  # (field, the parameter it takes its value of)
+    # Scouts (docs/brokerage.md#scouts): `time: auto 04:00:00`, `mem: auto 16G`: these
+    # fields hold the ceiling, and trials ask for what the first `scouts` ones took.
+    auto: tuple[str, ...] = ()
+    scouts: int = 3
 
     def for_params(self, params: dict[str, Any]) -> Resources:
         """The resources of the trial whose parameters are `params`: the one place a

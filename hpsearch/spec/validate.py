@@ -66,7 +66,7 @@ SEARCH_KEYS = ("strategy", "trials", "parallel", "seed", "space", "pruner", "max
                "timeout", "enqueue", "warm_start", "reproducible")
 OBJECTIVE_KEYS = ("metric", "direction")
 RESOURCE_KEYS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "mem", "time",
-                 "partition", "account", "qos", "sbatch_extra")
+                 "partition", "account", "qos", "sbatch_extra", "scouts")
 RETRY_KEYS = ("max",) + FAILURE_CLASSES
 RETRY_RULE_KEYS = ("max", "mem_factor", "time_factor", "exclude_node")
 EXIT_CODE_RULE_RE = re.compile(r"^exit_(\d{1,3})$")
@@ -393,6 +393,7 @@ class _Validator:
                   space: tuple[Param, ...] | None = ()) -> Resources:
         """`space` None: search.space had a problem, so a "{name}" value is not checked."""
         d = self.mapping(value, path, RESOURCE_KEYS)
+        auto = self.auto_sizes(d, path)
         if space is None:
             d = {k: v for k, v in d.items()
                  if not trial_resources.REFERENCE_RE.fullmatch(str(v))}
@@ -404,7 +405,27 @@ class _Validator:
         strings = {k: self.optional(d, k, path, lambda v, p, k=k: self.slurm_name(v, p, k))
                    for k in ("partition", "account", "qos")}
         extra = self.optional(d, "sbatch_extra", path, self.sbatch_extra, ())
-        return Resources(sbatch_extra=extra, per_trial=per_trial, **own, **strings)
+        scouts = self.optional(d, "scouts", path, lambda v, p: self.integer(v, p, 1),
+                               Resources.scouts)
+        return Resources(sbatch_extra=extra, per_trial=per_trial, auto=auto, scouts=scouts,
+                         **own, **strings)
+
+    def auto_sizes(self, d: dict, path: KeyPath) -> tuple[str, ...]:
+        """`time: auto 04:00:00` and `mem: auto 16G` (scouts): each such field of `d` is
+        left with its ceiling, checked as the field is; the fields that were auto."""
+        auto = []
+        for key in ("time", "mem"):
+            written = d.get(key)
+            words = written.split() if isinstance(written, str) else []
+            if not words or words[0] != "auto":
+                continue
+            if len(words) != 2:
+                example = "auto 04:00:00" if key == "time" else "auto 16G"
+                raise self.fail(path + (key,), f"expected `auto` and a ceiling, such as "
+                                               f"`{key}: {example}`; got {checks.shown(written)}")
+            d[key] = words[1]
+            auto.append(key)
+        return tuple(auto)
 
     def resource_field(self, key: str) -> Callable[[Any, KeyPath], Any]:
         """The check (and conversion) of one value of a per-trial field of `resources`:

@@ -243,16 +243,18 @@ class Store(Reader):
 
     # -- trials ----------------------------------------------------------------------------
     def insert_trial(self, trial_id: int, params: dict, trial_dir: str,
-                     sampler_attrs: dict, study_attrs: dict | None = None) -> None:
-        """Record a new trial as `submitting`, attempt 1: committed before it is launched."""
+                     sampler_attrs: dict, study_attrs: dict | None = None,
+                     overrides: str | None = None) -> None:
+        """Record a new trial as `submitting`, attempt 1: committed before it is launched.
+        `overrides`: what its first attempt asks that the spec does not (scouts)."""
         now = time.time()
         statements = [
             ("insert into trials (id, state, params, attempt, created, trial_dir, sampler_attrs)"
              " values (?,?,?,?,?,?,?)",
              (trial_id, SUBMITTING, json.dumps(params, allow_nan=True),  # spec order
               1, now, trial_dir, _dumps(sampler_attrs))),
-            ("insert into attempts (trial, attempt, state) values (?,?,?)",
-             (trial_id, 1, SUBMITTING)),
+            ("insert into attempts (trial, attempt, state, overrides) values (?,?,?,?)",
+             (trial_id, 1, SUBMITTING, overrides)),
         ]
         if study_attrs is not None:
             text = _dumps(study_attrs)

@@ -1,0 +1,94 @@
+"""Scouts (`resources.time: auto CEILING`, issue 40 item 3; hpsearch.driver.scouts) on the
+emulated cluster: the first trials ask Slurm for the ceiling, the later ones for what the
+first ones took (sacct's run times, the 95th percentile x 1.5, in whole minutes); a trial
+killed at that tighter limit runs again at the ceiling, not counted as a failure, and the
+trials after it ask for more."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from hpsearch.store.reader import Reader
+from hpsearch.store.runs import STORE_FILE
+from tests.helpers import read_store
+
+RUN = uuid.uuid4().hex[:6]
+
+SPEC = """
+name: {name}
+command: 'sleep $((HPSEARCH_ATTEMPT > 1 ? 1 : {{d}})); echo "@hpsearch step=0 loss={{d}}"'
+search:
+  strategy: random
+  trials: {trials}
+  parallel: 1
+  seed: 1
+  enqueue: [{points}]
+  space:
+    d: {{low: 1, high: 70}}
+objective: {{metric: loss}}
+resources: {{nodes: 1, time: "auto 00:30:00", scouts: 2}}
+executor: {{type: slurm, poll_interval: 0.5, array: false}}
+retries: 0
+"""
+
+
+def _limits(cluster, runs, name):
+    """[(trial, attempt, Slurm's time limit of its job, the attempt's stored overrides)]."""
+    with Reader(runs / name / STORE_FILE) as reader:
+        attempts = list(reader.db.query("select trial, attempt, job_id, overrides, failure "
+                                        "from attempts order by trial, attempt"))
+    for _ in range(20):  # slurmdbd writes a short job's record just after its end
+        out = cluster.run("sacct", "-n", "-P", "-X", "-o", "JobID,Timelimit", "-j",
+                          ",".join(a["job_id"] for a in attempts)).stdout
+        limit = dict(line.split("|") for line in out.split())
+        if all(limit.get(a["job_id"]) for a in attempts):
+            break
+        time.sleep(0.5)
+    return [(a["trial"], a["attempt"], limit.get(a["job_id"]), a["overrides"], a["failure"])
+            for a in attempts]
+
+
+def test_trials_after_the_scouts_ask_for_what_the_scouts_took(cli, slurm_cluster):
+    name = f"scouts-{RUN}"
+    spec = cli.write_spec(SPEC.format(name=name, trials=4,
+                                      points="{d: 1}, {d: 2}, {d: 1}, {d: 1}"))
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
+    exp, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 4, proc.stdout
+    limits = _limits(slurm_cluster, cli.runs, name)
+    assert [(t, a, lim) for t, a, lim, _, _ in limits] == [
+        (0, 1, "00:30:00"), (1, 1, "00:30:00"), (2, 1, "00:01:00"), (3, 1, "00:01:00")]
+    assert [o for *_, o, _ in limits][:2] == [None, None]
+    note = limits[2][3]
+    assert note.startswith("scouts: time 0-00:01:00 (p95 ") and "of 2 runs x 1.5, ceiling " \
+        "00:30:00)" in note, note
+    events = cli("events", name, check=0).stdout
+    assert "scouts: time 0-00:01:00" in events, events
+
+
+@pytest.mark.slurm_clock  # a trial runs into a one-minute limit: on the clock cluster
+@pytest.mark.timeout(400)
+def test_a_trial_killed_at_the_scouts_limit_runs_again_at_the_ceiling(cli, slurm_cluster):
+    """Trial 2 takes 70 s, past the 1-minute limit the two 1-second scouts earned: Slurm
+    ends it TIMEOUT, it runs again at the 30-minute ceiling (with `retries: 0`: not counted;
+    not the timeout rule's doubled limit either) and completes (in 1 s: the command sleeps
+    1 s in a second attempt); trial 3 then asks for 1.5 x more than the runs took."""
+    name = f"scouts-limit-{RUN}"
+    spec = cli.write_spec(SPEC.format(name=name, trials=4,
+                                      points="{d: 1}, {d: 1}, {d: 70}, {d: 1}"))
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=360)
+    exp, trials = read_store(cli.runs, name)
+    assert [(t.state, t.attempt) for t in trials] == [
+        ("completed", 1), ("completed", 1), ("completed", 2), ("completed", 1)], proc.stdout
+    limits = _limits(slurm_cluster, cli.runs, name)
+    assert [(t, a, lim, f) for t, a, lim, _, f in limits] == [
+        (0, 1, "00:30:00", None), (1, 1, "00:30:00", None), (2, 1, "00:01:00", "timeout"),
+        (2, 2, "00:30:00", None), (3, 1, "00:01:00", None)], limits
+    # 1 s (the completed runs' 95th percentile) x 1.5 margin x 1.5 growth, at least a minute
+    assert "(p95 1 s of 3 runs x 2.25, ceiling 00:30:00)" in limits[4][3], limits[4][3]
+    events = cli("events", name, check=0).stdout
+    assert "attempt 2: at the ceiling after timeout at the scouts' limit (not counted)" \
+        in events, events
