@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.conftest import EXAMPLES
 from tests.helpers import read_store
 from tests.pbt_segments import WARM, check_segments, digits_spec
@@ -35,6 +37,7 @@ def test_digits_members_take_checkpoints_of_another_lr_and_train_on_with_theirs(
         assert t.pruner_attrs["pbt"]["schedule"][-1]["params"]["lr"] == t.params["lr"]
 
 
+@pytest.mark.slow  # torch's imports, 15 to 31 s on a loaded machine (docs/testing.md#tiers)
 def test_both_ranks_of_a_torchrun_member_train_each_segment_with_its_scheduled_lr(cli):
     """2 gloo ranks a member (launcher torchrun, warm): each segment's ranks all load the
     same checkpoint, the donor's copy after an exploit, and train with the lr the store's

@@ -20,6 +20,7 @@ def lightning_installed() -> None:
         _require(module, "scripts/setup.sh test,gp,lightning installs what these tests need")
 
 
+@pytest.mark.slow  # torch's imports, 15 to 31 s on a loaded machine (docs/testing.md#tiers)
 def test_a_lightning_member_trains_each_segment_with_its_scheduled_lr(cli):
     """Member 0 takes member 1's checkpoint (saved with lr 2e-2) and trains on with its own
     explored lr, 0.8 x 2e-2 (before optimizer_params: with the checkpoint's 2e-2)."""
