@@ -164,3 +164,33 @@ def test_torchrun_in_charliecloud_two_ranks_all_reduce(tmp_path, image):
         for r in range(2)]
     assert all(s["sum"] == 3.0 and s["ch_running"] and s["params"] == PARAMS for s in seen)
     _check_trial_files(tdir)
+
+
+IN_IMAGE = """import os, runpy
+assert os.environ.get("CH_RUNNING") and not os.path.exists("/etc/debian_version"), "not in it"
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_pbt_members_segments_in_charliecloud_resume_from_the_checkpoints_they_took(cli, image):
+    """A pbt search of the toy (examples/pbt_toy) whose every segment runs in the image:
+    each member's final Q is the toy's, replayed under the schedule its model lived through
+    the checkpoints it took, to the bit (a segment with other parameters, or resumed from
+    another checkpoint, would change it); one slot and a seed fix the exploits."""
+    from hpsearch.search.pbt_schedule import lived
+    from tests.helpers import read_store
+    from tests.test_pbt import _history, _replayed, _spec
+    image_dir, binds = image
+    spec = _spec(cli, "ch-pbt", parallel=1, steps=16)
+    (cli.cwd / "in_image.py").write_text(IN_IMAGE)
+    spec.write_text(spec.read_text().replace("train.py", "in_image.py") + (
+        f"container: {{runtime: charliecloud, image: '{image_dir}', binds: {list(binds)}}}\n"))
+    proc = cli("submit", spec, "--no-tui", check=0, timeout=120)
+    _, trials = read_store(cli.runs, "ch-pbt")
+    history = _history(cli.runs, "ch-pbt")
+    assert [t.state for t in trials] == ["completed"] * 4, proc.stdout
+    assert any(lineage for _, lineage, _ in history.values()), proc.stdout
+    schedules = {tid: h[0] for tid, h in history.items()}
+    for t in trials:
+        assert _replayed(lived(schedules, t.id), 16) == t.objective_values[0], t.id
+        assert [s for s, _ in history[t.id][2]] == list(range(16)), t.id  # each step once

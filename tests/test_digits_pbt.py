@@ -1,13 +1,17 @@
 """PBT of the digits example's learning rate (examples/digits_ddp/pbt.yaml, train.py --pbt):
 a member that takes another member's checkpoint loads a model and optimizer saved with
-another lr and trains on with its own, as the schedule the store keeps says."""
+another lr and trains on with its own, as the schedule the store keeps says; and the same with
+2 ranks a member under torchrun, every rank alike (tests/pbt_segments.py)."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.conftest import EXAMPLES
 from tests.helpers import read_store
+from tests.pbt_segments import WARM, check_segments, digits_spec
 
 
 def test_digits_members_take_checkpoints_of_another_lr_and_train_on_with_theirs(cli):
@@ -31,3 +35,16 @@ def test_digits_members_take_checkpoints_of_another_lr_and_train_on_with_theirs(
                          rf"{e['donor_step'] + 1}\n", logs), logs
     for t in trials:  # the parameters the store ends with are the last segment's
         assert t.pruner_attrs["pbt"]["schedule"][-1]["params"]["lr"] == t.params["lr"]
+
+
+@pytest.mark.slow  # torch's imports, 15 to 31 s on a loaded machine (docs/testing.md#tiers)
+def test_both_ranks_of_a_torchrun_member_train_each_segment_with_its_scheduled_lr(cli):
+    """2 gloo ranks a member (launcher torchrun, warm): each segment's ranks all load the
+    same checkpoint, the donor's copy after an exploit, and train with the lr the store's
+    schedule has for that segment."""
+    (cli.cwd / "train.py").write_text((EXAMPLES / "digits_ddp" / "train.py").read_text())
+    spec = digits_spec("digits-pbt-ranks", "torchrun", "{tasks_per_node: 2, cpus_per_task: 1}",
+                       f"{{type: local, timeout: 2m, warm: {WARM}}}")
+    # the warm server test_digits_members... started, if it is still up (same preload list)
+    proc = cli("submit", cli.write_spec(spec), "--no-tui", check=0, timeout=120)
+    check_segments(cli.runs, "digits-pbt-ranks", ranks=2, output=proc.stdout)

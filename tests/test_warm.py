@@ -60,6 +60,31 @@ def test_a_socket_path_too_long_for_unix_sockets_runs_cold_and_says_why(tmp_path
     assert not list(deep.glob("hpsearch-warm-*/*.log"))  # no server was started
 
 
+def test_a_run_with_another_pythonpath_is_not_served_by_another_checkout_s_server(
+        tmp_path, runtime_dir):
+    """Two checkouts of a package (`pkg`, preloaded) and the same interpreter: a server
+    started for one must not fork the other's runs (its children have its modules, and
+    hpsearch's). Before, the socket's key left the module search path out, and a run with
+    the second PYTHONPATH got the first checkout's module from the warm server."""
+    def run(checkout):
+        env = {**os.environ, "XDG_RUNTIME_DIR": runtime_dir,
+               "PYTHONPATH": os.pathsep.join(filter(None, (
+                   str(tmp_path / checkout), os.environ.get("PYTHONPATH"))))}
+        return subprocess.run([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "pkg",
+                               "--", str(tmp_path / "who.py")], env=env, capture_output=True,
+                              text=True, timeout=60, check=True).stdout.split()
+    (tmp_path / "who.py").write_text(
+        "import sys\nwarm = 'pkg' in sys.modules\nimport pkg\nprint(pkg.WHO, warm)\n")
+    for checkout in ("a", "b"):
+        (tmp_path / checkout / "pkg").mkdir(parents=True)
+        (tmp_path / checkout / "pkg" / "__init__.py").write_text(f"WHO = {checkout!r}\n")
+    deadline = time.monotonic() + 30
+    while run("a") != ["a", "True"]:  # until a's server is up and forks a's runs
+        assert time.monotonic() < deadline, "no warm run of checkout a"
+        time.sleep(0.2)
+    assert run("b")[0] == "b"
+
+
 def _spec(cli, name, xs, steps=1, pruner="none", parallel=1):
     (cli.cwd / "probe.py").write_text(PROBE)
     return cli.write_spec(f"""

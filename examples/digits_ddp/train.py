@@ -227,6 +227,11 @@ def resume(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Na
         progress = Progress(**ckpt["progress"])
         if ranks.main:
             print(f"resuming from {path.name}: epoch {progress.next_epoch}", flush=True)
+    if args.pbt:  # every rank, one write: the lr this segment trains with, and from where
+        sys.stdout.write(f"pbt: rank {ranks.rank} trains with lr "
+                         f"{optimizer.param_groups[0]['lr']!r} from epoch "
+                         f"{progress.next_epoch}\n")
+        sys.stdout.flush()
     start, square = all_sum([progress.next_epoch, progress.next_epoch ** 2], ranks)
     # (sum e)^2 == world * sum e^2 only when every rank has the same e (Cauchy-Schwarz).
     if start * start != square * ranks.world:

@@ -87,6 +87,14 @@ class DigitsMLP(pl.LightningModule):
         self.log("val_loss", F.cross_entropy(logits, y), sync_dist=True)
         self.log("val_acc", (logits.argmax(dim=1) == y).float().mean(), sync_dist=True)
 
+    def on_train_start(self) -> None:
+        # after the checkpoint's restore (and HpsearchCallback's optimizer_params): the lr
+        # this fit trains with, and the epoch it starts at; one write, as the ranks share stdout
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        sys.stdout.write(f"pbt: rank {self.global_rank} trains with lr {lr!r} from epoch "
+                         f"{self.current_epoch}\n")
+        sys.stdout.flush()
+
     def on_train_epoch_end(self) -> None:
         time.sleep(self.hparams.epoch_sleep)  # tests: a tiny run that outlasts a time limit
 
@@ -114,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     pl.seed_everything(args.seed, workers=True, verbose=False)
     devices, num_nodes = rank_layout()
-    callback = HpsearchCallback()
+    # the lr in force from this fit's start, also when it resumes from a checkpoint saved
+    # with another (another member's, under pbt: docs/pbt.md)
+    callback = HpsearchCallback(optimizer_params={"lr": args.lr})
     trainer = pl.Trainer(
         max_epochs=args.epochs, accelerator=args.accelerator, devices=devices,
         num_nodes=num_nodes, strategy="ddp" if devices * num_nodes > 1 else "auto",

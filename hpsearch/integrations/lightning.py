@@ -19,7 +19,10 @@ save a checkpoint with `trainer.save_checkpoint` (Lightning's .ckpt, model, opti
 and callbacks' state) through `trial.checkpoint`, so the driver's checkpoint keeper sees it,
 and meet at a barrier; then each asks `trial.should_stop()` and one reduction through the
 strategy (any rank's yes) sets `trainer.should_stop` alike on all of them. With a budget
-(`trial.budget()`, promotion mode) `max_epochs` becomes at most the budget. A fit that ends
+(`trial.budget()`, promotion mode) `max_epochs` becomes at most the budget. With
+`optimizer_params` (under pbt: `{"lr": lr}`) it sets them on the optimizers when training
+starts, after Lightning restored the checkpoint's optimizer state with the values it was
+saved with (another member's, after a pbt exploit). A fit that ends
 without a stop request writes result.json from rank 0 with the last reported metrics.
 
 `fit` pins a TensorBoardLogger in the trial dir to version 0 (pin_logger_version: one run
@@ -121,12 +124,17 @@ class HpsearchCallback(Checkpoint):
         checkpoint: save a checkpoint each epoch (False: only report and stop).
         timing: time each training batch on every rank and report_timing() it (the first
             `timing_warmup` batches of a fit are left out); docs/scaling.md.
+        optimizer_params: set on every param group of every optimizer when training starts,
+            after Lightning restored the checkpoint's optimizer state, which holds the values
+            it was saved with: under pbt, this segment's `{"lr": lr}` (docs/pbt.md).
     """
 
     def __init__(self, metrics: list[str] | None = None, checkpoint: bool = True,
-                 timing: bool = False, timing_warmup: int = 1) -> None:
+                 timing: bool = False, timing_warmup: int = 1,
+                 optimizer_params: dict[str, float] | None = None) -> None:
         self.metrics = metrics
         self.checkpoint = checkpoint
+        self.optimizer_params = dict(optimizer_params or {})
         self.timing = timing
         self.timing_warmup = timing_warmup
         self._ddp_timing: Any = None  # DdpTiming, under DDP
@@ -149,8 +157,11 @@ class HpsearchCallback(Checkpoint):
         trainer.fit_loop.max_epochs = budget if limit is None or limit < 0 else min(limit, budget)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """SIGTERM to this callback, not Lightning (module docstring); with timing, under DDP:
-        register DdpTiming's communication hook."""
+        """Set optimizer_params; SIGTERM to this callback, not Lightning (module docstring);
+        with timing, under DDP: register DdpTiming's communication hook."""
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                group.update(self.optimizer_params)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
         if not self.timing:

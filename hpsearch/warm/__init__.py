@@ -47,12 +47,18 @@ PILOT_SCOPE = "HPSEARCH_WARM_SCOPE"
 
 def socket_path(preload: list[str]) -> Path:
     """Where the server for these preloads and this interpreter listens: one per user, per
-    interpreter, per preload list, per Slurm job step (in a pilot: per pilot) and per node
-    (short: a Unix socket path has ~100 bytes)."""
+    interpreter and module search path, per preload list, per Slurm job step (in a pilot:
+    per pilot) and per node (short: a Unix socket path has ~100 bytes).
+
+    The search path (sys.path: PYTHONPATH's entries first): a child forked from a server has
+    the server's modules, hpsearch among them, so a run with another PYTHONPATH (another
+    checkout) must not be served by it (tests/test_warm.py)."""
     env = os.environ
     scope = env.get(PILOT_SCOPE) or f"{env.get('SLURM_JOB_ID', '')}.{env.get('SLURM_STEP_ID', '')}"
     where = f"{scope}\0{env.get('SLURMD_NODENAME', '')}"  # nodes of the test cluster share /tmp
-    key = hashlib.sha256(f"{sys.executable}\0{','.join(preload)}\0{where}".encode()).hexdigest()
+    paths = os.pathsep.join(sys.path)
+    key = hashlib.sha256(
+        f"{sys.executable}\0{paths}\0{','.join(preload)}\0{where}".encode()).hexdigest()
     return runtime_dir() / f"{key[:16]}.sock"
 
 

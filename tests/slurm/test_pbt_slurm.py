@@ -4,6 +4,7 @@ shared filesystem, and every member's model history the schedule the store keeps
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import uuid
@@ -11,7 +12,9 @@ import uuid
 import pytest
 
 from hpsearch.search.pbt_schedule import lived
+from tests.conftest import EXAMPLES
 from tests.helpers import read_store
+from tests.pbt_segments import WARM, attempt_logs, check_segments, digits_spec
 from tests.slurm.test_pruning_slurm import _attempt_jobs
 from tests.test_pbt import TOY, _history, _replayed
 
@@ -64,3 +67,25 @@ def test_pbt_members_run_their_segments_as_jobs_or_pilot_slots(cli, slurm_cluste
     else:
         assert len(jobs) == attempts, jobs  # each segment its own Slurm job
 
+
+def test_a_two_node_member_s_ranks_train_each_segment_with_its_scheduled_lr(cli, slurm_cluster):
+    """The digits DDP example under pbt, each member 2 ranks on 2 nodes (launcher srun, gloo
+    on CPU) in a 2-node pilot with warm servers: every rank of a segment loads the same
+    checkpoint, the donor's copy after an exploit, and trains with the lr the store's
+    schedule has for it. (A Slurm job a segment took 151 s on the loaded machine: each
+    segment's 4 ranks import torch, 13-20 s each; in the pilot only the first segment does.)"""
+    name = f"pbt-srun-{RUN}"
+    shutil.copy(EXAMPLES / "digits_ddp" / "train.py", cli.cwd / "train.py")
+    spec = digits_spec(name, "srun", "{nodes: 2, tasks_per_node: 1, cpus_per_task: 1, "
+                       "time: '00:02:00'}", f"{{type: slurm, poll_interval: 1s, warm: {WARM}, "
+                       "pilots: {nodes: 2, time: '00:05:00', max: 1, slots_per_node: 2, "
+                       "idle_timeout: 5, heartbeat: 0.5}}")
+    proc = cli("submit", cli.write_spec(spec), "--no-tui", env=slurm_cluster.env, check=0,
+               timeout=300)
+    trials = check_segments(cli.runs, name, ranks=2, output=proc.stdout)
+    jobs = {a for t in trials for a in _attempt_jobs(cli.runs, name, t.id)}
+    assert len(jobs) == 1, jobs  # one 2-node pilot ran every segment, warm after its first
+    for t in trials:  # each segment's two ranks on its two nodes
+        for log in attempt_logs(cli.runs / name / "trials" / f"{t.id:05d}"):
+            nodes = re.findall(r"^rank \d/2 local 0 on (\S+) ", log.read_text(), re.M)
+            assert sorted(nodes) == ["node1", "node2"], (log, nodes)
