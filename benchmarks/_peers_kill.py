@@ -106,9 +106,10 @@ def _scontrol(*args: str) -> None:
 def _wait_up(node: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        # One line per partition of the node (debug and left or right), the same state.
         state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True,
                                text=True).stdout.strip()
-        if state in ("idle", "mixed", "allocated"):
+        if set(state.split()) <= {"idle", "mixed", "allocated"} and state:
             return
         if "down" in state or "drain" in state:
             _scontrol(f"nodename={node}", "state=resume")

@@ -2,7 +2,11 @@
 # A real Slurm cluster on this one host, for tests and for trying hpsearch by hand:
 # munged, a private MariaDB, slurmdbd (so sacct works), slurmctld and 8 nodes, each a
 # `slurmd -N nodeX` process on its own port, under a tree topology of 4 leaf switches and a
-# spine. Root on Debian/Ubuntu; every file it writes lives under one state directory.
+# spine; partitions debug (all 8, the default), left (node[1-4]) and right (node[5-8]).
+# Beside it a second cluster, hpsearch2 (its own slurmctld and 4 nodes h2node[1-4], the same
+# munge, slurmdbd and state directory), reached from the first one's SLURM_CONF with
+# `sbatch -M hpsearch2`, `squeue -M hpsearch2`, ... Root on Debian/Ubuntu; every file it
+# writes lives under one state directory.
 #
 #   scripts/slurm-cluster.sh install   # apt-get install what is missing (nothing if present)
 #   scripts/slurm-cluster.sh start     # install if needed, start what is not running, wait
@@ -18,6 +22,8 @@
 # HPSEARCH_SLURM_BIND=cores binds tasks to cores (task/cgroup,task/affinity; see task_plugins),
 # HPSEARCH_SLURM_NODE_CPUS (default 4) and HPSEARCH_SLURM_NODE_GPUS (default 2) size each node:
 # tests/slurm/conftest.py's slurm_bound_cluster uses all three.
+# HPSEARCH_SLURM_SECOND_CLUSTER names the second cluster (default hpsearch2); `none` starts
+# none (the flat and bound test clusters).
 # Exit codes: 0 ok, 1 failed (the reason and the log's tail on stderr), 2 usage,
 # 3 (status) not all running, 77 cannot run here (not root, no apt-get).
 set -euo pipefail
@@ -34,6 +40,15 @@ START_TIMEOUT_S=${HPSEARCH_SLURM_START_TIMEOUT:-90}
 TOPOLOGY_PLUGIN=${HPSEARCH_SLURM_TOPOLOGY:-tree}   # tree | none
 case $TOPOLOGY_PLUGIN in tree|none) ;; *) echo "HPSEARCH_SLURM_TOPOLOGY must be tree or none" >&2; exit 2;; esac
 case $BIND in none|cores) ;; *) echo "HPSEARCH_SLURM_BIND must be none or cores" >&2; exit 2;; esac
+SECOND_CLUSTER=${HPSEARCH_SLURM_SECOND_CLUSTER:-hpsearch2}   # none: no second cluster
+[ "$SECOND_CLUSTER" = none ] && SECOND_CLUSTER=""
+if [ -n "$SECOND_CLUSTER" ] && { [[ ! $SECOND_CLUSTER =~ ^[a-z][a-z0-9_]{0,30}$ ]] \
+        || [ "$SECOND_CLUSTER" = "$CLUSTER_NAME" ]; }; then
+    echo "HPSEARCH_SLURM_SECOND_CLUSTER must be none or a lower-case name other than $CLUSTER_NAME" >&2
+    exit 2
+fi
+SECOND_NODE_COUNT=4     # h2node1..h2node4, two leaf switches (h2leaf1, h2leaf2)
+SECOND_NODE_PREFIX=h2node
 
 PACKAGES=(munge mariadb-server slurm-wlm slurm-client slurmdbd)
 
@@ -50,6 +65,12 @@ MYSQL_PORT=$((PORT_BASE + 6))
 SLURMCTLD_PORT=$((PORT_BASE + 17))
 SLURMDBD_PORT=$((PORT_BASE + 19))
 SLURMD_PORT0=$((PORT_BASE + 20))     # node i listens on SLURMD_PORT0 + i
+SLURMCTLD2_PORT=$((PORT_BASE + 37))  # the second cluster's slurmctld
+SLURMD2_PORT0=$((PORT_BASE + 40))    # its node i listens on SLURMD2_PORT0 + i
+# The second cluster's own configuration (slurm.conf, gres.conf, topology.conf): its daemons
+# read it; clients reach it through the first one's slurm.conf, with -M (slurmdbd tells them
+# where its slurmctld listens).
+ETC2=$ETC/${SECOND_CLUSTER:-second}
 DB_USER=slurm
 DB_PASSWORD=hpsearch-test-only       # a private database on 127.0.0.1, for tests
 
@@ -133,6 +154,12 @@ make_state_dir() {
     chmod 755 "$STATE_DIR/munge-socket"
     local i
     for i in $(seq 1 "$NODE_COUNT"); do mkdir -p "$SPOOL/slurmd-node$i"; done
+    if [ -n "$SECOND_CLUSTER" ]; then
+        mkdir -p "$SPOOL/slurmctld-$SECOND_CLUSTER"
+        for i in $(seq 1 "$SECOND_NODE_COUNT"); do
+            mkdir -p "$SPOOL/slurmd-$SECOND_NODE_PREFIX$i"
+        done
+    fi
     for i in $(seq 0 $((NODE_GPUS - 1))); do make_placeholder_gpu "$STATE_DIR/dev/nvidia$i"; done
 }
 
@@ -163,17 +190,24 @@ task_plugins() {
     fi
 }
 
-node_range() { printf 'node[1-%d]' "$NODE_COUNT"; }
-
-write_configs() {
-    local host nodes i k
+# write_slurm_conf NAME DIR CTLD_PORT NODE_PREFIX NODE_COUNT PORT0 SWITCH_PREFIX PARTITIONS:
+# one cluster's slurm.conf, gres.conf and topology.conf in DIR (atomically, each by rename).
+# Its slurmctld keeps pid file, log and state under its own names; nodes are
+# NODE_PREFIX1..NODE_PREFIX<COUNT>, node i on port PORT0 + i, two per leaf switch.
+# PARTITIONS: the PartitionName lines after `PartitionName=`, one per line.
+write_slurm_conf() {
+    local name=$1 dir=$2 ctld_port=$3 prefix=$4 count=$5 port0=$6 switch=$7 partitions=$8
+    local host nodes i k tasks ctld=slurmctld
+    [ "$name" = "$CLUSTER_NAME" ] || ctld=slurmctld-$name
     host=$(hostname -s)
-    nodes=$(node_range)
+    nodes="$prefix[1-$count]"
+    tasks=$(task_plugins)
+    mkdir -p "$dir"
     {
         echo "# Written by scripts/slurm-cluster.sh on each cold start; edits are lost."
-        echo "ClusterName=$CLUSTER_NAME"
+        echo "ClusterName=$name"
         echo "SlurmctldHost=$host(127.0.0.1)"
-        echo "SlurmctldPort=$SLURMCTLD_PORT"
+        echo "SlurmctldPort=$ctld_port"
         echo "SlurmUser=root"
         echo "SlurmdUser=root"
         echo "AuthType=auth/munge"
@@ -181,17 +215,17 @@ write_configs() {
         echo "# (default 120 s); the tests requeue jobs (driver jobs, preemption stand-ins)."
         echo "AuthInfo=socket=$MUNGE_SOCKET,cred_expire=30"
         echo "CredType=cred/munge"
-        echo "StateSaveLocation=$SPOOL/slurmctld"
+        echo "StateSaveLocation=$SPOOL/$ctld"
         echo "SlurmdSpoolDir=$SPOOL/slurmd-%n"
-        echo "SlurmctldPidFile=$RUN/slurmctld.pid"
+        echo "SlurmctldPidFile=$RUN/$ctld.pid"
         echo "SlurmdPidFile=$RUN/slurmd-%n.pid"
-        echo "SlurmctldLogFile=$LOG/slurmctld.log"
+        echo "SlurmctldLogFile=$LOG/$ctld.log"
         echo "SlurmdLogFile=$LOG/slurmd-%n.log"
         echo "SlurmctldDebug=info"
         echo "SlurmdDebug=info"
         echo "# Track processes by parent pid (proctrack/cgroup would need the freezer too)."
         echo "ProctrackType=proctrack/linuxproc"
-        echo "TaskPlugin=$(task_plugins)"
+        echo "TaskPlugin=$tasks"
         echo "JobAcctGatherType=jobacct_gather/linux"
         echo "JobAcctGatherFrequency=30"
         echo "PropagateResourceLimits=NONE"
@@ -225,22 +259,42 @@ write_configs() {
         echo "MessageTimeout=10"
         echo "SlurmdTimeout=60"
         echo "SlurmctldTimeout=60"
-        for i in $(seq 1 "$NODE_COUNT"); do
-            echo "NodeName=node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((SLURMD_PORT0 + i)) CPUs=$NODE_CPUS RealMemory=$NODE_MEMORY_MB Gres=gpu:$NODE_GPUS State=UNKNOWN"
+        for i in $(seq 1 "$count"); do
+            echo "NodeName=$prefix$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((port0 + i)) CPUs=$NODE_CPUS RealMemory=$NODE_MEMORY_MB Gres=gpu:$NODE_GPUS State=UNKNOWN"
         done
-        echo "PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP"
-    } >"$ETC/slurm.conf.new"
+        while read -r i; do
+            [ -n "$i" ] && echo "PartitionName=$i"
+        done <<<"$partitions"
+    } >"$dir/slurm.conf.new"
     {
         echo "# Every node shows its GPUs as placeholder files; nothing opens them."
         echo "AutoDetect=off"
         echo "NodeName=$nodes Name=gpu File=$STATE_DIR/dev/nvidia[0-$((NODE_GPUS - 1))]"
-    } >"$ETC/gres.conf.new"
+    } >"$dir/gres.conf.new"
     {
-        for k in $(seq 1 $((NODE_COUNT / 2))); do
-            echo "SwitchName=leaf$k Nodes=node[$((2 * k - 1))-$((2 * k))]"
+        for k in $(seq 1 $((count / 2))); do
+            echo "SwitchName=${switch}leaf$k Nodes=$prefix[$((2 * k - 1))-$((2 * k))]"
         done
-        echo "SwitchName=spine Switches=leaf[1-$((NODE_COUNT / 2))]"
-    } >"$ETC/topology.conf.new"
+        echo "SwitchName=${switch}spine Switches=${switch}leaf[1-$((count / 2))]"
+    } >"$dir/topology.conf.new"
+    local file
+    for file in slurm.conf gres.conf topology.conf; do
+        mv -f "$dir/$file.new" "$dir/$file"
+    done
+    # task_plugins writes cgroup.conf beside the first cluster's slurm.conf.
+    if [ "$dir" != "$ETC" ] && [ -f "$ETC/cgroup.conf" ]; then cp "$ETC/cgroup.conf" "$dir/"; fi
+}
+
+# The first cluster: partitions debug (every node, the default: what every test used before
+# there were more), left and right (the first and the second half, two leaf switches each:
+# two sites with disjoint nodes).
+write_configs() {
+    local half=$((NODE_COUNT / 2))
+    write_slurm_conf "$CLUSTER_NAME" "$ETC" "$SLURMCTLD_PORT" node "$NODE_COUNT" \
+        "$SLURMD_PORT0" "" \
+        "debug Nodes=node[1-$NODE_COUNT] Default=YES MaxTime=INFINITE State=UP
+left Nodes=node[1-$half] MaxTime=INFINITE State=UP
+right Nodes=node[$((half + 1))-$NODE_COUNT] MaxTime=INFINITE State=UP"
     {
         echo "# slurmdbd reads this from beside slurm.conf, and only if it is mode 600."
         echo "AuthType=auth/munge"
@@ -260,11 +314,16 @@ write_configs() {
         echo "StorageLoc=slurm_acct_db"
     } >"$ETC/slurmdbd.conf.new"
     chmod 600 "$ETC/slurmdbd.conf.new"
-    local name
-    for name in slurm.conf gres.conf topology.conf slurmdbd.conf; do
-        mv -f "$ETC/$name.new" "$ETC/$name"
-    done
+    mv -f "$ETC/slurmdbd.conf.new" "$ETC/slurmdbd.conf"
     printf 'export SLURM_CONF=%s\n' "$SLURM_CONF_FILE" >"$ETC/env.sh"
+}
+
+# The second cluster: one partition, debug, of all its nodes (a name the first has too, as
+# on real sites).
+write_second_configs() {
+    write_slurm_conf "$SECOND_CLUSTER" "$ETC2" "$SLURMCTLD2_PORT" "$SECOND_NODE_PREFIX" \
+        "$SECOND_NODE_COUNT" "$SLURMD2_PORT0" h2 \
+        "debug Nodes=$SECOND_NODE_PREFIX[1-$SECOND_NODE_COUNT] Default=YES MaxTime=INFINITE State=UP"
 }
 
 # --- daemons, found only through their pid files -----------------------------------------
@@ -294,17 +353,41 @@ daemon_table() {
     echo "munged munged $RUN/munged.pid"
     echo "mariadbd mariadbd $RUN/mariadbd.pid"
     echo "slurmdbd slurmdbd $RUN/slurmdbd.pid"
-    echo "slurmctld slurmctld $RUN/slurmctld.pid"
-    local i
-    for i in $(seq 1 "$NODE_COUNT"); do echo "slurmd-node$i slurmd $RUN/slurmd-node$i.pid"; done
+    local name node
+    for name in $(clusters); do
+        echo "$(ctld_name "$name") slurmctld $RUN/$(ctld_name "$name").pid"
+    done
+    while read -r name node _; do echo "slurmd-$node slurmd $RUN/slurmd-$node.pid"; done \
+        < <(node_table)
 }
 
-is_running() {  # is_running NAME
-    local name program pidfile
-    while read -r name program pidfile; do
-        [ "$name" = "$1" ] && { pid_of "$pidfile" "$program" >/dev/null; return; }
-    done < <(daemon_table)
-    return 1
+# The clusters: this one, then the second (if any).
+clusters() { echo "$CLUSTER_NAME"; [ -z "$SECOND_CLUSTER" ] || echo "$SECOND_CLUSTER"; }
+# The name of a cluster's slurmctld (its pid file, log and spool directory are named so).
+ctld_name() { if [ "$1" = "$CLUSTER_NAME" ]; then echo slurmctld; else echo "slurmctld-$1"; fi; }
+ctld_port() { if [ "$1" = "$CLUSTER_NAME" ]; then echo "$SLURMCTLD_PORT"; else echo "$SLURMCTLD2_PORT"; fi; }
+# on CLUSTER COMMAND...: COMMAND with that cluster's own slurm.conf, as its daemons read it.
+on() {
+    local conf=$SLURM_CONF_FILE
+    [ "$1" = "$CLUSTER_NAME" ] || conf=$ETC2/slurm.conf
+    shift
+    SLURM_CONF=$conf "$@"
+}
+# Every node: cluster, node name, port.
+node_table() {
+    local i
+    for i in $(seq 1 "$NODE_COUNT"); do echo "$CLUSTER_NAME node$i $((SLURMD_PORT0 + i))"; done
+    [ -n "$SECOND_CLUSTER" ] || return 0
+    for i in $(seq 1 "$SECOND_NODE_COUNT"); do
+        echo "$SECOND_CLUSTER $SECOND_NODE_PREFIX$i $((SLURMD2_PORT0 + i))"
+    done
+}
+node_count() { if [ "$1" = "$CLUSTER_NAME" ]; then echo "$NODE_COUNT"; else echo "$SECOND_NODE_COUNT"; fi; }
+
+is_running() {  # is_running NAME, a name of daemon_table: its pid file is $RUN/NAME.pid
+    local program=$1
+    case $1 in slurmd-*) program=slurmd ;; slurmctld-*) program=slurmctld ;; esac
+    pid_of "$RUN/$1.pid" "$program" >/dev/null
 }
 
 # require_free_port PORT WHAT: fail early, and say why, when a daemon of ours cannot bind.
@@ -317,13 +400,13 @@ require_free_port() {
     fi
 }
 
-# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every half second until it succeeds.
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND every 0.2 s until it succeeds.
 wait_for() {
     local seconds=$1 description=$2; shift 2
     local deadline=$((SECONDS + seconds))
     until "$@" >/dev/null 2>&1; do
         [ "$SECONDS" -lt "$deadline" ] || { log "gave up after ${seconds}s waiting for $description"; return 1; }
-        sleep 0.5
+        sleep 0.2
     done
 }
 
@@ -380,9 +463,8 @@ start_mariadb() {
 }
 
 sacctmgr_works() { sacctmgr -n -P list cluster format=cluster; }
-cluster_registered() { sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER_NAME"; }
 
-# Prints "added" if the cluster had to be added to the accounting database.
+# Prints the name of each cluster it had to add to the accounting database.
 start_slurmdbd() {
     if ! is_running slurmdbd; then
         require_free_port "$SLURMDBD_PORT" slurmdbd
@@ -392,47 +474,88 @@ start_slurmdbd() {
     # The first start creates the database's tables, which takes a few seconds.
     wait_for 60 slurmdbd sacctmgr_works \
         || die "slurmdbd does not answer sacctmgr" "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"
-    if ! cluster_registered; then
-        sacctmgr -i add cluster "$CLUSTER_NAME" >>"$LOG/slurmdbd.out" 2>&1 \
-            || die "sacctmgr add cluster $CLUSTER_NAME failed" "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"
-        echo added
-    fi
+    local name registered missing=()
+    registered=$(sacctmgr -n -P list cluster format=cluster)
+    for name in $(clusters); do
+        grep -qx "$name" <<<"$registered" || missing+=("$name")
+    done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    # One call for both (each cluster gets tables of its own: about a second each).
+    sacctmgr -i add cluster "${missing[@]}" >>"$LOG/slurmdbd.out" 2>&1 \
+        || die "sacctmgr add cluster ${missing[*]} failed" "$LOG/slurmdbd.out" "$LOG/slurmdbd.log"
+    printf '%s\n' "${missing[@]}"
 }
 
-slurmctld_up() { scontrol ping | grep -q 'is UP'; }
+# When the second cluster is added to slurmdbd it gets every association the first has
+# (user, account): root's comes with `sacctmgr add cluster`, others (the tests' second
+# user) were added to the first before the second existed. A user added later with `sacctmgr add user` without cluster=
+# gets an association on every cluster that has the account.
+copy_associations() {
+    local pair user account
+    local -A have=()
+    while read -r pair; do have[$pair]=1; done \
+        < <(sacctmgr -n -P list assoc cluster="$SECOND_CLUSTER" format=user,account)
+    while IFS='|' read -r user account; do
+        [ -n "$user" ] && [ -z "${have[$user|$account]:-}" ] || continue
+        sacctmgr -i add user "$user" account="$account" cluster="$SECOND_CLUSTER" \
+            >>"$LOG/slurmdbd.out" 2>&1 \
+            || log "could not give $user an association (account $account) on $SECOND_CLUSTER"
+    done < <(sacctmgr -n -P list assoc cluster="$CLUSTER_NAME" format=user,account)
+}
 
-start_slurmctld() {
-    require_free_port "$SLURMCTLD_PORT" slurmctld
-    slurmctld </dev/null >>"$LOG/slurmctld.out" 2>&1 9>&- \
-        || die "slurmctld did not start" "$LOG/slurmctld.out" "$LOG/slurmctld.log"
-    wait_for 30 slurmctld slurmctld_up \
-        || die "slurmctld does not answer scontrol ping" "$LOG/slurmctld.out" "$LOG/slurmctld.log"
+slurmctld_up() { on "$1" scontrol ping | grep -q 'is UP'; }
+
+# launch_slurmctld CLUSTER, then wait_slurmctld CLUSTER: both controllers start together.
+launch_slurmctld() {
+    local ctld
+    ctld=$(ctld_name "$1")
+    require_free_port "$(ctld_port "$1")" "$ctld"
+    on "$1" slurmctld </dev/null >>"$LOG/$ctld.out" 2>&1 9>&- \
+        || die "$ctld did not start" "$LOG/$ctld.out" "$LOG/$ctld.log"
+}
+wait_slurmctld() {
+    local ctld
+    ctld=$(ctld_name "$1")
+    wait_for 30 "$ctld" slurmctld_up "$1" \
+        || die "$ctld does not answer scontrol ping" "$LOG/$ctld.out" "$LOG/$ctld.log"
 }
 
 # slurmctld tells slurmdbd its host and port when it registers; until then sacct lists
-# no jobs of this cluster.
-slurmctld_in_accounting() {
-    [ "$(sacctmgr -n -P list cluster "$CLUSTER_NAME" format=controlport)" = "$SLURMCTLD_PORT" ]
-}
-
-start_slurmds() {
-    local i
-    for i in $(seq 1 "$NODE_COUNT"); do
-        is_running "slurmd-node$i" && continue
-        require_free_port $((SLURMD_PORT0 + i)) "slurmd -N node$i"
-        slurmd -N "node$i" </dev/null >>"$LOG/slurmd-node$i.out" 2>&1 9>&- \
-            || die "slurmd -N node$i did not start" "$LOG/slurmd-node$i.out" "$LOG/slurmd-node$i.log"
+# no jobs of this cluster, and -M cannot reach it. True when every cluster has.
+slurmctlds_in_accounting() {
+    local listed name
+    listed=$(sacctmgr -n -P list cluster format=cluster,controlport) || return 1
+    for name in $(clusters); do
+        grep -qx "$name|$(ctld_port "$name")" <<<"$listed" || return 1
     done
 }
 
-# Waits until every node is up; resumes nodes left down or drained (by an earlier run, a
-# killed slurmd, or a registration with other resources). With WANT=idle every node must be
-# idle, otherwise busy nodes count as up too.
+# All at once (each slurmd takes a moment to daemonize), then each one's exit status.
+start_slurmds() {
+    local cluster node port pids=() nodes=() i
+    while read -r cluster node port; do
+        is_running "slurmd-$node" && continue
+        require_free_port "$port" "slurmd -N $node"
+        on "$cluster" slurmd -N "$node" </dev/null >>"$LOG/slurmd-$node.out" 2>&1 9>&- &
+        pids+=("$!"); nodes+=("$node")
+    done < <(node_table)
+    for i in "${!pids[@]}"; do
+        node=${nodes[$i]}
+        wait "${pids[$i]}" \
+            || die "slurmd -N $node did not start" "$LOG/slurmd-$node.out" "$LOG/slurmd-$node.log"
+    done
+}
+
+# wait_for_nodes WANT CLUSTER: waits until every node of CLUSTER is up; resumes nodes left
+# down or drained (by an earlier run, a killed slurmd, or a registration with other
+# resources). With WANT=idle every node must be idle, otherwise busy nodes count as up too.
 wait_for_nodes() {
-    local want=$1 deadline=$((SECONDS + START_TIMEOUT_S)) last_resume=-100
-    local node state ready listing to_resume
+    local want=$1 cluster=$2 deadline=$((SECONDS + START_TIMEOUT_S)) last_resume=-100
+    local node state ready listing to_resume count
+    count=$(node_count "$cluster")
     while :; do
-        listing=$(sinfo -h -N -o '%N %T' 2>&1) || listing=""
+        # A node in several partitions has a line for each.
+        listing=$(on "$cluster" sinfo -h -N -o '%N %T' 2>&1 | sort -u) || listing=""
         ready=0; to_resume=()
         while read -r node state; do
             [ -n "$node" ] || continue
@@ -442,38 +565,40 @@ wait_for_nodes() {
                 *drain*|down|fail*|inval*) to_resume+=("$node") ;;
             esac
         done <<<"$listing"
-        [ "$ready" -eq "$NODE_COUNT" ] && return 0
+        [ "$ready" -eq "$count" ] && return 0
         if [ "${#to_resume[@]}" -gt 0 ] && [ $((SECONDS - last_resume)) -ge 3 ]; then
-            log "resuming ${to_resume[*]}"
+            log "resuming ${to_resume[*]} ($cluster)"
             local joined
             joined=$(IFS=,; echo "${to_resume[*]}")
-            scontrol update nodename="$joined" state=resume >&2 || true
+            on "$cluster" scontrol update nodename="$joined" state=resume >&2 || true
             last_resume=$SECONDS
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
-            log "nodes not ready after ${START_TIMEOUT_S}s:"
+            log "nodes of $cluster not ready after ${START_TIMEOUT_S}s:"
             printf '%s\n' "$listing" >&2
-            die "not all $NODE_COUNT nodes came up" "$LOG/slurmctld.log" "$LOG/slurmd-node1.log"
+            die "not all $count nodes of $cluster came up" "$LOG/$(ctld_name "$cluster").log"
         fi
         sleep 0.5
     done
 }
 
-cancel_all_jobs() {
+cancel_all_jobs() {  # cancel_all_jobs CLUSTER
     local jobs
-    jobs=$(squeue -h -o %i 2>/dev/null || true)
+    jobs=$(on "$1" squeue -h -o %i 2>/dev/null || true)
     [ -n "$jobs" ] || return 0
-    log "cancelling leftover jobs: ${jobs//$'\n'/ }"
+    log "cancelling leftover jobs of $1: ${jobs//$'\n'/ }"
     # shellcheck disable=SC2086  # one job id per word
-    scancel $jobs || true
-    wait_for 20 "jobs gone" queue_empty || log "some jobs are still completing"
+    on "$1" scancel $jobs || true
+    wait_for 20 "jobs gone" queue_empty "$1" || log "some jobs of $1 are still completing"
 }
-queue_empty() { [ -z "$(squeue -h -o %i)" ]; }
+queue_empty() { [ -z "$(on "$1" squeue -h -o %i)" ]; }
 
-# After a crash slurmctld may hand out job ids again that accounting already holds, and
-# for a few seconds sacct may name a finished job "allocation": match on name and state.
+# job_accounted_completed CLUSTER ID, asked from the first cluster (-M: the way clients
+# reach the second). After a crash slurmctld may hand out job ids again that accounting
+# already holds, and for a few seconds sacct may name a finished job "allocation": match
+# on name and state.
 job_accounted_completed() {
-    sacct -n -X -P -j "$1" -o JobName,State | grep -qx 'slurm-cluster-check|COMPLETED'
+    sacct -M "$1" -n -X -P -j "$2" -o JobName,State | grep -qx 'slurm-cluster-check|COMPLETED'
 }
 
 # Serializes start and stop. Every daemon is started with 9>&- so that none inherits the
@@ -489,53 +614,75 @@ cmd_start() {
     [ -z "$(missing_packages)" ] || cmd_install
     make_state_dir
     take_lock
-    local cold=0
-    if ! is_running slurmctld; then
-        cold=1
-        write_configs
-    fi
+    # A cold cluster (its slurmctld not running) gets its configuration written again, its
+    # leftover jobs cancelled and a check job run.
+    local cold=() name
+    for name in $(clusters); do
+        is_running "$(ctld_name "$name")" && continue
+        cold+=("$name")
+        if [ "$name" = "$CLUSTER_NAME" ]; then write_configs; else write_second_configs; fi
+    done
     start_munged
     start_mariadb
     local added
-    added=$(start_slurmdbd)
-    if [ "$added" = added ] && [ "$cold" -eq 0 ]; then
-        # A cluster added to accounting after slurmctld started is seen only after a
+    added=$(start_slurmdbd | tr '\n' ' ')
+    for name in $added; do
+        is_running "$(ctld_name "$name")" || continue
+        # A cluster added to accounting after its slurmctld started is seen only after a
         # restart (scontrol reconfigure is not enough).
-        log "restarting slurmctld so it registers with slurmdbd"
-        stop_daemon slurmctld slurmctld "$RUN/slurmctld.pid"
-        cold=1
-    fi
-    is_running slurmctld || start_slurmctld
+        log "restarting $(ctld_name "$name") so it registers with slurmdbd"
+        stop_daemon "$(ctld_name "$name")" slurmctld "$RUN/$(ctld_name "$name").pid"
+        cold+=("$name")
+    done
+    for name in $(clusters); do
+        is_running "$(ctld_name "$name")" || launch_slurmctld "$name"
+    done
+    for name in $(clusters); do wait_slurmctld "$name"; done
     start_slurmds
-    if [ "$cold" -eq 1 ]; then
+    for name in ${cold[@]+"${cold[@]}"}; do
         # A cold start means a fresh cluster: jobs recovered from the saved state belonged
         # to a cluster that is gone.
-        cancel_all_jobs
+        cancel_all_jobs "$name"
         # Jobs that were running when everything was SIGKILLed stay RUNNING in accounting
         # ("runaway jobs") until closed by hand; -i answers the question with yes.
-        sacctmgr -i list runawayjobs </dev/null >>"$LOG/slurmdbd.out" 2>&1 || true
-        wait_for_nodes idle
-    else
-        wait_for_nodes up
+        on "$name" sacctmgr -i list runawayjobs </dev/null >>"$LOG/slurmdbd.out" 2>&1 || true
+    done
+    for name in $(clusters); do
+        if is_cold "$name"; then wait_for_nodes idle "$name"; else wait_for_nodes up "$name"; fi
+    done
+    wait_for 30 "each slurmctld registered in accounting" slurmctlds_in_accounting \
+        || die "not every slurmctld registered with slurmdbd" "$LOG/slurmdbd.log" \
+            "$LOG/slurmctld.log" ${SECOND_CLUSTER:+"$LOG/slurmctld-$SECOND_CLUSTER.log"}
+    # (Not on a new database, where the first has only root's, which the second has too.)
+    if [ -n "$SECOND_CLUSTER" ] && [[ " $added " == *" $SECOND_CLUSTER "* ]] \
+            && [[ " $added " != *" $CLUSTER_NAME "* ]]; then
+        copy_associations
     fi
-    wait_for 30 "slurmctld registered in accounting" slurmctld_in_accounting \
-        || die "slurmctld did not register with slurmdbd" "$LOG/slurmctld.log" "$LOG/slurmdbd.log"
     local sacct_err
     sacct_err=$(sacct -n -X -P -S now-1minutes -o JobID 2>&1 >/dev/null) \
         || die "sacct fails: $sacct_err" "$LOG/slurmdbd.log"
     [ -z "$sacct_err" ] || die "sacct complains: $sacct_err" "$LOG/slurmdbd.log"
-    if [ "$cold" -eq 1 ]; then
-        # End to end: a job runs, and sacct lists it as finished.
-        local probe
-        probe=$(sbatch --parsable -J slurm-cluster-check -o /dev/null --wrap true 2>&1) \
-            || die "sbatch of a check job failed: $probe" "$LOG/slurmctld.log"
-        wait_for 60 "check job accounted" job_accounted_completed "$probe" \
-            || die "check job $probe not listed COMPLETED by sacct" "$LOG/slurmctld.log" "$LOG/slurmdbd.log"
-    fi
-    log "cluster up in $((SECONDS - began))s: $NODE_COUNT nodes, state in $STATE_DIR"
+    # End to end, on each cold cluster at once, submitted from the first with -M: a job
+    # runs, and sacct lists it as finished.
+    local probes=() probe
+    for name in ${cold[@]+"${cold[@]}"}; do
+        probe=$(sbatch -M "$name" --parsable -J slurm-cluster-check -o /dev/null --wrap true 2>&1) \
+            || die "sbatch -M $name of a check job failed: $probe" "$LOG/$(ctld_name "$name").log"
+        probes+=("$name ${probe%%;*}")
+    done
+    for probe in ${probes[@]+"${probes[@]}"}; do
+        read -r name probe <<<"$probe"
+        wait_for 60 "check job accounted" job_accounted_completed "$name" "$probe" \
+            || die "check job $probe of $name not listed COMPLETED by sacct" \
+                "$LOG/$(ctld_name "$name").log" "$LOG/slurmdbd.log"
+    done
+    local second=""
+    [ -z "$SECOND_CLUSTER" ] || second=", and $SECOND_CLUSTER of $SECOND_NODE_COUNT nodes"
+    log "cluster up in $((SECONDS - began))s: $CLUSTER_NAME of $NODE_COUNT nodes$second, state in $STATE_DIR"
     log "use it with:"
     cat "$ETC/env.sh"
 }
+is_cold() { [[ " ${cold[*]-} " == *" $1 "* ]]; }  # in cmd_start: $1 started cold
 
 # stop_daemon NAME PROGRAM PIDFILE...: SIGTERM, then SIGKILL after 15 s.
 stop_daemon() {
@@ -569,11 +716,15 @@ stop_daemon() {
 cmd_stop() {
     [ -d "$STATE_DIR" ] || { log "nothing to stop: no $STATE_DIR"; return 0; }
     take_lock
-    if is_running slurmctld && [ -f "$SLURM_CONF_FILE" ]; then cancel_all_jobs; fi
-    local i slurmd_pidfiles=()
-    for i in $(seq 1 "$NODE_COUNT"); do slurmd_pidfiles+=("$RUN/slurmd-node$i.pid"); done
-    stop_daemon slurmd slurmd "${slurmd_pidfiles[@]}"
-    stop_daemon slurmctld slurmctld "$RUN/slurmctld.pid"
+    if is_running slurmctld && [ -f "$SLURM_CONF_FILE" ]; then cancel_all_jobs "$CLUSTER_NAME"; fi
+    if [ -n "$SECOND_CLUSTER" ] && is_running "$(ctld_name "$SECOND_CLUSTER")" \
+            && [ -f "$ETC2/slurm.conf" ]; then
+        cancel_all_jobs "$SECOND_CLUSTER"
+    fi
+    # Every slurmd and slurmctld with a pid file here, also those of a second cluster that
+    # HPSEARCH_SLURM_SECOND_CLUSTER no longer names.
+    stop_daemon slurmd slurmd "$RUN"/slurmd-*.pid
+    stop_daemon slurmctld slurmctld "$RUN"/slurmctld*.pid
     stop_daemon slurmdbd slurmdbd "$RUN/slurmdbd.pid"
     stop_daemon mariadbd mariadbd "$RUN/mariadbd.pid"
     stop_daemon munged munged "$RUN/munged.pid"
@@ -584,15 +735,19 @@ cmd_status() {
     local name program pidfile pid down=0
     while read -r name program pidfile; do
         if pid=$(pid_of "$pidfile" "$program"); then
-            printf '%-14s running  pid %s\n' "$name" "$pid"
+            printf '%-20s running  pid %s\n' "$name" "$pid"
         else
-            printf '%-14s stopped\n' "$name"
+            printf '%-20s stopped\n' "$name"
             down=1
         fi
     done < <(daemon_table)
     if is_running slurmctld; then
         echo
         sinfo -N -o '%N %T %P %c %m %G' || true
+        if [ -n "$SECOND_CLUSTER" ] && is_running "$(ctld_name "$SECOND_CLUSTER")"; then
+            echo
+            sinfo -M "$SECOND_CLUSTER" -N -o '%N %T %P %c %m %G' || true
+        fi
         echo
         cat "$ETC/env.sh"
     fi

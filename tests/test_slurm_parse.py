@@ -20,7 +20,9 @@ from hpsearch.slurm.parse import (
     expand_array_tasks,
     is_invalid_job_id,
     job_records_from_scontrol,
+    parse_cluster_names,
     parse_elapsed,
+    parse_sbatch_answer,
     parse_sbatch_parsable,
     parse_scontrol_job,
     parse_scontrol_node,
@@ -534,3 +536,63 @@ def test_sacct_usage_skips_steps_and_unstarted_ranges_and_names_a_bad_line():
         parse_sacct_usage("5|COMPLETED|7|1|cpu=one|2026-11-26T07:43:07\n")
     with pytest.raises(ValueError, match="expected 6"):
         parse_sacct_usage("5|COMPLETED|7\n")
+
+
+# -- output captured with --clusters (-M) on the second cluster (capture_clusters.sh) -----
+
+SECOND = "hpsearch2"
+
+def test_sbatch_with_clusters_answers_job_id_and_cluster():
+    assert parse_sbatch_answer(captured("sbatch_parsable_cluster.txt")) == ("10", SECOND)
+    # -M of the local cluster answers so too.
+    assert parse_sbatch_answer(captured("sbatch_parsable_local_cluster.txt")) == (
+        "5", "hpsearch")
+    assert parse_sbatch_parsable(captured("sbatch_parsable_cluster.txt")) == "10"
+    assert parse_sbatch_answer(captured("sbatch_parsable.txt")) == ("60", None)
+
+
+def test_squeue_with_clusters_and_noheader_has_no_cluster_line():
+    records = {r.job_id: r for r in parse_squeue(captured("squeue_cluster.txt"))}
+    assert {j: (r.state, r.reason, r.nodes) for j, r in records.items()} == {
+        "11": ("RUNNING", None, ("h2node1",)),
+        "12": ("PENDING", "Resources", ())}
+    # Without --noheader squeue names the cluster first; hpsearch never asks for that.
+    with_header = captured("squeue_cluster_with_header.txt").splitlines()
+    assert with_header[0] == f"CLUSTER: {SECOND}"
+    assert "\n".join(with_header[2:]) + "\n" == captured("squeue_cluster.txt")
+
+
+def test_sinfo_of_the_second_cluster():
+    nodes = parse_sinfo_nodes(captured("sinfo_nodes_cluster.txt"))
+    assert [n.name for n in nodes] == [f"h2node{i}" for i in range(1, 5)]
+    assert {n.partitions for n in nodes} == {("debug",)}
+    assert [n.state for n in nodes] == ["MIXED", "IDLE", "IDLE", "IDLE"]
+
+
+def test_sinfo_of_nodes_in_two_partitions_each():
+    nodes = parse_sinfo_nodes(captured("sinfo_nodes_partitions.txt"))
+    assert {n.name: n.partitions for n in nodes} == {
+        **{f"node{i}": ("debug", "left") for i in range(1, 5)},
+        **{f"node{i}": ("debug", "right") for i in range(5, 9)}}
+
+
+def test_sacct_of_the_second_cluster():
+    records = {r.job_id: r for r in parse_sacct(captured("sacct_cluster.txt"))}
+    assert {j: (r.name, r.state, r.nodes) for j, r in records.items()} == {
+        "10": ("hps-done", "COMPLETED", ("h2node1",)),
+        "11": ("hps-run", "RUNNING", ("h2node1",)),
+        "12": ("hps-pend", "PENDING", ())}
+    assert "SACCT_FORMAT=" + sacct.SACCT_FORMAT in (CAPTURED / "capture_clusters.sh").read_text()
+
+
+def test_scontrol_show_job_of_the_second_cluster():
+    fields = parse_scontrol_job(captured("scontrol_show_job_cluster.txt"))
+    assert (fields["JobId"], fields["JobName"], fields["JobState"], fields["NodeList"]) == (
+        "11", "hps-run", "RUNNING", "h2node1")
+
+
+def test_cluster_names_from_sacctmgr():
+    assert parse_cluster_names(captured("sacctmgr_list_clusters.txt")) == ["hpsearch", SECOND]
+    assert parse_cluster_names("") == []
+    with pytest.raises(ValueError, match="sacctmgr line 2: not a cluster name"):
+        parse_cluster_names("hpsearch\nsacctmgr: error: Problem talking to the database\n")

@@ -6,6 +6,14 @@ hpsearch.slurm.sacct), counts every call by command name, and turns a failure in
 SlurmError. Job ids are batched into one call (comma-separated), in chunks of at most
 `max_ids_per_call`.
 
+With `cluster` (a name slurmdbd knows, `sacctmgr list clusters`), every command runs on that
+cluster: each gets Slurm's `--clusters=NAME` (-M) option, as from a login node of several
+clusters that share one slurmdbd and filesystem; its output has the same shape (with
+--noheader squeue and sinfo print no `CLUSTER:` line; sbatch --parsable answers
+`JOBID;CLUSTER`). Without one, nothing is added: the cluster of SLURM_CONF, or of the
+user's SLURM_CLUSTERS. -M needs slurmdbd even for the local cluster: while slurmdbd is
+down every command with a cluster fails (transient), where those without one still work.
+
 Two answers that are not errors: sacct on a cluster without accounting returns None (never
 []: no accounting is not "no such job"), and a job slurmctld has forgotten is simply absent
 from squeue's answer (or {} / None from scontrol).
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,6 +48,11 @@ from hpsearch.slurm.sacct import (
 DEFAULT_TIMEOUT = 60.0  # seconds per command; slurmctld under load can take a while
 MAX_IDS_PER_CALL = 500  # job ids per sacct/squeue/scancel call
 CLOCK_SKEW = 300.0  # seconds the login node's clock may be ahead of slurmctld's
+# The commands that take --clusters (-M); sacctmgr names clusters with cluster= instead.
+CLUSTER_COMMANDS = frozenset({"sbatch", "sacct", "squeue", "scancel", "sinfo", "scontrol"})
+# One cluster: Slurm's -M also takes a comma list and `all`, which hpsearch does not pass
+# (a job id is only meaningful with the one cluster that gave it).
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def _unique(job_ids: Iterable[str]) -> list[str]:
@@ -54,12 +68,21 @@ class Slurm:
 
     env: variables added to this process's environment for every command (e.g. SLURM_CONF).
     timeout: seconds each command may take before SlurmError.
+    cluster: the cluster every command runs on (`--clusters=NAME`); None: no option, the
+        cluster of SLURM_CONF. ValueError if it is not one plain cluster name. A name
+        slurmdbd does not know fails each command (permanent), except sacct, which then
+        answers with no jobs: check names against clusters() first.
     calls: how many times each command ran ("sbatch", "sacct", ...).
     """
 
     def __init__(self, env: Mapping[str, str] | None = None,
                  timeout: float = DEFAULT_TIMEOUT,
-                 max_ids_per_call: int = MAX_IDS_PER_CALL) -> None:
+                 max_ids_per_call: int = MAX_IDS_PER_CALL,
+                 cluster: str | None = None) -> None:
+        if cluster is not None and not _CLUSTER_NAME.fullmatch(cluster):
+            raise ValueError(f"not a Slurm cluster name: {cluster!r} (one name of letters, "
+                             f"digits, '_' and '-')")
+        self.cluster = cluster
         # SLURM_TIME_FORMAT=standard: the parsers read ISO times, whatever the user set.
         # Not the allocation it may run in: a job submitted from inside one would inherit its
         # shape (hpsearch.slurm.environment).
@@ -80,7 +103,11 @@ class Slurm:
         must still be able to cancel its trials. sbatch is never repeated (it may have
         submitted before it died). Each command runs in a session of its own, so a Ctrl-C
         at the terminal (SIGINT to the foreground process group) reaches only the driver,
-        which then cancels its trials: an sbatch is not killed halfway."""
+        which then cancels its trials: an sbatch is not killed halfway. With a cluster,
+        `--clusters=NAME` goes right after the command's name (the only place this is
+        added, so no command can miss it)."""
+        if self.cluster is not None and argv[0] in CLUSTER_COMMANDS:
+            argv = [argv[0], f"--clusters={self.cluster}", *argv[1:]]
         for _ in range(1 if argv[0] == "sbatch" else 2):
             proc = self._run_once(argv, stdin, cwd)
             if proc.returncode >= 0:
@@ -299,6 +326,12 @@ class Slurm:
         return newest.job_id
 
     # -- the cluster -----------------------------------------------------------------------
+    def clusters(self) -> list[str]:
+        """The clusters slurmdbd knows (`sacctmgr -n -P list clusters format=cluster`), the
+        names `cluster` may take, whether or not each one's slurmctld runs now."""
+        argv = ["sacctmgr", "-n", "-P", "list", "clusters", "format=cluster"]
+        return self._parsed(argv, parse.parse_cluster_names, self._check(argv))
+
     def ping(self) -> None:
         """Raise SlurmError unless the Slurm controller answers (`scontrol ping`)."""
         self._check(["scontrol", "ping"])
@@ -366,9 +399,12 @@ class Slurm:
 
 
 def _failed(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
+    """The error of a command that exited non-zero, named by the command line that ran
+    (proc.args: with the cluster option, where there is one)."""
     # Most commands complain on stderr; some only on stdout (`scontrol show node nodeX`
     # prints "Node nodeX not found" there and exits 1).
-    return SlurmError(argv, proc.returncode, proc.stderr if proc.stderr.strip() else proc.stdout)
+    ran = [str(arg) for arg in proc.args] if isinstance(proc.args, list) else argv
+    return SlurmError(ran, proc.returncode, proc.stderr if proc.stderr.strip() else proc.stdout)
 
 
 def _after(submitted: str, since: float | None) -> bool:

@@ -13,7 +13,8 @@ Three kinds:
   is not installed: asking again gives the same answer.
 
 The patterns are Slurm 22.05's messages, seen on the test cluster (slurmdbd stopped,
-slurmctld stopped, `sacctmgr ... MaxSubmitJobs=1` with AccountingStorageEnforce=limits),
+slurmctld stopped, `sacctmgr ... MaxSubmitJobs=1` with AccountingStorageEnforce=limits,
+the second cluster's slurmctld stopped or killed under `--clusters`, an unknown cluster),
 plus those of the same errors that other versions and sites print.
 """
 
@@ -49,6 +50,9 @@ _TRANSIENT = (
     "slurmdbd is not responding",
     "error sending msg",
     "insane message length",
+    # -M NAME: NAME's slurmctld is down (slurmdbd then has no address for it), or slurmdbd
+    # is; a name slurmdbd does not know prints this too, after a permanent line (below).
+    "can't be reached now",
 )
 _LIMIT = (
     "maxsubmitjob",              # AssocMaxSubmitJobLimit, QOSMaxSubmitJobPerUserLimit...
@@ -57,8 +61,10 @@ _LIMIT = (
     "required partition not available",  # partition inactive or drained (maintenance)
     "violates accounting/qos policy",    # the generic line; its reason may say more
 )
-# Limits a job can never get under, however long it waits: its own size or time.
-_FOR_GOOD = ("perjob", "maxwall", "minjob", "invalid qos", "invalid account")
+# Limits a job can never get under, however long it waits: its own size or time; and a
+# cluster (-M) that slurmdbd does not know ("No cluster 'x' known by database.").
+_FOR_GOOD = ("perjob", "maxwall", "minjob", "invalid qos", "invalid account",
+             "known by database")
 
 
 def classify(returncode: int | None, text: str) -> str:

@@ -468,8 +468,30 @@ def parse_topology(text: str) -> list[Switch]:
 
 def parse_sbatch_parsable(text: str) -> str:
     """`sbatch --parsable` stdout -> the job id ("71", or "71;cluster" -> "71")."""
+    return parse_sbatch_answer(text)[0]
+
+
+def parse_sbatch_answer(text: str) -> tuple[str, str | None]:
+    """`sbatch --parsable` stdout -> (job id, cluster): "71" -> ("71", None); with
+    --clusters (-M) sbatch names the cluster that took the job, "71;hpsearch2" ->
+    ("71", "hpsearch2"), even where that is the local one."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    match = re.fullmatch(r"(\d+)(?:;\S+)?", lines[-1]) if lines else None
+    match = re.fullmatch(r"(\d+)(?:;(\S+))?", lines[-1]) if lines else None
     if not match:
         raise ValueError(f"sbatch --parsable printed no job id: {text!r}")
-    return match.group(1)
+    return match.group(1), match.group(2)
+
+
+# -- sacctmgr ------------------------------------------------------------------------------
+
+def parse_cluster_names(text: str) -> list[str]:
+    """`sacctmgr -n -P list clusters format=cluster` -> the cluster names, in its order."""
+    names = []
+    for number, line in enumerate(text.splitlines(), 1):
+        name = line.strip()
+        if not name:
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+            raise ValueError(f"sacctmgr line {number}: not a cluster name: {line!r}")
+        names.append(name)
+    return names

@@ -14,10 +14,13 @@ import os
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from hpsearch.slurm.hostlist import expand
+from hpsearch.slurm.parse import parse_scontrol_records, parse_sinfo_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
@@ -29,11 +32,21 @@ OUTPUT_TAIL_LINES = 40
 
 @dataclass(frozen=True)
 class SlurmCluster:
-    """A running cluster: pass `env` to every Slurm command (it holds SLURM_CONF)."""
+    """A running cluster: pass `env` to every Slurm command (it holds SLURM_CONF).
+
+    name: its ClusterName. partitions: each partition's nodes, the default partition first
+    (debug: every node; left and right: two disjoint halves). second_cluster: the other
+    cluster of the same slurmdbd, reached with -M (`Slurm(env, cluster=...)`), and its
+    nodes and partitions; None where it runs none (HPSEARCH_SLURM_SECOND_CLUSTER=none)."""
 
     state_dir: Path
     env: dict[str, str]
     nodes: tuple[str, ...]
+    name: str = "hpsearch"
+    partitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    second_cluster: str | None = None
+    second_cluster_nodes: tuple[str, ...] = ()
+    second_cluster_partitions: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
@@ -132,9 +145,39 @@ def _start(env: dict[str, str], what: str):
     print(f"\n{what} up in {time.monotonic() - began:.1f}s "
           f"(SLURM_CONF={exported['SLURM_CONF']})")
     conf = Path(exported["SLURM_CONF"])
-    cluster = SlurmCluster(state_dir=conf.parent.parent, env={**os.environ, **exported},
-                           nodes=tuple(f"node{i}" for i in range(1, 9)))
+    env = {**os.environ, **exported}
+    cluster = SlurmCluster(state_dir=conf.parent.parent, env=env,
+                           nodes=tuple(f"node{i}" for i in range(1, 9)),
+                           **_clusters_and_partitions(env))
     return cluster, was_running
+
+
+def _clusters_and_partitions(env: dict[str, str]) -> dict:
+    """SlurmCluster's name, partitions and second cluster, asked from the running cluster
+    (scontrol, sacctmgr, sinfo -M), so that no test names them."""
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+    def partitions(*cluster: str) -> dict[str, tuple[str, ...]]:
+        records = parse_scontrol_records(
+            run("scontrol", *cluster, "show", "partition", "-o").stdout)
+        records.sort(key=lambda r: r.get("Default") != "YES")
+        return {r["PartitionName"]: tuple(expand(r.get("Nodes", ""))) for r in records}
+
+    config = run("scontrol", "show", "config").stdout
+    name = next(line.split("=", 1)[1].strip() for line in config.splitlines()
+                if line.split("=", 1)[0].strip() == "ClusterName")
+    found: dict = {"name": name, "partitions": partitions()}
+    known = run("sacctmgr", "-n", "-P", "list", "clusters", "format=cluster").stdout.split()
+    for other in sorted(set(known) - {name}):
+        sinfo = run("sinfo", f"--clusters={other}", "-h", "-N", "-o", "%N|%T|%P")
+        if sinfo.returncode == 0:  # registered and its slurmctld answers
+            found.update(second_cluster=other,
+                         second_cluster_nodes=tuple(n.name for n in
+                                                    parse_sinfo_nodes(sinfo.stdout)),
+                         second_cluster_partitions=partitions(f"--clusters={other}"))
+            break
+    return found
 
 
 def _stop(env: dict[str, str], was_running: bool) -> None:
@@ -152,8 +195,9 @@ def slurm_cluster() -> SlurmCluster:
 
 # A second cluster beside the first, without the tree plugin: Slurm knows no switches, so only
 # hpsearch (given the topology file) can keep a trial under one leaf.
+# (No second cluster: these tests need none, and it would cost start-up time.)
 FLAT_ENV = {"HPSEARCH_SLURM_DIR": "/tmp/hpsearch-slurm-flat", "HPSEARCH_SLURM_PORT_BASE": "16900",
-            "HPSEARCH_SLURM_TOPOLOGY": "none"}
+            "HPSEARCH_SLURM_TOPOLOGY": "none", "HPSEARCH_SLURM_SECOND_CLUSTER": "none"}
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +218,8 @@ def slurm_flat_cluster() -> SlurmCluster:
 BOUND_CPUS = min(4, len(os.sched_getaffinity(0)))
 BOUND_ENV = {"HPSEARCH_SLURM_DIR": "/tmp/hpsearch-slurm-bound",
              "HPSEARCH_SLURM_PORT_BASE": "17100", "HPSEARCH_SLURM_BIND": "cores",
-             "HPSEARCH_SLURM_NODE_GPUS": "4", "HPSEARCH_SLURM_NODE_CPUS": str(BOUND_CPUS)}
+             "HPSEARCH_SLURM_NODE_GPUS": "4", "HPSEARCH_SLURM_NODE_CPUS": str(BOUND_CPUS),
+             "HPSEARCH_SLURM_SECOND_CLUSTER": "none"}
 
 
 @pytest.fixture(scope="session")

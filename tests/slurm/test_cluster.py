@@ -24,8 +24,47 @@ def test_sinfo_lists_eight_idle_nodes_in_the_default_partition(slurm_cluster: Sl
         assert time.monotonic() < deadline, states
         time.sleep(0.5)
     assert sorted(states) == sorted(slurm_cluster.nodes)
-    out = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N|%P|%c|%m|%G").stdout
+    out = slurm_cluster.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N|%P|%c|%m|%G").stdout
     assert set(out.splitlines()) == {f"{n}|debug*|4|4000|gpu:2" for n in slurm_cluster.nodes}
+
+
+def test_partitions_left_and_right_halve_the_nodes_under_debug(slurm_cluster: SlurmCluster):
+    """Two sites with disjoint nodes (two leaf switches each) in one cluster, beside the
+    default partition of every node."""
+    out = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N|%P").stdout
+    partitions: dict[str, set[str]] = {}
+    for line in out.splitlines():
+        node, partition = line.split("|")
+        partitions.setdefault(partition, set()).add(node)
+    assert partitions == {"debug*": set(slurm_cluster.nodes),
+                          "left": {"node1", "node2", "node3", "node4"},
+                          "right": {"node5", "node6", "node7", "node8"}}
+    assert slurm_cluster.partitions == {
+        "debug": slurm_cluster.nodes, "left": slurm_cluster.nodes[:4],
+        "right": slurm_cluster.nodes[4:]}
+
+
+def test_a_second_cluster_shares_slurmdbd_and_answers_to_dash_m(slurm_cluster: SlurmCluster):
+    """hpsearch2, 4 nodes of its own, reached from this cluster's SLURM_CONF with -M; the
+    users this cluster knows have an association there too."""
+    assert slurm_cluster.second_cluster == "hpsearch2"
+    assert slurm_cluster.second_cluster_nodes == tuple(f"h2node{i}" for i in range(1, 5))
+    assert slurm_cluster.second_cluster_partitions == {
+        "debug": slurm_cluster.second_cluster_nodes}
+    out = slurm_cluster.run("sinfo", "-M", "hpsearch2", "-h", "-N", "-o", "%N|%c|%m|%G").stdout
+    assert set(out.splitlines()) == {f"h2node{i}|4|4000|gpu:2" for i in range(1, 5)}
+    assert slurm_cluster.run("scontrol", "-M", "hpsearch2", "ping").stdout.endswith("is UP\n")
+    listed = slurm_cluster.run("sacctmgr", "-n", "-P", "list", "clusters",
+                               "format=cluster,controlport").stdout.split()
+    assert {line.split("|")[0] for line in listed} == {"hpsearch", "hpsearch2"}
+    assert all(int(line.split("|")[1]) > 0 for line in listed)  # each slurmctld registered
+    assoc = slurm_cluster.run("sacctmgr", "-n", "-P", "list", "assoc", "format=cluster,user")
+    users = {cluster: set() for cluster in ("hpsearch", "hpsearch2")}
+    for line in assoc.stdout.split():
+        cluster, user = line.split("|")
+        if user:
+            users[cluster].add(user)
+    assert "root" in users["hpsearch"] and users["hpsearch"] <= users["hpsearch2"]
 
 
 def test_topology_is_four_leaf_switches_of_two_nodes_under_one_spine(

@@ -356,12 +356,13 @@ def _wait_node_up(slurm_cluster, node: str, timeout: float = 120) -> None:
     it stays down."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = slurm_cluster.run("sinfo", "-h", "-n", node, "-o", "%T",
-                                  check=False).stdout.strip()
-        if state in ("idle", "mixed", "allocated"):
+        # One line per partition of the node (debug and left or right), the same state.
+        states = set(slurm_cluster.run("sinfo", "-h", "-n", node, "-o", "%T",
+                                       check=False).stdout.split())
+        if states and states <= {"idle", "mixed", "allocated"}:
             return
         if time.monotonic() > deadline - timeout / 2:
             slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume",
                               check=False)
         time.sleep(1)
-    pytest.fail(f"{node} did not return to service: {state}")
+    pytest.fail(f"{node} did not return to service: {sorted(states)}")

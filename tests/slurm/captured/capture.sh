@@ -213,4 +213,7 @@ SLURM_CONF=$WORK/no_accounting.conf sacct --parsable2 --noheader -j "$completed_
     >"$HERE/sacct_no_accounting.stdout.txt" 2>"$HERE/sacct_no_accounting.stderr.txt"
 echo $? >"$HERE/sacct_no_accounting.exitcode.txt"
 set -e
+
+# --- the second cluster and the partitions (a script of its own, to be run alone too) ----
+bash "$HERE/capture_clusters.sh"
 echo "captured into $HERE"
