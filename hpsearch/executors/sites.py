@@ -80,8 +80,7 @@ class SitesExecutor(Executor):
         self.parallel = job.parallel
         self.executors: dict[str, SlurmExecutor] = {}
         for site in self.sites:
-            slurm = (slurms or {}).get(site.name) or (  # DEV: until Slurm(cluster=) lands
-                Slurm(cluster=site.cluster) if site.cluster else Slurm())  # type: ignore[call-arg]
+            slurm = (slurms or {}).get(site.name) or Slurm(cluster=site.cluster)
             self.executors[site.name] = SlurmExecutor(site_job(job, site), slurm)
         self.loads = {site.name: brokerage.SiteLoad() for site in self.sites}
         self.where: dict[int, str] = {}  # trial id -> the site holding its attempt

@@ -60,9 +60,6 @@ def _partitions(cluster, job_ids):
 
 def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, slurm_cluster):
     name = f"sites-{RUN}"
-    for part, nodes in ((LEFT, "node[1-4]"), (RIGHT, "node[5-8]")):  # DEV ONLY: remove
-        slurm_cluster.run("scontrol", "create", f"PartitionName={part}", f"Nodes={nodes}",
-                          "State=UP", check=False)
     spec = cli.write_spec(SPEC.format(name=name, trials=8, left=LEFT, right=RIGHT))
     proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
     exp, trials = read_store(cli.runs, name)
@@ -96,9 +93,6 @@ def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, s
     there moves to `left` after move_after, as the same attempt, and every trial ends
     there; a job cancelled to move it is no failure."""
     name = f"sites-move-{RUN}"
-    for part, nodes in ((LEFT, "node[1-4]"), (RIGHT, "node[5-8]")):  # DEV ONLY: remove
-        slurm_cluster.run("scontrol", "create", f"PartitionName={part}", f"Nodes={nodes}",
-                          "State=UP", check=False)
     text = SPEC.format(name=name, trials=6, left=LEFT, right=RIGHT)
     spec = cli.write_spec(text.replace("  array: false\n", "  array: false\n  move_after: 3\n"))
     slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=DOWN")
@@ -116,3 +110,40 @@ def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, s
     assert moved == sent_right, events  # everything sent there moved
     jobs = [a["job_id"] for a in _attempts(cli.runs, name)]
     assert set(_partitions(slurm_cluster, jobs).values()) == {LEFT}
+
+
+def test_a_search_over_two_clusters_tracks_each_job_on_its_own(cli, slurm_cluster):
+    """A site on the second cluster (`cluster:`, every Slurm command with -M): its jobs run
+    on that cluster's nodes, whose job ids overlap the first's, and each is followed, ended
+    and shown through its own site."""
+    other = slurm_cluster.second_cluster
+    assert other, "scripts/slurm-cluster.sh starts a second cluster (docs/testing.md)"
+    name = f"sites-clusters-{RUN}"
+    text = SPEC.format(name=name, trials=6, left=LEFT, right=RIGHT)
+    spec = cli.write_spec(text.replace(f"    - {{partition: {RIGHT}}}\n",
+                                       f"    - {{cluster: {other}}}\n"))
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
+    exp, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 6, proc.stdout
+    attempts = _attempts(cli.runs, name)
+    assert {a["site"] for a in attempts} == {LEFT, other}, attempts
+    for a in attempts:
+        assert (a["nodes"] in slurm_cluster.second_cluster_nodes) == (a["site"] == other), a
+    there = [a["job_id"] for a in attempts if a["site"] == other]
+    out = slurm_cluster.run("sacct", "-M", other, "-n", "-P", "-X", "-o", "JobID,State",
+                            "-j", ",".join(there)).stdout
+    assert sorted(line.split("|")[0] for line in out.split()) == sorted(there), out
+    status = cli("status", name, check=0).stdout  # its partition column is empty
+    row = next(line.split() for line in status.splitlines() if line.startswith(other + " "))
+    assert row[:5] == [other, other, "0", "0", str(len(there))], status
+
+
+def test_a_site_on_a_cluster_slurmdbd_does_not_know_is_bad_input(cli, slurm_cluster):
+    name = f"sites-unknown-{RUN}"
+    text = SPEC.format(name=name, trials=2, left=LEFT, right=RIGHT)
+    spec = cli.write_spec(text.replace(f"    - {{partition: {RIGHT}}}\n",
+                                       "    - {cluster: nosuchcluster}\n"))
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=2, timeout=60)
+    assert "executor.sites[1]: site nosuchcluster: slurmdbd knows no cluster " \
+        "'nosuchcluster'" in proc.stderr, proc.stderr
+    assert not (cli.runs / name).exists()
