@@ -138,3 +138,23 @@ def test_sites_need_slurm(tmp_path):
     path.write_text(SPEC.replace("type: slurm", "type: local") + "  sites: [{partition: a}]\n")
     with pytest.raises(BadInput, match="sites are Slurm partitions or clusters"):
         load_spec(path)
+
+
+def test_plan_shows_the_sites_the_split_of_the_first_trials_and_each_trial_s_site(cli):
+    spec = cli.write_spec(SPEC.replace("trials: 2", "trials: 5, parallel: 4, seed: 1") + """\
+  sites:
+    - {partition: left, max: 1}
+    - {name: far, cluster: c2, partition: gpu, qos: low}
+resources: {time: "auto 00:30:00", scouts: 2}
+""")
+    out = cli("plan", spec, "--limit", "5", check=0).stdout
+    assert "sites: 2, each trial to the best weight" in out, out
+    assert "  left: partition left, max 1, weight 1; 1 of the first 4 trials" in out, out
+    assert "  far: partition gpu, cluster c2, qos low, weight 1; 3 of the first 4 trials" in out
+    assert "scouts: the first 2 trials ask for the ceiling (time 00:30:00)" in out, out
+    sites = [line for line in out.splitlines() if line.startswith("  site: ")]
+    assert sites[:4] == ["  site: left", "  site: far (cluster c2: sbatch -M c2)",
+                         "  site: far (cluster c2: sbatch -M c2)",
+                         "  site: far (cluster c2: sbatch -M c2)"], sites
+    assert sites[4].endswith("(shown as an example: decided when it is launched)"), sites
+    assert out.count("#SBATCH --partition=gpu") == 3 and "#SBATCH --qos=low" in out, out

@@ -24,12 +24,14 @@ def register(sub) -> None:
     p = add_command(sub, "plan", "Dry run: the number of trials (or grid size) and the exact "
                     "command line each trial would run (and, with per-trial resources, its "
                     "size); with executor.pilots, the pilot job's "
-                    "batch script, then each trial's command inside a pilot.",
+                    "batch script, then each trial's command inside a pilot; with "
+                    "executor.sites, each site and the site of each trial.",
                     "  hpsearch plan examples/quadratic/grid.yaml          # every grid point\n"
                     "  hpsearch plan examples/quadratic/spec.yaml --limit 3\n"
                     "  hpsearch plan examples/digits_ddp/slurm.yaml   # each trial's sbatch "
                     "script\n"
                     "  hpsearch plan pilots.yaml   # executor.pilots: the pilot's batch script\n"
+                    "  hpsearch plan sites.yaml    # executor.sites: the split, each trial's site\n"
                     "  hpsearch plan pilots.yaml --brief   # each trial's own command only:\n"
                     "  #   trial 0: lr=0.1\n"
                     "  #     $ python train.py --lr 0.1",
@@ -191,6 +193,12 @@ def plan(args) -> int:
     pilots = facts(spec.executor).section == "pilots"
     if pilots:
         print(_pilot_line(spec) if args.brief else _pilot_script(spec), end="")
+    split = _sites_split(spec, shown)
+    if spec.resources.auto and facts(spec.executor).job_per_attempt:
+        ceilings = ", ".join(f"{k} {getattr(spec.resources, k)}" for k in spec.resources.auto)
+        print(f"\nscouts: the first {spec.resources.scouts} trials ask for the ceiling "
+              f"({ceilings}); later ones for the 95th percentile of what the completed ones "
+              "took x 1.5 (docs/brokerage.md#scouts)")
     if args.brief:
         print()
     for _ in range(limit):
@@ -198,6 +206,11 @@ def plan(args) -> int:
         if asked is None:
             break
         launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
+        if split:  # executor.sites: the site the broker would send it to, and its job
+            from hpsearch.executors.sites import site_resources
+            site = split[asked.trial_id % len(split)]
+            launch = dataclasses.replace(launch, resources=site_resources(
+                launch.resources or spec.resources, site))
         print(f"{'' if args.brief else chr(10)}trial {asked.trial_id}: "
               f"{format_params(asked.params)}")
         resources = launch.resources or spec.resources
@@ -210,8 +223,18 @@ def plan(args) -> int:
             print(f"  runs inside a pilot (no job of its own), on {n} node{'s' * (n > 1)} of "
                   f"the pilot's allocation:\n  $ {launch.command}")
         elif facts(spec.executor).job_per_attempt:
+            from hpsearch.executors.sites import site_job
             from hpsearch.slurm.sbatch import batch_script
-            print(batch_script(spec.slurm_job(), launch), end="")
+            job = spec.slurm_job()
+            if split:
+                site = split[asked.trial_id % len(split)]
+                job = site_job(job, site)
+                later = asked.trial_id >= len(split)  # where a slot frees: results decide
+                print(f"  site: {site.name}" + (f" (cluster {site.cluster}: sbatch -M "
+                                                f"{site.cluster})" if site.cluster else "")
+                      + (" (shown as an example: decided when it is launched)" if later
+                         else ""))
+            print(batch_script(job, launch), end="")
         else:
             print(f"  $ {launch.command}")
     if limit < shown:
@@ -219,6 +242,33 @@ def plan(args) -> int:
     if pilots and not args.brief:
         print("\n(--brief: each trial's own command, without the launch shell)")
     return 0
+
+
+def _sites_split(spec, shown: int) -> list:
+    """executor.sites: print each site and where the first trials would go (the broker's
+    choice with nothing yet running: each trial adds to its site's pending); the sites
+    in that order, one a trial ([] without sites)."""
+    from hpsearch.executors import brokerage
+    sites = spec.executor.sites
+    if not sites:
+        return []
+    loads = {site.name: brokerage.SiteLoad() for site in sites}
+    order = []
+    for _ in range(max(1, min(shown, spec.search.parallel))):
+        site = brokerage.choose(sites, loads, 0.0)
+        if site is None:
+            break
+        loads[site.name].pending += 1
+        order.append(site)
+    print(f"\nsites: {len(sites)}, each trial to the best weight (docs/brokerage.md)")
+    for site in sites:
+        where = ", ".join(f"{k} {getattr(site, k)}" for k in ("partition", "cluster",
+                                                               "account", "qos", "max")
+                          if getattr(site, k) is not None)
+        first = sum(1 for s in order if s.name == site.name)
+        print(f"  {site.name}: {where or 'the default partition'}, weight {site.weight:g}; "
+              f"{first} of the first {len(order)} trials")
+    return order
 
 
 def _pilots(cfg) -> str:
