@@ -10,7 +10,14 @@ import random
 
 import pytest
 
-from hpsearch.search.pbt_policy import Decision, PbtSettings, Population, draw, perturb
+from hpsearch.search.pbt_policy import (
+    Decision,
+    PbtSettings,
+    Population,
+    draw,
+    next_to_run,
+    perturb,
+)
 from hpsearch.spec.model import Condition, Param
 
 LR = Param("lr", "float", low=1e-4, high=1e-1, log=True)
@@ -243,3 +250,13 @@ def test_pb2_explores_as_pbt_until_it_has_seen_three_rewards():
     population = _pb2_population(few)
     assert pb2_explore.explore(population, 0, {"h0": 0.5, "h1": 0.5}, random.Random(1)) == \
         population.explore({"h0": 0.5, "h1": 0.5}, random.Random(1))
+
+
+def test_of_equal_progress_the_member_paused_first_runs_first_whatever_its_id():
+    """Members 0-2 take member 3's checkpoint of step 9 and pause at step 9 again after it:
+    by id, member 3 would never run (the digits benchmark's seed 1 never ended); first
+    paused, first run."""
+    steps = {0: 9, 1: 9, 2: 9, 3: 9}
+    assert next_to_run([3, 0, 1, 2], steps, {3: 5, 0: 6, 1: 7, 2: 8}) == 3
+    assert next_to_run([0, 1, 3], {**steps, 0: 7}, {3: 5, 0: 6, 1: 7}) == 0  # least first
+    assert next_to_run([1, 2], {1: None, 2: 3}, {}) == 1  # no boundary yet: step 0

@@ -41,6 +41,7 @@ from hpsearch.search.pbt_policy import (
     Member,
     PbtSettings,
     Population,
+    next_to_run,
 )
 from hpsearch.search.registry import strategy
 from hpsearch.store import rows
@@ -147,7 +148,9 @@ class PbtSegments:
         decision = self._staged(tid, self.population.decide(tid))
         self.population.apply(decision)
         member = self.population.members[tid]
-        state.update(step=member.step, score=member.score, pending=_json(decision))
+        order = 1 + max((int(s.get("paused", 0)) for s in self.state.values()), default=0)
+        state.update(step=member.step, score=member.score, pending=_json(decision),
+                     paused=order)  # promote(): of equal progress, the first paused first
         if decision.exploits:
             state["lineage"].append({"at_step": step, "donor": decision.donor,
                                      "donor_step": decision.donor_step})
@@ -176,7 +179,8 @@ class PbtSegments:
         if self.search.asked < self.search.total or not self.waiting:
             return None
         members = self.population.members
-        tid = min(self.waiting, key=lambda t: (members[t].step or 0, t))
+        tid = next_to_run(self.waiting, {t: members[t].step for t in self.waiting},
+                          {t: int(self.state[t].get("paused", 0)) for t in self.waiting})
         self.waiting.remove(tid)
         row, state = self.store.trial(tid), self.state[tid]
         pending = state.get("pending") or {}
