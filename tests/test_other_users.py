@@ -99,15 +99,28 @@ def shared_tmp():
     shutil.rmtree(shared, ignore_errors=True)
 
 
-def _warm_run(shared: Path, script: Path) -> subprocess.CompletedProcess:
-    """A trial through the warm client, with the temp folder `shared` and no XDG dir."""
-    import sys
+def _warm_env(shared: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "SLURM_JOB_ID",
                                                             "SLURM_STEP_ID")}
     env["TMPDIR"] = str(shared)
+    return env
+
+
+def _warm_run(shared: Path, script: Path) -> subprocess.CompletedProcess:
+    """A trial through the warm client, with the temp folder `shared` and no XDG dir."""
+    import sys
     return subprocess.run([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "json",
                            "--idle-timeout", "5", "--", str(script), "ok"],
-                          env=env, capture_output=True, text=True, timeout=60)
+                          env=_warm_env(shared), capture_output=True, text=True, timeout=60)
+
+
+def _warm_socket(shared: Path) -> Path:
+    """The socket _warm_run's client connects to: keyed by its sys.path too, so asked of a
+    process started as that one is (tests/warm_socket.py), not computed here."""
+    import sys
+    return Path(subprocess.run([sys.executable, "-m", "tests.warm_socket", "json"],
+                               env=_warm_env(shared), capture_output=True, text=True,
+                               timeout=60, check=True).stdout.strip())
 
 
 def test_a_warm_folder_made_by_another_user_is_not_used(other_uid, tmp_path, shared_tmp,
@@ -152,15 +165,8 @@ def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shar
     server's uid (SO_PEERCRED), sends nothing, and runs the trial cold."""
     import socket
 
-    from hpsearch.warm import socket_path
     shared = shared_tmp
-    monkeypatch.setenv("TMPDIR", str(shared))
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
-    import tempfile
-    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
-    path = socket_path(["json"])
+    path = _warm_socket(shared)
     path.parent.mkdir(mode=0o700)  # the victim's own, private folder
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -189,6 +195,10 @@ def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shar
     script.write_text("import sys\nprint('ran', sys.argv[1])\n")
     time.sleep(0.5)  # the child listens
     proc = _warm_run(shared, script)
+    import select
+    ready, _, _ = select.select([got_read], [], [], 30)  # the server tells what it received
+    assert ready, ("the other user's server was never reached: not the client's socket?",
+                   path, proc.stdout, proc.stderr)
     received = os.read(got_read, 64)
     os.close(got_read)
     os.waitpid(pid, 0)

@@ -25,7 +25,8 @@ def register(sub) -> None:
 
 
 def checkpoints(args) -> int:
-    from hpsearch.cli.inspect_cmds import _metric_names, _reader, _table
+    from hpsearch.cli.common import print_table
+    from hpsearch.cli.inspect_cmds import _metric_names, _reader
 
     with _reader(runs.existing_experiment_dir(runs_dir_of(args), args.name) / STORE_FILE) as reader:
         exp = reader.experiment()
@@ -49,7 +50,7 @@ def checkpoints(args) -> int:
             if c.deleted else ("latest" if c.path in latest else "")
         table.append([str(c.trial), str(c.step), format_value(c.metric) if c.metric is not None
                       else "", _size(c.bytes), str(c.attempt or ""), note, c.path])
-    _table(["trial", "step", metric, "size", "try", "", "path"], table)
+    print_table(["trial", "step", metric, "size", "try", "", "path"], table)
     return 0
 
 

@@ -6,7 +6,7 @@ import itertools
 import os
 from pathlib import Path
 
-from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
+from hpsearch.cli.common import add_command, add_runs_dir, print_table, runs_dir_of
 from hpsearch.errors import HpsearchError
 from hpsearch.store import runs
 
@@ -30,7 +30,6 @@ def register(sub) -> None:
 
 
 def topology(args) -> int:
-    from hpsearch.cli.inspect_cmds import _table
     from hpsearch.placement.topology import leaf_states
     from hpsearch.slurm.commands import Slurm
     from hpsearch.slurm.hostlist import compress
@@ -48,7 +47,7 @@ def topology(args) -> int:
         rows.append([leaf, _count(st.free, compress), _count(used, compress),
                      _count(st.drained, compress), _count(st.down, compress),
                      " ".join(trials) or "-"])
-    _table(["leaf", "free", "used", "drained", "down", "trials"], rows)
+    print_table(["leaf", "free", "used", "drained", "down", "trials"], rows)
     for warning in topo.warnings:
         print(f"warning: {warning}")
     return 0

@@ -60,3 +60,12 @@ def yaml_text(value) -> str:
 
 def format_params(params: dict) -> str:
     return " ".join(f"{k}={format_value(v)}" for k, v in params.items())
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell, the last one unpadded."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    widths[-1] = 0  # last column unpadded
+    for line in [header] + rows:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())

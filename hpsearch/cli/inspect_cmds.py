@@ -10,7 +10,14 @@ from pathlib import Path
 
 from hpsearch.accounting import efficiency
 from hpsearch.cli import sites_cmds
-from hpsearch.cli.common import add_command, add_runs_dir, format_params, format_value, runs_dir_of
+from hpsearch.cli.common import (
+    add_command,
+    add_runs_dir,
+    format_params,
+    format_value,
+    print_table,
+    runs_dir_of,
+)
 from hpsearch.ingest import outcome, resume_check
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import describe, read_gpu_use
@@ -114,7 +121,7 @@ def status(args) -> int:
                  ] if startup else []  # apart from the run: docs/trial.md#start-up
         rows.append([str(t.id), t.state, str(t.attempt), duration, *(spent or []), *began,
                      _where(t), *used, values, format_params(t.params), note])
-    _table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []),
+    print_table(["id", "state", "try", "time", *(["steps", "rung"] if staged else []),
             *(["start-up"] if startup else []), "where",
             *(["gpu"] if gpu else []), *(["parallel"] if timing else []), "objective",
             "params", "error"], rows)
@@ -163,7 +170,7 @@ def _pilot_table(pilots, gpu: dict) -> None:
     from hpsearch.tui import text
     live = sum(1 for p in pilots if p.live)
     print(f"\npilots: {live} live, {len(pilots) - live} ended")
-    _table(["pilot", "job", "state", "nodes", "trials", "time", "left",
+    print_table(["pilot", "job", "state", "nodes", "trials", "time", "left",
             *(["gpu"] if gpu else []), "note"],
            [[str(p.id), p.job_id or "", p.state, text.pilot_where(p), text.pilot_trials(p),
              text.pilot_age(p), text.pilot_left(p), *([describe(gpu.get(p.id))] if gpu else []),
@@ -204,17 +211,9 @@ def _status_all(runs_dir: Path) -> int:
     if not rows:
         print(f"no experiments under {runs_dir}")
         return 0
-    _table(["name", "status", "strategy", "done", "running", "failed", "best", "driver",
+    print_table(["name", "status", "strategy", "done", "running", "failed", "best", "driver",
             "updated"], rows)
     return 0
-
-
-def _table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
-    widths[-1] = 0  # last column unpadded
-    for line in [header] + rows:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
 
 
 def best(args) -> int:

@@ -4,7 +4,7 @@ same table under the trials."""
 
 from __future__ import annotations
 
-from hpsearch.cli.common import add_command, add_runs_dir, runs_dir_of
+from hpsearch.cli.common import add_command, add_runs_dir, print_table, runs_dir_of
 from hpsearch.executors import brokerage
 from hpsearch.store import runs
 from hpsearch.store.runs import STORE_FILE
@@ -24,10 +24,9 @@ def register(sub) -> None:
 
 def table(lines) -> None:
     """The sites table (status and sites)."""
-    from hpsearch.cli.inspect_cmds import _table
     from hpsearch.tui.text import format_duration
     print(f"\nsites: {len(lines)}")
-    _table(["site", "partition", "cluster", "running", "pending", "ended", "site failures",
+    print_table(["site", "partition", "cluster", "running", "pending", "ended", "site failures",
             "queue wait", "share", "weight", "skipped"],
            [[ln.site.name, ln.site.partition or "", ln.site.cluster or "",
              str(ln.load.running), str(ln.load.pending), str(ln.load.ended),
