@@ -33,12 +33,21 @@ It prints, per row, the median best score over the seeds, each seed's best, the 
 steps trained and the median wall time, then goal lines on each problem: PBT's best beats
 random search's at the same step budget and is no worse than Ray's, in no more wall time
 than Ray's (medians), and on the toy PBT from the paper's start passes 0.39.
+
+Each hpsearch search runs in a forked child; one still going after --row-limit seconds
+(120) is stopped and counts as no result (-inf in the median, "no end" in its seed's
+place). The first run of this table (2026-11-29) had the digits pbt search of seed 1 going
+round for 7 minutes: three members each took member 3's checkpoint of epoch 9 ~265
+times, while member 3 (paused at epoch 9, tied on progress with the three, the highest
+id) never got a slot again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing
 import platform
 import shutil
 import statistics
@@ -91,27 +100,49 @@ def run_ray(problem: problems.Problem, population: int, seed: int) -> tuple[floa
     return float(found["best"]), int(found["steps"]), float(found["seconds"])
 
 
-def measure(problem: problems.Problem, row: Row, seed: int, name: str,
-            runs_dir: Path) -> tuple[float, int, float]:
+def drive(problem: problems.Problem, spec: dict, runs_dir: Path,
+          limit: float) -> tuple[float, int, float]:
+    """(best, steps trained, wall seconds) of one hpsearch search, run by a forked child;
+    a search still going after `limit` seconds is stopped (SIGTERM to that child) and
+    counted as no result (best nan, wall `limit`): a livelocked search must not hold the
+    benchmark forever."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=lambda: send.send(run.drive(spec, runs_dir)[1]))
+    child.start()
+    ended = receive.poll(limit)
+    wall = receive.recv() if ended else limit
+    child.join() if ended else child.terminate()
+    exp_dir = runs_dir / spec["name"]
+    if not ended:
+        child.join(30)
+        return math.nan, problems.steps_trained(exp_dir, problem.steps), wall
+    return problems.best(exp_dir), problems.steps_trained(exp_dir, problem.steps), wall
+
+
+def measure(problem: problems.Problem, row: Row, seed: int, name: str, runs_dir: Path,
+            limit: float) -> tuple[float, int, float]:
     """(best, steps trained, wall seconds) of one row on one seed."""
     if row.method == "ray":
         return run_ray(problem, row.members, seed)
-    exp_dir, wall = run.drive(problems.spec(problem, name, row.method, row.members, seed,
-                                            list(row.enqueue)), runs_dir)
-    return problems.best(exp_dir), problems.steps_trained(exp_dir, problem.steps), wall
+    return drive(problem, problems.spec(problem, name, row.method, row.members, seed,
+                                        list(row.enqueue)), runs_dir, limit)
 
 
 Results = dict[str, list[tuple[float, int, float]]]
 
 
 def print_table(name: str, results: Results) -> dict[str, tuple[float, float]]:
-    """The rows' table; returns row -> (median best, median wall)."""
+    """The rows' table; returns row -> (median best, median wall). A search stopped at
+    --row-limit has no best: it counts as the worst (-inf) in the median."""
     medians = {}
     for label, got in results.items():
-        best, wall = statistics.median(b for b, _, _ in got), statistics.median(w for *_, w in got)
+        bests = [-math.inf if math.isnan(b) else b for b, _, _ in got]
+        best, wall = statistics.median(bests), statistics.median(w for *_, w in got)
         medians[label] = (best, wall)
-        print(f"| {name} | {label} | {best:.4f} | {', '.join(f'{b:.3f}' for b, _, _ in got)} "
-              f"| {statistics.median(s for _, s, _ in got):.0f} | {wall:.1f} |")
+        print(f"| {name} | {label} | {best:.4f} | "
+              f"{', '.join('no end' if math.isinf(b) else f'{b:.3f}' for b in bests)} "
+              f"| {statistics.median(s for _, s, _ in got):.0f} | {wall:.1f} |", flush=True)
     return medians
 
 
@@ -150,6 +181,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="digits perturbation_interval in epochs (default 2)")
     parser.add_argument("--digits-population", type=int, default=4, help="default 4")
     parser.add_argument("--no-ray", action="store_true", help="leave Ray Tune's rows out")
+    parser.add_argument("--row-limit", type=float, default=120, metavar="SECONDS",
+                        help="stop an hpsearch search still going after this long and count "
+                             "it as no result (default 120)")
     parser.add_argument("--keep", action="store_true", help="keep the runs dir")
     return parser.parse_args(argv)
 
@@ -169,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
           + "; ".join(f"{p.name}: {p.steps} steps a member, interval {p.interval}, seeds "
                       f"0-{seeds - 1}" for p, seeds, _ in setups(args)))
     runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-pbt-bench-"))
-    tables = []
+    print("\n| problem | row | median best | best per seed | median steps trained "
+          "| median wall s |\n|---|---|---|---|---|---|", flush=True)
+    goals = []
     try:
         for problem, seeds, populations in setups(args):
             results: Results = {}
@@ -177,19 +213,20 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(seeds):
                 for i, row in enumerate(rows):
                     results.setdefault(row.label, []).append(
-                        measure(problem, row, seed, f"{problem.name}{i}-s{seed}", runs_dir))
-            tables.append((problem, populations, results))
+                        measure(problem, row, seed, f"{problem.name}{i}-s{seed}", runs_dir,
+                                args.row_limit))
+            goals.append((problem, populations, print_table(problem.name, results)))
     finally:
         if args.keep:
             print(f"runs dir kept: {runs_dir}")
         else:
             shutil.rmtree(runs_dir, ignore_errors=True)
-    print("\n| problem | row | median best | best per seed | median steps trained "
-          "| median wall s |\n|---|---|---|---|---|---|")
-    medians = [print_table(problem.name, results) for problem, _, results in tables]
     print()
-    for (problem, populations, _), found in zip(tables, medians):
+    for problem, populations, found in goals:
         print_goals(problem.name, found, populations, problem.steps)
+    if any(math.isinf(b) for _, _, found in goals for b, _ in found.values()):
+        print(f"no end: a search still going after {args.row_limit:.0f} s was stopped and "
+              "counts as no result (-inf)")
     if not ray:
         print("not measured: Ray Tune's PopulationBasedTraining ("
               + ("--no-ray" if args.no_ray else f"{PEERS_PYTHON} is missing; "
