@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = Path(tempfile.mkdtemp(prefix="hpsearch-pbt-bench-"))
     print("\n| problem | row | median best | best per seed | median steps trained "
           "| median wall s |\n|---|---|---|---|---|---|", flush=True)
-    goals = []
+    goals, stopped = [], []
     try:
         for problem, seeds, populations in setups(args):
             results: Results = {}
@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                         measure(problem, row, seed, f"{problem.name}{i}-s{seed}", runs_dir,
                                 args.row_limit))
             goals.append((problem, populations, print_table(problem.name, results)))
+            stopped += [(problem.name, label, seed, steps) for label, got in results.items()
+                        for seed, (best, steps, _) in enumerate(got) if math.isnan(best)]
     finally:
         if args.keep:
             print(f"runs dir kept: {runs_dir}")
@@ -224,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for problem, populations, found in goals:
         print_goals(problem.name, found, populations, problem.steps)
-    if any(math.isinf(b) for _, _, found in goals for b, _ in found.values()):
-        print(f"no end: a search still going after {args.row_limit:.0f} s was stopped and "
-              "counts as no result (-inf)")
+    for problem, label, seed, steps in stopped:
+        print(f"no end: {problem}: {label}, seed {seed}: still going after "
+              f"{args.row_limit:.0f} s ({steps} steps trained); stopped, counted as no result")
     if not ray:
         print("not measured: Ray Tune's PopulationBasedTraining ("
               + ("--no-ray" if args.no_ray else f"{PEERS_PYTHON} is missing; "
