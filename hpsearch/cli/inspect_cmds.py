@@ -83,14 +83,15 @@ def status(args) -> int:
         return _status_all(runs_dir_of(args))
     with _open(args) as reader:
         exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
-        ran, startup = _run_seconds(trials, reader.all_attempts())
+        attempts = reader.all_attempts()
+        ran, startup = _run_seconds(trials, attempts)
         trouble = reader.slurm_trouble() if exp.status == "running" else None
         pilots = pilot_lines(reader, runs_dir_of(args) / args.name)
         gpu, pilot_gpu = read_gpu_use(reader, exp.spec_yaml, pilots, time.time())
         timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                                        exp.spec_yaml)  # docs/scaling.md
         restarts = reader.events(limit=None, kind=resume_check.KIND)
-        sites = sites_cmds.read_lines(runs_dir_of(args) / args.name, reader)
+        sites = sites_cmds.read_lines(runs_dir_of(args) / args.name, exp, trials, attempts)
     driver = DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion

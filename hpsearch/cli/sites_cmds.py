@@ -35,10 +35,10 @@ def table(lines) -> None:
             for ln in lines])
 
 
-def read_lines(exp_dir, reader):
-    """The site lines of the experiment `reader` reads, [] without sites."""
+def read_lines(exp_dir, exp, trials, attempts: list[dict]):
+    """The site lines of the experiment (its row, trials and attempts as read by the
+    caller), [] without sites."""
     from hpsearch.views.sites import site_lines
-    exp = reader.experiment()
     if "sites" not in exp.spec_yaml:  # not worth parsing the spec again
         return []
     from hpsearch.errors import HpsearchError
@@ -47,14 +47,15 @@ def read_lines(exp_dir, reader):
         sites = stored_spec(exp, exp_dir.parent).executor.sites
     except HpsearchError:  # what it ran with cannot be read here: status shows the rest
         return []
-    return site_lines(sites, reader.trials(), reader.all_attempts()) if sites else []
+    return site_lines(sites, trials, attempts) if sites else []
 
 
 def sites(args) -> int:
     from hpsearch.store.reader import Reader
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
     with Reader(exp_dir / STORE_FILE) as reader:
-        lines = read_lines(exp_dir, reader)
+        lines = read_lines(exp_dir, reader.experiment(), reader.trials(),
+                           reader.all_attempts())
     if not lines:
         print(f"{args.name} names no executor.sites: its trials go to one partition")
         return 0
