@@ -2,7 +2,8 @@
 # A real Slurm cluster on this one host, for tests and for trying hpsearch by hand:
 # munged, a private MariaDB, slurmdbd (so sacct works), slurmctld and 8 nodes, each a
 # `slurmd -N nodeX` process on its own port, under a tree topology of 4 leaf switches and a
-# spine; partitions debug (all 8, the default), left (node[1-4]) and right (node[5-8]).
+# spine; partitions debug (all 8, the default), left (node[1-4]) and right (node[5-8]), and
+# over node[5-8] scavenger (preemptible) and urgent (which preempts it).
 # Beside it a second cluster, hpsearch2 (its own slurmctld and 4 nodes h2node[1-4], the same
 # munge, slurmdbd and state directory), reached from the first one's SLURM_CONF with
 # `sbatch -M hpsearch2`, `squeue -M hpsearch2`, ... Root on Debian/Ubuntu; every file it
@@ -242,6 +243,11 @@ write_slurm_conf() {
         echo "JobCompType=jobcomp/none"
         echo "TopologyPlugin=topology/$TOPOLOGY_PLUGIN"
         echo "SchedulerType=sched/backfill"
+        echo "# Preemption by partition: only a job of partition urgent (PriorityTier=10) preempts,"
+        echo "# and only jobs of partition scavenger (PreemptMode=CANCEL); every other partition"
+        echo "# is PreemptMode=OFF (a preemptible site: tests/slurm/test_brokerage_preempt.py)."
+        echo "PreemptType=preempt/partition_prio"
+        echo "PreemptMode=CANCEL"
         echo "# Schedule within a second or two so tests stay fast."
         echo "SchedulerParameters=bf_interval=1,sched_interval=2,bf_continue"
         echo "SelectType=select/cons_tres"
@@ -287,14 +293,17 @@ write_slurm_conf() {
 
 # The first cluster: partitions debug (every node, the default: what every test used before
 # there were more), left and right (the first and the second half, two leaf switches each:
-# two sites with disjoint nodes).
+# two sites with disjoint nodes); over the second half also scavenger (preemptible: its jobs
+# are cancelled for a job of urgent) and urgent (higher PriorityTier: it preempts).
 write_configs() {
     local half=$((NODE_COUNT / 2))
     write_slurm_conf "$CLUSTER_NAME" "$ETC" "$SLURMCTLD_PORT" node "$NODE_COUNT" \
         "$SLURMD_PORT0" "" \
-        "debug Nodes=node[1-$NODE_COUNT] Default=YES MaxTime=INFINITE State=UP
-left Nodes=node[1-$half] MaxTime=INFINITE State=UP
-right Nodes=node[$((half + 1))-$NODE_COUNT] MaxTime=INFINITE State=UP"
+        "debug Nodes=node[1-$NODE_COUNT] Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF
+left Nodes=node[1-$half] MaxTime=INFINITE State=UP PreemptMode=OFF
+right Nodes=node[$((half + 1))-$NODE_COUNT] MaxTime=INFINITE State=UP PreemptMode=OFF
+scavenger Nodes=node[$((half + 1))-$NODE_COUNT] MaxTime=INFINITE State=UP PreemptMode=CANCEL
+urgent Nodes=node[$((half + 1))-$NODE_COUNT] MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
     {
         echo "# slurmdbd reads this from beside slurm.conf, and only if it is mode 600."
         echo "AuthType=auth/munge"
@@ -323,7 +332,7 @@ right Nodes=node[$((half + 1))-$NODE_COUNT] MaxTime=INFINITE State=UP"
 write_second_configs() {
     write_slurm_conf "$SECOND_CLUSTER" "$ETC2" "$SLURMCTLD2_PORT" "$SECOND_NODE_PREFIX" \
         "$SECOND_NODE_COUNT" "$SLURMD2_PORT0" h2 \
-        "debug Nodes=$SECOND_NODE_PREFIX[1-$SECOND_NODE_COUNT] Default=YES MaxTime=INFINITE State=UP"
+        "debug Nodes=$SECOND_NODE_PREFIX[1-$SECOND_NODE_COUNT] Default=YES MaxTime=INFINITE State=UP PreemptMode=OFF"
 }
 
 # --- daemons, found only through their pid files -----------------------------------------

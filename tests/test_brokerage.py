@@ -123,8 +123,6 @@ def test_sites_in_the_spec_choose_the_sites_executor_with_names_and_defaults(tmp
     ("sites:\n  - {partition: a, weight: -1}\n", 8, "executor.sites[0].weight", "a number > 0"),
     ("sites:\n  - {partition: 'a b'}\n", 8, "executor.sites[0].partition", "Slurm partition"),
     ("sites:\n  - {partition: a, nodes: 2}\n", 8, "executor.sites[0].nodes", "unknown key"),
-    ("pilots: true\nsites: [{partition: a}]\n", 8, "executor.sites",
-     "sites with pilots are not supported yet"),
 ])
 def test_a_bad_site_names_its_key_and_line(tmp_path, tail, line, key, message):
     with pytest.raises(BadInput) as caught:
@@ -158,3 +156,21 @@ resources: {time: "auto 00:30:00", scouts: 2}
                          "  site: far (cluster c2: sbatch -M c2)"], sites
     assert sites[4].endswith("(shown as an example: decided when it is launched)"), sites
     assert out.count("#SBATCH --partition=gpu") == 3 and "#SBATCH --qos=low" in out, out
+
+
+def test_plan_of_pilots_over_sites_splits_the_first_pilots_and_binds_no_trial_to_a_site(cli):
+    """With pilots the broker places pilots, not trials: each trial runs in whichever
+    pilot starts first (hpsearch.pilot.places)."""
+    spec = cli.write_spec(SPEC.replace("trials: 2", "trials: 3, parallel: 4") + """\
+  pilots: {max: 3, time: "00:10:00"}
+  sites:
+    - {partition: left}
+    - {name: far, cluster: c2}
+""")
+    assert chosen(load_spec(spec).executor).facts.name == "pilots"
+    out = cli("plan", spec, check=0).stdout
+    assert "sites: 2, each pilot to the best weight (docs/brokerage.md); trials run in " \
+        "whichever pilot starts first" in out, out
+    assert "  left: partition left, weight 1; 2 of the first 3 pilots" in out, out
+    assert "  far: cluster c2, weight 1; 1 of the first 3 pilots" in out, out
+    assert "  site: " not in out, out

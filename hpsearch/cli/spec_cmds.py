@@ -245,30 +245,32 @@ def plan(args) -> int:
 
 
 def _sites_split(spec, shown: int) -> list:
-    """executor.sites: print each site and where the first trials would go (the broker's
-    choice with nothing yet running: each trial adds to its site's pending); the sites
-    in that order, one a trial ([] without sites)."""
+    """executor.sites: print each site and where the first trials (with pilots: the first
+    pilots) would go (the broker's choice with nothing yet running: each adds to its site's
+    pending); the sites in that order, one a trial ([] without sites, or with pilots)."""
     from hpsearch.executors import brokerage
-    sites = spec.executor.sites
+    sites, pilots = spec.executor.sites, spec.executor.pilots
     if not sites:
         return []
     loads = {site.name: brokerage.SiteLoad() for site in sites}
     order = []
-    for _ in range(max(1, min(shown, spec.search.parallel))):
+    unit = "pilots" if pilots else "trials"  # with pilots, the broker places the pilots
+    for _ in range(max(1, pilots.max if pilots else min(shown, spec.search.parallel))):
         site = brokerage.choose(sites, loads, 0.0)
         if site is None:
             break
         loads[site.name].pending += 1
         order.append(site)
-    print(f"\nsites: {len(sites)}, each trial to the best weight (docs/brokerage.md)")
+    print(f"\nsites: {len(sites)}, each {unit[:-1]} to the best weight (docs/brokerage.md)"
+          + ("; trials run in whichever pilot starts first" if pilots else ""))
     for site in sites:
         where = ", ".join(f"{k} {getattr(site, k)}" for k in ("partition", "cluster",
                                                                "account", "qos", "max")
                           if getattr(site, k) is not None)
         first = sum(1 for s in order if s.name == site.name)
         print(f"  {site.name}: {where or 'the default partition'}, weight {site.weight:g}; "
-              f"{first} of the first {len(order)} trials")
-    return order
+              f"{first} of the first {len(order)} {unit}")
+    return [] if pilots else order  # a trial runs in whichever pilot starts first
 
 
 def _pilots(cfg) -> str:

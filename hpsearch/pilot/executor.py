@@ -32,15 +32,15 @@ from hpsearch.executors.base import (
     nap,
 )
 from hpsearch.executors.slurm import SlurmExecutor
-from hpsearch.executors.slurm_health import SlurmHealth
-from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import Launch, prepare_trial_dir
 from hpsearch.pilot import protocol
 from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
+from hpsearch.pilot.places import SITE_FAILED
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
 from hpsearch.pilot.supply import Supply
 from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import PILOT_RESERVE, FailureClass, SlurmJob, slot_width
+from hpsearch.store import rows
 from hpsearch.store.trusted import present
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class PilotExecutor(Executor):
             return SlurmExecutor(spec.slurm_job())
         return cls(spec.slurm_job(), store)
 
-    def __init__(self, job: SlurmJob, store, slurm=None) -> None:
+    def __init__(self, job: SlurmJob, store, slurm=None, slurms: dict | None = None) -> None:
         if slurm is None:
             from hpsearch.slurm.commands import Slurm
             slurm = Slurm()
@@ -80,8 +80,7 @@ class PilotExecutor(Executor):
                              "in the spec; it has none")
         self.job, self.cfg = job, cfg
         self.parallel = job.parallel
-        health = SlurmHealth(job.executor.poll_interval)
-        self.fleet = Fleet(job, store, slurm, Submitter(job, slurm, health), health)
+        self.fleet = Fleet(job, store, slurm, slurms)
         # Room is counted in node slots (one slot on one node): a trial of n nodes takes n.
         # Trials of several sizes (per-trial nodes) count in their sizes' common divisor.
         sizes = job.node_sizes or (job.resources.nodes,)
@@ -90,6 +89,7 @@ class PilotExecutor(Executor):
         self.smallest = min(sizes)
         self.supply = Supply(self.cfg.max, self.pilot_room)
         self.starts = StartFailures()  # pilots that end before they run a trial
+        self.unneeded: dict[int, float] = {}  # pending pilot -> since when no trial needs it
         self.ready: list[Launch] = []
         self.bound: dict[int, _Bound] = {}
         self.events: list = []  # found outside poll() (cancels, adoption), for the next poll
@@ -232,8 +232,27 @@ class PilotExecutor(Executor):
         unstarted = sum(1 for pilot in self.fleet.pilots.values() if not pilot.ran)
         for _ in range(self.starts.to_submit(
                 self.supply.to_submit(ready, free, len(self.fleet.pilots)), unstarted)):
-            if not self.fleet.health.may_submit() or self.fleet.submit() is None:
-                return
+            if not self.fleet.may_submit() or self.fleet.submit() is None:
+                break
+        self._cancel_unneeded(ready, sum(self._free_in(pilot) for pilot in live
+                                         if pilot.state == rows.PILOT_RUNNING))
+        self.fleet.move_stuck()
+
+    def _cancel_unneeded(self, ready: int, free_running: int) -> None:
+        """Cancel pending pilots the ready trials have not needed for idle_timeout (a
+        running pilot with nothing to do leaves after as long): the newest first."""
+        pending = sorted((pilot for pilot in self.fleet.pilots.values()
+                          if pilot.state in (rows.PILOT_SUBMITTING, rows.PILOT_PENDING)
+                          and not pilot.stop_sent), key=lambda pilot: -pilot.id)
+        surplus = pending[:self.supply.surplus(ready, free_running, len(pending))]
+        now = time.monotonic()
+        self.unneeded = {pilot.id: self.unneeded.get(pilot.id, now) for pilot in surplus}
+        for pilot in surplus:
+            if now - self.unneeded[pilot.id] >= self.cfg.idle_timeout:
+                self.fleet.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job "
+                                             f"{pilot.job_id}) pending, and not needed for "
+                                             f"{self.cfg.idle_timeout:g} s: cancelled"))
+                self.fleet.stop(pilot)
 
     def _room(self, launch: Launch) -> int:
         """Node slots the attempt takes: its width on each of its nodes."""
@@ -342,9 +361,9 @@ class PilotExecutor(Executor):
         info = protocol.read_json(pilot.paths.file("started", name)) or {}
         nodes = info.get("nodes") or None
         return [Started(trial_id, attempt, nodes or "", gpus=info.get("gpus") or None,
-                        job_id=pilot.job_id),
+                        job_id=pilot.job_id, site=pilot.site),
                 Update(trial_id, attempt, "RUNNING", None, nodes,
-                       self.fleet.planner.leaves(nodes))]
+                       self.fleet.leaves(pilot, nodes))]
 
     def _ended_from_file(self, trial_id: int, attempt: int, paths: protocol.PilotPaths, name: str,
                          job_id: str | None, pilot: PilotJob | None = None) -> Ended:
@@ -362,7 +381,8 @@ class PilotExecutor(Executor):
                                            f"given up: {pilot.lost}")
         reason = end_reason(data.get("reason"), "lost")
         return Ended(trial_id, attempt, data.get("exit_code"), reason, detail, nodes,
-                     self.fleet.planner.leaves(nodes), job_id, stopped_as=stopped)
+                     self.fleet.leaves(pilot, nodes) if pilot else self.fleet.planner.leaves(nodes),
+                     job_id, stopped_as=stopped)
 
     def _start_failed(self, pilot: PilotJob) -> list:
         """A pilot that ended before it ran a trial, neither stopped by the driver nor gone
@@ -370,6 +390,8 @@ class PilotExecutor(Executor):
         and after too many in a row the search gives up."""
         if pilot.ran or pilot.left or pilot.stop_sent or self.starts.gave_up:
             return []
+        if pilot.ended_as not in SITE_FAILED:  # those the broker counted already
+            self.fleet.broker.failed(pilot)
         rec = pilot.record
         exit_code = None if rec is None or rec.exit_code is None else \
             f"{rec.exit_code}:{rec.signal or 0}"

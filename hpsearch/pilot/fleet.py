@@ -9,19 +9,20 @@ KillWait still has processes writing). A pilot whose heartbeat has been silent f
 slow (a stopped process, a hung file system), its trials still running. Its trials are
 retried only once Slurm confirms the job gone, so one trial dir never has two attempts
 writing it (issue 22).
-How many pilots to have is hpsearch.pilot.supply's business, not this file's.
+How many pilots to have is hpsearch.pilot.supply's business, and where each goes (the
+search's partition, or one of its sites) hpsearch.pilot.places's, not this file's: each
+pilot is submitted, asked about and cancelled through its place's Slurm (its cluster).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpsearch.executors.base import EndReason, Note
 from hpsearch.pilot import protocol
-from hpsearch.placement.planner import Planner
+from hpsearch.pilot.places import Broker, Place, make_places
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.failures import TRANSIENT, Backoff, SlurmError, retrying
 from hpsearch.slurm.parse import JobRecord
@@ -78,6 +79,8 @@ class PilotJob:
     left: bool = False  # it wrote its exit: it ran, and went of its own accord
     why: str | None = None  # why it ended
     record: JobRecord | None = None  # sacct's record of its job, once it ended
+    site: str | None = None  # executor.sites: the site it was sent to
+    submitted: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         self.watch = protocol.Watch(self.paths.heartbeat)
@@ -100,14 +103,13 @@ class PilotJob:
 
 
 class Fleet:
-    def __init__(self, job: SlurmJob, store, slurm, submitter, health) -> None:
-        self.job, self.store, self.slurm = job, store, slurm
-        self.submitter, self.health = submitter, health
+    def __init__(self, job: SlurmJob, store, slurm, slurms: dict | None = None) -> None:
+        self.job, self.store = job, store
         self.cfg = _pilots(job)
         self.root = protocol.pilots_dir(job.experiment_dir)
-        self.planner = Planner(dataclasses.replace(
-            job, resources=dataclasses.replace(job.resources, nodes=self.cfg.nodes),
-            executor=dataclasses.replace(job.executor, array=False)), slurm)
+        self.places = make_places(job, slurm, self.cfg.nodes, slurms)
+        self.broker = Broker(self.places, job.executor.move_after)
+        self.planner = self.places[0].planner  # the search's own, or its first site's
         self.pilots: dict[int, PilotJob] = {}
         self.notes: list[Note] = []
         self.refused: list[PilotJob] = []  # ended by sbatch's refusal, for the next watch()
@@ -117,34 +119,53 @@ class Fleet:
         for row in store.pilots(live_only=True):
             self._reattach(row)
 
+    # -- where -------------------------------------------------------------------------------
+    def place(self, pilot: PilotJob) -> Place:
+        return self.broker.place_of(pilot.site)
+
+    def may_submit(self) -> bool:
+        """Does the Slurm of some place take submits now (not backing off)?"""
+        return any(place.health.may_submit() for place in self.places)
+
+    def leaves(self, pilot: PilotJob, nodes: str | None) -> str | None:
+        return self.place(pilot).planner.leaves(nodes)
+
     # -- submitting -------------------------------------------------------------------------
-    def submit(self) -> PilotJob | None:
-        """Submit one more pilot; None when Slurm cannot take it now or the placement
-        waits for a leaf (asked again later)."""
+    def submit(self, place: Place | None = None) -> PilotJob | None:
+        """Submit one more pilot, to `place` or where the broker says; None when no Slurm
+        can take it now or the placement waits for a leaf (asked again later)."""
+        place = place or self.broker.choose(self.pilots.values())
+        if place is None:
+            return None
         pilot_id = self.next_id
         try:
-            placement = self.planner.choose(-pilot_id, 0, self.job.resources.sbatch_extra)
+            placement = place.planner.choose(-pilot_id, 0, self.job.resources.sbatch_extra)
             if placement.wait:
                 return None
-            options = self._leaves_for_pilot(placement.options)
+            options = self._leaves_for_pilot(place, placement.options)
         except SlurmError as exc:  # sinfo or scontrol did not answer: back off, ask again
-            self.health.submit_failed(exc, TRANSIENT)
+            place.health.submit_failed(exc, TRANSIENT)
             return None
         self.next_id += 1
         name = scripts.pilot_name(self.job.name, pilot_id, self.job.instance)
-        pilot = PilotJob(pilot_id, name, protocol.PilotPaths(self.root / str(pilot_id)))
+        pilot = PilotJob(pilot_id, name, protocol.PilotPaths(self.root / str(pilot_id)),
+                         site=place.name)
         pilot.paths.make()
         protocol.write_json(pilot.paths.config, self._config(pilot_id))
-        self.store.add_pilot(pilot_id, name)  # write-ahead, before the sbatch
+        self.store.add_pilot(pilot_id, name, place.name)  # write-ahead, before the sbatch
+        if place.name is not None:
+            self.notes.append(Note(None, "brokerage", f"pilot {pilot_id} to site {place.name} "
+                                                      f"(weights: {self.broker.weights()})"))
         self.pilots[pilot_id] = pilot
         self._sbatch(pilot, options)
         return pilot
 
-    def _leaves_for_pilot(self, options: tuple[str, ...]) -> tuple[str, ...]:
+    def _leaves_for_pilot(self, place: Place, options: tuple[str, ...]) -> tuple[str, ...]:
         """Slurm's tree plugin counts leaves with --switches=N: a pilot larger than a leaf
         asks for the fewest leaves that can hold it, not 1 (which would only make it wait
-        max_wait for nothing). The pilots learn the topology, to keep each trial in a leaf."""
-        topology = self.planner.topology
+        max_wait for nothing). The pilots learn the topology, to keep each trial in a leaf
+        (one topology: with sites on several clusters, that of the first pilot's)."""
+        topology = place.planner.topology
         if topology is None:
             return options
         if not (self.root / protocol.TOPOLOGY).exists():
@@ -160,20 +181,23 @@ class Fleet:
     def _sbatch(self, pilot: PilotJob, options: tuple[str, ...] = ()) -> None:
         from hpsearch.pilot.program import main
         from hpsearch.slurm.pilot_jobs import Held, submit_pilot
+        place = self.place(pilot)
         try:
             job_id = submit_pilot(self.root / "submitit",
-                                  pilot_job_parameters(self.job, pilot.name, options),
-                                  lambda text: self.submitter.sbatch(pilot.name, text), main,
+                                  pilot_job_parameters(place.job, pilot.name, options),
+                                  lambda text: place.submitter.sbatch(pilot.name, text), main,
                                   pilot.paths.root)
         except Held:
             return  # still `submitting`: poll() tries again after the back-off
         except SlurmError as exc:
+            self.broker.failed(pilot)
             self.refused.append(self._ended(pilot, None, f"sbatch refused the pilot: {exc}"))
             self.notes.append(Note(None, "pilot", f"pilot {pilot.id}: sbatch refused it: {exc}"))
             return
         pilot.job_id, pilot.state = job_id, rows.PILOT_PENDING
         self.store.update_pilot(pilot.id, job_id=job_id, state=rows.PILOT_PENDING)
         self.notes.append(Note(None, "pilot", f"pilot {pilot.id} submitted as job {job_id}"
+                               + (f" at site {pilot.site}" if pilot.site else "")
                                + (f" ({' '.join(options)})" if options else "")))
 
     def _config(self, pilot_id: int) -> dict:
@@ -198,17 +222,19 @@ class Fleet:
 
     def retry_held(self) -> None:
         for pilot in list(self.pilots.values()):
-            if pilot.state == rows.PILOT_SUBMITTING and self.health.may_submit():
+            if pilot.state == rows.PILOT_SUBMITTING and self.place(pilot).health.may_submit():
                 self._sbatch(pilot)
 
     # -- resuming ---------------------------------------------------------------------------
     def _reattach(self, row: rows.PilotRow) -> None:
         pilot = PilotJob(row.id, row.job_name, protocol.PilotPaths(self.root / str(row.id)),
-                         row.job_id, row.state, row.nodes)
+                         row.job_id, row.state, row.nodes, site=row.site,
+                         submitted=row.submitted)
         pilot.ran = row.state == rows.PILOT_RUNNING  # it may have run trials before the restart
         self.pilots[row.id] = pilot
+        slurm = self.place(pilot).slurm
         if pilot.job_id is None:  # the driver died around its sbatch: did Slurm take it?
-            found = retrying(lambda: self.slurm.job_id_by_name(pilot.name, self.job.created),
+            found = retrying(lambda: slurm.job_id_by_name(pilot.name, self.job.created),
                              attempts=20, backoff=Backoff(base=2.0, cap=60.0))
             if found is None:
                 self._ended(pilot, None, "its sbatch never ran (the driver stopped first)")
@@ -228,10 +254,13 @@ class Fleet:
             if beat and pilot.state in (rows.PILOT_SUBMITTING, rows.PILOT_PENDING):
                 pilot.state, pilot.nodes = rows.PILOT_RUNNING, beat.get("nodes")
                 self.store.update_pilot(pilot.id, state=rows.PILOT_RUNNING, nodes=pilot.nodes,
-                                        leaves=self.planner.leaves(pilot.nodes),
+                                        leaves=self.leaves(pilot, pilot.nodes),
                                         started=time.time())
+                self.broker.started(pilot)
                 self.notes.append(Note(None, "pilot", f"pilot {pilot.id} (job {pilot.job_id}) "
-                                                      f"runs on {pilot.nodes}"))
+                                                      f"runs on {pilot.nodes}"
+                                                      + (f" at site {pilot.site}" if pilot.site
+                                                         else "")))
             gone = protocol.read_json(pilot.paths.exit)
             if gone is not None:
                 pilot.left = True
@@ -240,7 +269,9 @@ class Fleet:
                   and pilot.watch.silent_for() > self.lost_after):
                 self._give_up(pilot)
         if time.monotonic() >= self.next_query:
-            ended += self._query()
+            self.next_query = time.monotonic() + self.job.executor.poll_interval
+            for place in self.places:
+                ended += self._query(place)
         return ended
 
     def _give_up(self, pilot: PilotJob) -> None:
@@ -251,22 +282,27 @@ class Fleet:
                                               f"{pilot.lost}; cancelled; its trials run again "
                                               "once Slurm confirms the job ended"))
 
-    def _query(self) -> list[PilotJob]:
-        self.next_query = time.monotonic() + self.job.executor.poll_interval
-        jobs = {pilot.job_id: pilot for pilot in self.pilots.values() if pilot.job_id}
+    def _query(self, place: Place) -> list[PilotJob]:
+        """Ask the place's Slurm which of its pilots' jobs ended (job ids are the cluster's
+        own: two clusters may both have a job 30)."""
+        if time.monotonic() < place.query_after:  # its Slurm failed to answer: backing off
+            return []
+        jobs = {pilot.job_id: pilot for pilot in self.pilots.values()
+                if pilot.job_id and self.place(pilot) is place}
         if not jobs:
             return []
         final: dict[str, JobRecord | None]
         try:
-            records = self.slurm.sacct(list(jobs))
+            records = place.slurm.sacct(list(jobs))
             if records is None:  # no accounting: a lost pilot ends when squeue drops it
                 final = {job_id: None for job_id, pilot in jobs.items() if pilot.lost}
             else:
                 final = {rec.job_id: rec for rec in records
                          if rec.finished and rec.job_id in jobs}
-            queued = {q.job_id for q in self.slurm.squeue(final)} if final else set()
+            queued = {q.job_id for q in place.slurm.squeue(final)} if final else set()
+            place.health.query_ok()
         except SlurmError as exc:
-            self.next_query = time.monotonic() + self.health.query_failed(exc)
+            place.query_after = time.monotonic() + place.health.query_failed(exc)
             return []
         ended = []
         for job_id, rec in final.items():
@@ -285,7 +321,8 @@ class Fleet:
     def _ended(self, pilot: PilotJob, slurm_state: str | None, why: str) -> PilotJob:
         pilot.state, pilot.ended_as, pilot.why = rows.PILOT_ENDED, slurm_state, why
         self.pilots.pop(pilot.id, None)
-        self.planner.started(-pilot.id, 0)
+        self.broker.ended(pilot)
+        self.place(pilot).planner.started(-pilot.id, 0)
         self.store.update_pilot(pilot.id, state=rows.PILOT_ENDED, ended=time.time(), reason=why)
         self.notes.append(Note(None, "pilot", f"pilot {pilot.id} ended: {why}"))
         return pilot
@@ -301,19 +338,57 @@ class Fleet:
             self._scancel(pilot)
 
     def _scancel(self, pilot: PilotJob) -> None:
+        place = self.place(pilot)
         try:
             if pilot.job_id:
-                self.slurm.scancel([pilot.job_id])
+                place.slurm.scancel([pilot.job_id])
             else:
-                self.slurm.scancel_by_name(pilot.name)
+                place.slurm.scancel_by_name(pilot.name)
         except SlurmError as exc:
-            self.health.query_failed(exc)
+            place.health.query_failed(exc)
 
     def output(self, pilot: PilotJob) -> Path | None:
         """Its job's Slurm output file (stdout and stderr), where it has a job."""
         from hpsearch.slurm.pilot_jobs import pilot_output
         return pilot_output(self.root / "submitit", pilot.job_id) if pilot.job_id else None
 
+    def move_stuck(self) -> None:
+        """Cancel pilots pending past move_after at one site while another takes pilots,
+        and submit one at that other site for each (hpsearch.pilot.places)."""
+        moves = self.broker.stuck(list(self.pilots.values()))
+        if not moves:
+            return
+        waiting = self._pending_in_slurm([pilot for pilot, _ in moves])
+        for pilot, target in moves:
+            if pilot.job_id not in waiting:  # started, its first heartbeat yet to come
+                continue
+            waited = time.time() - pilot.submitted
+            self.broker.load_of(pilot).waits.append(waited)  # at least: the site's measure
+            self.notes.append(Note(None, "brokerage", f"pilot {pilot.id} (job {pilot.job_id}) "
+                                   f"pending at site {pilot.site} for {waited:.0f} s "
+                                   f"({waiting[pilot.job_id]}) while site {target.name} takes "
+                                   "pilots: cancelled, one sent there"))
+            self.stop(pilot)
+            self.submit(target)
+
+    def _pending_in_slurm(self, pilots: list[PilotJob]) -> dict[str, str]:
+        """Job id -> why it waits, of those of `pilots` their site's Slurm says PENDING (a
+        pilot without its first heartbeat may be running: starting Python takes a while)."""
+        waiting: dict[str, str] = {}
+        for place in self.places:
+            jobs = [p.job_id for p in pilots if p.job_id and self.place(p) is place]
+            if not jobs or time.monotonic() < place.query_after:
+                continue
+            try:
+                queued = place.slurm.squeue(jobs)
+            except SlurmError as exc:
+                place.query_after = time.monotonic() + place.health.query_failed(exc)
+                continue
+            waiting.update({q.job_id: q.reason or "no reason given" for q in queued
+                            if q.state == "PENDING"})
+        return waiting
+
     def take_notes(self) -> list[Note]:
-        notes, self.notes = self.notes + self.health.take_notes(), []
+        notes = self.notes + [note for place in self.places for note in place.health.take_notes()]
+        self.notes = []
         return notes

@@ -3,7 +3,8 @@ how a worker is submitted.
 
 The number of pilots follows the trials ready to run: a pilot is submitted for the ready
 trials that the free slots of the live pilots (pending ones included) cannot take, never more
-than `max` live at once. Pilots with nothing to do leave by themselves (idle_timeout).
+than `max` live at once. Pilots with nothing to do leave by themselves (idle_timeout), and
+a pending pilot that no ready trial has needed for as long is cancelled (`surplus`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ class Supply:
         if short <= 0:
             return 0
         return max(0, min(math.ceil(short / self.trials_per_pilot), self.max_pilots - live))
+
+    def surplus(self, ready: int, free_running: int, pending: int) -> int:
+        """Pending pilots no ready trial needs: those beyond what the trials that the free
+        slots of the running pilots cannot take would fill (ready, free_running: slots)."""
+        needed = math.ceil(max(0, ready - free_running) / self.trials_per_pilot)
+        return max(0, pending - needed)
 
     def capacity(self, accepting: int, live: int) -> int:
         """Trials the search may have in flight: the slots of the live pilots that take work

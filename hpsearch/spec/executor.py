@@ -60,10 +60,6 @@ def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
     if sites and not v.vocabulary.executor(kind).on_slurm:
         raise v.fail(path + ("sites",), "sites are Slurm partitions or clusters: set "
                                         f"executor.type: slurm (it is {kind})")
-    if sites and pilots is not None:
-        raise v.fail(path + ("sites",), "sites with pilots are not supported yet (issue 40's "
-                                        "next step): drop executor.pilots, or keep one site "
-                                        "and set resources.partition")
     move_after = v.optional(d, "move_after", path, lambda x, p: None if x is False
                             else v.duration(x, p), Executor.move_after)
     return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,

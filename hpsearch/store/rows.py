@@ -153,6 +153,7 @@ class PilotRow:
     started: float | None
     ended: float | None
     reason: str | None
+    site: str | None = None  # executor.sites: where it was sent
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> PilotRow:

@@ -131,7 +131,13 @@ def _v11(db: sqlite_utils.Database) -> None:
     db["attempts"].add_column("queue_wait", float)
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11]
+def _v12(db: sqlite_utils.Database) -> None:
+    """The site each pilot job was sent to (executor.sites with executor.pilots): a resumed
+    driver asks that site's cluster about it; null without sites."""
+    db["pilots"].add_column("site", str)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -461,10 +461,12 @@ class Store(Reader):
                 " first = min(first, excluded.first), last = max(last, excluded.last)", rows)
 
     # -- pilots ----------------------------------------------------------------------------
-    def add_pilot(self, pilot_id: int, job_name: str) -> None:
-        """Write-ahead: the pilot exists before its sbatch runs."""
-        self._write("insert into pilots (id, job_name, state, submitted) values (?, ?, ?, ?)",
-                    (pilot_id, job_name, PILOT_SUBMITTING, time.time()))
+    def add_pilot(self, pilot_id: int, job_name: str, site: str | None = None) -> None:
+        """Write-ahead: the pilot exists before its sbatch runs (at `site`, where the search
+        has sites)."""
+        self._write("insert into pilots (id, job_name, state, submitted, site) "
+                    "values (?, ?, ?, ?, ?)",
+                    (pilot_id, job_name, PILOT_SUBMITTING, time.time(), site))
 
     def update_pilot(self, pilot_id: int, **fields: Any) -> None:
         """Set some of a pilot's columns (job_id, state, nodes, leaves, started, ended,

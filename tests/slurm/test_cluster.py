@@ -30,18 +30,21 @@ def test_sinfo_lists_eight_idle_nodes_in_the_default_partition(slurm_cluster: Sl
 
 def test_partitions_left_and_right_halve_the_nodes_under_debug(slurm_cluster: SlurmCluster):
     """Two sites with disjoint nodes (two leaf switches each) in one cluster, beside the
-    default partition of every node."""
+    default partition of every node; over the second half, a preemptible partition and one
+    that preempts it."""
     out = slurm_cluster.run("sinfo", "-h", "-N", "-o", "%N|%P").stdout
     partitions: dict[str, set[str]] = {}
     for line in out.splitlines():
         node, partition = line.split("|")
         partitions.setdefault(partition, set()).add(node)
+    half = {"node5", "node6", "node7", "node8"}
     assert partitions == {"debug*": set(slurm_cluster.nodes),
                           "left": {"node1", "node2", "node3", "node4"},
-                          "right": {"node5", "node6", "node7", "node8"}}
+                          "right": half, "scavenger": half, "urgent": half}
     assert slurm_cluster.partitions == {
         "debug": slurm_cluster.nodes, "left": slurm_cluster.nodes[:4],
-        "right": slurm_cluster.nodes[4:]}
+        "right": slurm_cluster.nodes[4:], "scavenger": slurm_cluster.nodes[4:],
+        "urgent": slurm_cluster.nodes[4:]}
 
 
 def test_a_second_cluster_shares_slurmdbd_and_answers_to_dash_m(slurm_cluster: SlurmCluster):
