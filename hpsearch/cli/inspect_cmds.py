@@ -91,7 +91,8 @@ def status(args) -> int:
         timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
                                        exp.spec_yaml)  # docs/scaling.md
         restarts = reader.events(limit=None, kind=resume_check.KIND)
-        sites = sites_cmds.read_lines(runs_dir_of(args) / args.name, exp, trials, attempts)
+        sites = sites_cmds.read_lines(reader, runs_dir_of(args) / args.name, exp, trials,
+                                       attempts)
     driver = DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion

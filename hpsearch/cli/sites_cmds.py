@@ -13,8 +13,9 @@ from hpsearch.store.runs import STORE_FILE
 def register(sub) -> None:
     p = add_command(sub, "sites", "Show each site of a search over several partitions or "
                     "clusters (executor.sites): its trials running and pending, attempts "
-                    "ended, failures of the site, median queue wait, share of the attempts, "
-                    "and the weight the broker gives it, with why a site is skipped.",
+                    "ended, failures of the site, median queue wait, its trials' speed "
+                    "(seconds per step), share of the attempts, and the weight the broker "
+                    "gives it, with why a site is skipped.",
                     "  hpsearch sites digits          # the table and each weight explained\n"
                     "  hpsearch status digits         # the same table under the trials",
                     sites)
@@ -24,37 +25,39 @@ def register(sub) -> None:
 
 def table(lines) -> None:
     """The sites table (status and sites)."""
-    from hpsearch.tui.text import format_duration
+    from hpsearch.tui.text import format_duration, format_speed
     print(f"\nsites: {len(lines)}")
     print_table(["site", "partition", "cluster", "running", "pending", "ended", "site failures",
-            "queue wait", "share", "weight", "skipped"],
+            "queue wait", "speed", "share", "weight", "skipped"],
            [[ln.site.name, ln.site.partition or "", ln.site.cluster or "",
              str(ln.load.running), str(ln.load.pending), str(ln.load.ended),
              str(len(ln.load.failures)), format_duration(ln.load.median_wait()),
-             f"{ln.share:.0%}", f"{ln.verdict.weight:.3g}", ln.verdict.skipped or ""]
+             format_speed(ln.speed), f"{ln.share:.0%}", f"{ln.verdict.weight:.3g}",
+             ln.verdict.skipped or ""]
             for ln in lines])
 
 
-def read_lines(exp_dir, exp, trials, attempts: list[dict]):
+def read_lines(reader, exp_dir, exp, trials, attempts: list[dict]):
     """The site lines of the experiment (its row, trials and attempts as read by the
-    caller), [] without sites."""
-    from hpsearch.views.sites import site_lines
-    if "sites" not in exp.spec_yaml:  # not worth parsing the spec again
-        return []
-    from hpsearch.errors import HpsearchError
-    from hpsearch.interop.store_view import stored_spec
-    try:
-        sites = stored_spec(exp, exp_dir.parent).executor.sites
-    except HpsearchError:  # what it ran with cannot be read here: status shows the rest
-        return []
-    return site_lines(sites, trials, attempts) if sites else []
+    caller, its speeds read here in one query), [] without sites."""
+    from hpsearch.views.sites import experiment_sites, read_site_lines
+    return read_site_lines(reader, experiment_sites(exp, exp_dir.parent), trials, attempts)
+
+
+def _speeds(lines) -> str:
+    """What the speed column is, and each site's measure."""
+    measured = "; ".join(f"{ln.site.name} {ln.speed.seconds_per_step:.3g} s/step over "
+                         f"{ln.speed.pairs} pair(s) of reports" for ln in lines if ln.speed)
+    return ("speed = the median seconds per step between consecutive reports of one attempt, "
+            "pooled over the site's attempts (its trials' own step times; empty where no "
+            "attempt at the site reported twice): " + (measured or "none measured yet") + ".")
 
 
 def sites(args) -> int:
     from hpsearch.store.reader import Reader
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
     with Reader(exp_dir / STORE_FILE) as reader:
-        lines = read_lines(exp_dir, reader.experiment(), reader.trials(),
+        lines = read_lines(reader, exp_dir, reader.experiment(), reader.trials(),
                            reader.all_attempts())
     if not lines:
         print(f"{args.name} names no executor.sites: its trials go to one partition")
@@ -67,4 +70,5 @@ def sites(args) -> int:
           "next trial goes to the highest weight not skipped (docs/brokerage.md).")
     for line in lines:
         print(f"  {line.describe()}")
+    print(f"\n{_speeds(lines)}")
     return 0

@@ -13,7 +13,7 @@ Pilots: the attempts that ran in a pilot all carry the pilot's Slurm job id, so 
 usage of that job is the pilot's, never an attempt's. Such an attempt is counted from the
 store (its nodes x the time between its start and end); the pilots' own node-hours, busy
 and idle, are in hpsearch.report.pilot_usage. GPU use measured by the samplers (docs/gpu.md):
-hpsearch.report.gpu_use.
+hpsearch.report.gpu_use. Sites and scouts (docs/brokerage.md): hpsearch.report.brokerage.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from hpsearch.accounting.efficiency import TrialEfficiency, efficiency
 from hpsearch.accounting.usage import AttemptUsage, attempt_usage, gpu_count
 from hpsearch.ingest import outcome, resume_check
+from hpsearch.report.brokerage import Brokerage, read_brokerage
 from hpsearch.report.gpu_use import GpuUse, pilot_gpu_use, pilot_gpus_per_node, trial_gpu_use
 from hpsearch.report.pilot_usage import PilotUsage, Span, pilot_usage
 from hpsearch.report.space import spec_space
@@ -62,6 +63,7 @@ class ReportData:
     gpu: dict[int, GpuUse] = field(default_factory=dict)  # trial -> its measured GPU use
     pilot_gpu: dict[int, GpuUse] = field(default_factory=dict)  # pilot -> its GPUs' use
     timing: dict[int, TrialEfficiency] = field(default_factory=dict)  # docs/scaling.md
+    brokerage: Brokerage = field(default_factory=Brokerage)  # sites and scouts
 
 
 def _pilot_share(exp: ExperimentRow, runs_dir: Path) -> PilotShare | None:
@@ -114,6 +116,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         gpu_rows = reader.gpu_use()
         timing_rows = reader.rank_timing()
         restarts = reader.events(limit=None, kind=resume_check.KIND)
+        brokerage = read_brokerage(reader, exp, Path(exp_dir).parent, trials)
     gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
     params_of = {t.id: t.params for t in trials}
     share_of = _pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
@@ -161,7 +164,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
                       trials=trials, curves=curves, usage=usage, notes=notes,
                       created=exp.created, updated=exp.updated,
                       space=spec_space(exp.spec_yaml), pilots=pilots, gpu=gpu,
-                      pilot_gpu=pilot_gpu,
+                      pilot_gpu=pilot_gpu, brokerage=brokerage,
                       timing=efficiency(timing_rows, {t.id: t.params for t in trials},
                                         exp.spec_yaml))
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from hpsearch.report import budget, figures
+from hpsearch.report.brokerage import scouts_section
 from hpsearch.report.data import CLASSES, ReportData
 from hpsearch.report.efficiency_table import efficiency_section
 from hpsearch.report.gpu_table import gpu_section
@@ -235,6 +236,7 @@ status {_e(data.status)}; {len(data.trials)} trials ({_e(done)}). Written {when}
 {_budget_table(data)}
 {_resource_table(data)}
 {_pilot_table(data)}
+{scouts_section(data.brokerage, data.created)}
 {gpu_section(data)}
 {efficiency_section(data)}
 </body></html>

@@ -6,8 +6,10 @@ recently finished), metrics are looked up by their primary key (trial, step, nam
 shown trials only, and the best value / Pareto front is recomputed only when the number of
 completed trials changes; the pilot panel lists only pilots not ended (about
 executor.pilots.max of them); in promotion mode the ETA's steps are counted once, then only
-for trials that changed (hpsearch.tui.eta). Nothing here writes: the store is opened
-read-only (Reader).
+for trials that changed (hpsearch.tui.eta). With executor.sites, the sites panel reads the
+trials in flight, four columns of each attempt sent to a site, and every report's step and
+time for the sites' speed, that last at most every SPEEDS_EVERY seconds. Nothing here
+writes: the store is opened read-only (Reader).
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from hpsearch.store.rows import (
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.tui import eta as clock
 from hpsearch.views.pilots import PilotLine, ended_count, pilot_lines
+from hpsearch.views.sites import SiteLine, Speed, experiment_sites, read_speeds, site_lines
 from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:
     from hpsearch.placement.topology import Topology
+
+SPEEDS_EVERY = 30.0  # seconds: the sites' speeds read every report (~0.5 s for 50,000)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class Snapshot:
     pilots: tuple[PilotLine, ...] = ()  # pilot jobs not ended (hpsearch.views.pilots)
     pilots_ended: int = 0
     work: clock.Progress | None = None  # what the ETA is estimated from (hpsearch.tui.eta)
+    sites: tuple[SiteLine, ...] = ()  # executor.sites (hpsearch.views.sites)
     taken: float = field(default_factory=time.time)
 
     @property
@@ -132,6 +138,8 @@ class SnapshotSource:
             clock.PromotionWork(self.reader, self.metrics[0], promotion)
         self._best_key: int | None = None  # completed count the best was computed for
         self._best: tuple[int | None, tuple[float, ...], int | None] = (None, (), None)
+        self.sites = experiment_sites(exp, self.exp_dir.parent)
+        self._speeds: tuple[float, dict[str, Speed]] = (-SPEEDS_EVERY, {})  # (read at, speeds)
 
     def close(self) -> None:
         self.reader.close()
@@ -204,6 +212,23 @@ class SnapshotSource:
             by_trial.setdefault(attempt.trial, []).append(attempt)
         return {t.id: trial_times(t, by_trial.get(t.id, ()), now).run_seconds for t in trials}
 
+    def _site_lines(self, now: float) -> tuple[SiteLine, ...]:
+        """The sites panel's lines (hpsearch.views.sites, as status prints them): from the
+        trials in flight, each attempt's site, queue wait, end and failure, and the speeds
+        (read again once they are SPEEDS_EVERY seconds old); () without sites."""
+        if not self.sites:
+            return ()
+        marks = ",".join("?" * len(IN_FLIGHT))
+        flying = self._rows(f"select * from trials where state in ({marks}) and site is not "
+                            "null", IN_FLIGHT)
+        columns = ("site", "queue_wait", "finished", "failure")
+        attempts = [dict(zip(columns, row)) for row in self.reader.db.execute(
+            f"select {', '.join(columns)} from attempts where site is not null "
+            "order by trial, attempt")]
+        if now - self._speeds[0] >= SPEEDS_EVERY:
+            self._speeds = (now, read_speeds(self.reader))
+        return tuple(site_lines(self.sites, flying, attempts, now, self._speeds[1]))
+
     def _best_now(self, completed: int) -> tuple[int | None, tuple[float, ...], int | None]:
         """(best trial id, its values, Pareto front size), cached per completed count."""
         if completed == self._best_key:
@@ -271,7 +296,7 @@ class SnapshotSource:
                         front_size=front, cluster=leaves, cluster_note=note, taken=now,
                         slurm_trouble=self.reader.slurm_trouble() if running else None,
                         pilots=pilots, pilots_ended=ended_count(self.reader),
-                        work=work if eta is not None else None)
+                        work=work if eta is not None else None, sites=self._site_lines(now))
 
     def _clock(self, exp: ExperimentRow, counts: dict[str, int], running: bool,
                now: float) -> tuple[float, clock.Progress | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hpsearch.store import rows
 from hpsearch.views.pilots import PilotLine
+from hpsearch.views.sites import Speed
 
 
 def format_duration(seconds: float | None) -> str:
@@ -18,6 +19,11 @@ def format_duration(seconds: float | None) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def format_speed(speed: Speed | None) -> str:
+    """A site's trial speed (hpsearch.views.sites.Speed): "0.512s/step"; "" for None."""
+    return "" if speed is None else f"{speed.seconds_per_step:.3g}s/step"
 
 
 def pilot_age(line: PilotLine) -> str:

@@ -2,10 +2,10 @@
 
 Laid out to fit width x height exactly (80 x 24 shows everything): a header, a progress
 bar with counts per state, the best trial (or the Pareto front's size), a table of trials
-in flight and recently finished, the pilot panel (pilots), the cluster panel (Slurm), and a
-footer. When the terminal is smaller, the least useful parts go first: footer, cluster
-panel, pilot panel, then trial rows; narrow terminals lose the least useful columns (nodes,
-job, attempt, params...).
+in flight and recently finished, the pilot panel (pilots), the sites panel (executor.sites),
+the cluster panel (Slurm), and a footer. When the terminal is smaller, the least useful parts
+go first: footer, cluster panel, sites panel, pilot panel, then trial rows; narrow terminals
+lose the least useful columns (nodes, job, attempt, params...).
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from rich.text import Text
 
 from hpsearch.ingest import outcome
 from hpsearch.tui.model import Snapshot, TrialLine
-from hpsearch.tui.text import format_duration, pilot_age, pilot_left, pilot_trials, pilot_where
+from hpsearch.tui.text import (
+    format_duration,
+    format_speed,
+    pilot_age,
+    pilot_left,
+    pilot_trials,
+    pilot_where,
+)
 
 STATE_STYLE = {
     "completed": "green", "failed": "bold red", "running": "cyan", "submitting": "cyan",
@@ -239,6 +246,31 @@ def _pilot_lines(snap: Snapshot) -> list[Text]:
     return lines
 
 
+def _sites_lines(snap: Snapshot) -> list[Text]:
+    """The sites panel (executor.sites, the numbers of `hpsearch status`'s sites table): a
+    title, then one line per site: its trials running and pending, its median queue wait,
+    its trials' speed, its share of the attempts, and why the broker skips it."""
+    if not snap.sites:
+        return []
+    lines = [Text("sites", style="bold", no_wrap=True)]
+    cells = [(line.site.name, f"running {line.load.running}", f"pending {line.load.pending}",
+              f"wait {format_duration(line.load.median_wait()) or '-'}",
+              f"speed {format_speed(line.speed) or '-'}", f"share {line.share:.0%}")
+             for line in snap.sites]
+    widths = [max(len(c[i]) for c in cells) for i in range(6)]
+    for line, row in zip(snap.sites, cells):
+        text = Text(no_wrap=True, overflow="ellipsis")
+        padded = [cell.ljust(width) for cell, width in zip(row, widths)]
+        text.append(padded[0], style="bold")
+        text.append(f" {padded[1]}", style="cyan" if line.load.running else "dim")
+        text.append(f" {padded[2]}", style="yellow" if line.load.pending else "dim")
+        text.append(f" {padded[3]} {padded[4]} {padded[5]}".rstrip())
+        if line.verdict.skipped:
+            text.append(f" skipped: {line.verdict.skipped}", style="dim")
+        lines.append(text)
+    return lines
+
+
 def render(snap: Snapshot, width: int = 80, height: int = 24,
            footer: str | None = None) -> Group:
     """Everything, fitted to width x height (never more lines than height)."""
@@ -250,18 +282,23 @@ def render(snap: Snapshot, width: int = 80, height: int = 24,
     drop_order = ["failure", "best", "times", "counts", "bar"][0 if failure else 1:]
     cluster = _cluster_lines(snap) if snap.executor == "slurm" else []
     pilots = _pilot_lines(snap)
+    sites = _sites_lines(snap)
     bottom = [Text(footer, style="dim", no_wrap=True, overflow="ellipsis")] if footer else []
     table_head = 2  # header line and the rule under it
     # Drop parts, least useful first, until at least a few trial rows fit.
     want_rows = min(len(snap.trials), 3)
-    while len(top) + len(pilots) + len(cluster) + len(bottom) + table_head + want_rows \
-            > height:
+    while len(top) + len(pilots) + len(sites) + len(cluster) + len(bottom) + table_head \
+            + want_rows > height:
         if bottom:
             bottom = []
         elif len(cluster) > 2:
             cluster = cluster[:-1]
         elif cluster:
             cluster = []
+        elif len(sites) > 2:
+            sites = sites[:-1]
+        elif sites:
+            sites = []
         elif len(pilots) > 2:
             pilots = pilots[:-1]
         elif pilots:
@@ -272,9 +309,10 @@ def render(snap: Snapshot, width: int = 80, height: int = 24,
             del top[drop_order.pop(0)]
         else:
             break
-    rows = max(0, height - len(top) - len(pilots) - len(cluster) - len(bottom) - table_head)
+    rows = max(0, height - len(top) - len(pilots) - len(sites) - len(cluster) - len(bottom)
+               - table_head)
     parts: list = list(top.values())
     if rows > 0 or want_rows > 0:
         parts.append(trial_table(snap, width, rows))
-    parts += pilots + cluster + bottom
+    parts += pilots + sites + cluster + bottom
     return Group(*parts)

@@ -1,8 +1,9 @@
 """Each site of a search over several (`executor.sites`, docs/brokerage.md), as the store
 shows it: its trials running and pending now, its attempts ended and failed by the site, the
-median queue wait of its jobs, its share of the attempts, and the weight the broker
-(hpsearch.executors.brokerage) gives it from those counts, with why a site is skipped.
-What `hpsearch status` prints under the trials and `hpsearch sites` explains.
+median queue wait of its jobs, its trials' speed (median seconds per step), its share of the
+attempts, and the weight the broker (hpsearch.executors.brokerage) gives it from those counts,
+with why a site is skipped. What `hpsearch status` prints under the trials, `hpsearch sites`
+explains, the live view's sites panel shows and the report's caption of sites.png says.
 
 The driver weighs sites from what its executors saw in this run; this view rebuilds the same
 counts from the store, so it is right after a restart too, up to a poll's lag.
@@ -10,18 +11,40 @@ counts from the store, so it is right after a restart too, up to a poll's lag.
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpsearch.executors import brokerage
 from hpsearch.executors.brokerage import SiteLoad
 from hpsearch.spec.model import Site
 from hpsearch.store import rows
 
+if TYPE_CHECKING:
+    from hpsearch.store.reader import Reader
+
 RUNNING = ("RUNNING", "COMPLETING")
 # Failure classes that are the site's, not the trial's (brokerage.SITE_FAILURES's words).
 SITE_FAILURE_CLASSES = frozenset({"launch_error", "node_fail", "boot_fail", "lost"})
+
+# Each report (one step of one attempt: its metrics share a time) of an attempt sent to a
+# site, in order: one query for the whole store, sorted by SQLite, not one a trial.
+STEP_TIMES = ("select a.site, m.trial, m.attempt, m.step, max(m.time) from metrics m join "
+              "attempts a on a.trial = m.trial and a.attempt = m.attempt where a.site is not "
+              "null and m.time is not null group by m.trial, m.attempt, m.step "
+              "order by m.trial, m.attempt, m.step")
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A site's trial speed: the median seconds per step between consecutive reports of one
+    attempt, pooled over the site's attempts, and how many such pairs it is the median of."""
+
+    seconds_per_step: float
+    pairs: int
 
 
 @dataclass(frozen=True)
@@ -31,15 +54,18 @@ class SiteLine:
     verdict: brokerage.Verdict
     attempts: int  # attempts sent there, ever
     share: float   # of all attempts sent to a site
+    speed: Speed | None = None  # None: no attempt at the site reported twice
 
     def describe(self) -> str:
         return brokerage.describe(self.verdict, self.load)
 
 
 def site_lines(sites: Sequence[Site], trials: Iterable[rows.TrialRow],
-               attempts: Iterable[dict], now: float | None = None) -> list[SiteLine]:
+               attempts: Iterable[dict], now: float | None = None,
+               speeds: Mapping[str, Speed] | None = None) -> list[SiteLine]:
     """One line a site, from the trials' and attempts' rows (attempts: dicts of the
-    attempts table, with site, started, finished, queue_wait, failure)."""
+    attempts table, with site, started, finished, queue_wait, failure) and the sites'
+    speeds (step_speeds)."""
     now = time.time() if now is None else now
     loads = {s.name: SiteLoad() for s in sites}
     for t in trials:
@@ -62,5 +88,44 @@ def site_lines(sites: Sequence[Site], trials: Iterable[rows.TrialRow],
             if a.get("failure") in SITE_FAILURE_CLASSES:
                 at.failures.append(a["finished"])
     total = sum(sent.values()) or 1
+    speeds = speeds or {}
     return [SiteLine(s, loads[s.name], brokerage.verdict(s, loads[s.name], now),
-                     sent[s.name], sent[s.name] / total) for s in sites]
+                     sent[s.name], sent[s.name] / total, speeds.get(s.name)) for s in sites]
+
+
+def step_speeds(reports: Iterable[tuple[str, int, int, int, float]]) -> dict[str, Speed]:
+    """site -> its Speed, from (site, trial, attempt, step, time) rows ordered by trial,
+    attempt and step (STEP_TIMES). Only pairs of one attempt count: a retry or a moved job
+    starts again, and the time between two attempts is no step's. A pair whose time goes
+    back (clocks of two nodes) is left out."""
+    per_step: dict[str, list[float]] = {}
+    last: tuple[int, int, int, float] | None = None
+    for site, trial, attempt, step, when in reports:
+        if last is not None and last[:2] == (trial, attempt) and when >= last[3]:
+            per_step.setdefault(site, []).append((when - last[3]) / (step - last[2]))
+        last = (trial, attempt, step, when)
+    return {site: Speed(statistics.median(each), len(each)) for site, each in per_step.items()}
+
+
+def read_speeds(reader: Reader) -> dict[str, Speed]:
+    """Every site's speed from the store, in one query (STEP_TIMES)."""
+    return step_speeds(reader.db.execute(STEP_TIMES))
+
+
+def experiment_sites(exp: rows.ExperimentRow, runs_dir: Path) -> tuple[Site, ...]:
+    """The sites the experiment was submitted with; () without, or where its stored spec
+    cannot be read here (status and the live view show the rest)."""
+    if "sites" not in exp.spec_yaml:  # not worth parsing the spec again
+        return ()
+    from hpsearch.errors import HpsearchError
+    from hpsearch.interop.store_view import stored_spec
+    try:
+        return tuple(stored_spec(exp, Path(runs_dir)).executor.sites or ())
+    except HpsearchError:
+        return ()
+
+
+def read_site_lines(reader: Reader, sites: Sequence[Site], trials: Iterable[rows.TrialRow],
+                    attempts: Iterable[dict]) -> list[SiteLine]:
+    """site_lines with each site's speed read from the store; [] without sites."""
+    return site_lines(sites, trials, attempts, speeds=read_speeds(reader)) if sites else []

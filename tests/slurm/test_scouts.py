@@ -67,6 +67,11 @@ def test_trials_after_the_scouts_ask_for_what_the_scouts_took(cli, slurm_cluster
         "00:30:00)" in note, note
     events = cli("events", name, check=0).stdout
     assert "scouts: time 0-00:01:00" in events, events
+    # the report says what the scouts resized and why (hpsearch.report.brokerage)
+    cli("report", name, "--out", cli.cwd / "report", env=slurm_cluster.env, check=0)
+    page = (cli.cwd / "report" / "report.html").read_text()
+    scouts = page.split("<h2 id='scouts'>Scouts</h2>")[1].split("<h2")[0]
+    assert "trials from 2 on ask for scouts: time 0-00:01:00 (p95 " in scouts, scouts
 
 
 @pytest.mark.slurm_clock  # a trial runs into a one-minute limit: on the clock cluster

@@ -2,16 +2,18 @@
 partitions of disjoint nodes. Every trial's job runs in the partition of the site the store
 says it went to, both sites take trials, and a site whose jobs do not start stops getting
 them (hpsearch.executors.sites; the sites table of status and `sites`:
-hpsearch.views.sites)."""
+hpsearch.views.sites; the report's sites.png: hpsearch.report.figures.sites)."""
 
 from __future__ import annotations
 
 import time
 import uuid
 
+from hpsearch.report.figures.common import plural
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
 from tests.helpers import read_store
+from tests.sites_store import check_sites_figure
 
 RUN = uuid.uuid4().hex[:6]
 LEFT, RIGHT = "left", "right"  # scripts/slurm-cluster.sh: node1-4 and node5-8
@@ -58,9 +60,19 @@ def _partitions(cluster, job_ids):
     return found
 
 
-def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, slurm_cluster):
+# Two reports a trial, a second apart, each with its time (the speed column's measure).
+TWO_STEPS = ("""command: 'for s in 0 1; do sleep 1; echo "@hpsearch step=$s time=$(date +%s.%N) """
+             """loss={x}"; done'""")
+
+
+def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, slurm_cluster,
+                                                                          tmp_path):
+    """... and status, sites and the report show each site's queue wait and speed (about a
+    second a step) and each attempt in its site's band of sites.png."""
     name = f"sites-{RUN}"
-    spec = cli.write_spec(SPEC.format(name=name, trials=8, left=LEFT, right=RIGHT))
+    text = SPEC.format(name=name, trials=8, left=LEFT, right=RIGHT)
+    spec = cli.write_spec("\n".join(TWO_STEPS if line.startswith("command:") else line
+                                    for line in text.splitlines()))
     proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
     exp, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed"] * 8, proc.stdout
@@ -83,9 +95,15 @@ def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, s
                    if line.startswith(site + " "))
         assert row[:7] == [site, site, "0", "0", str(sent[site]), "0", row[6]], row
         assert row[-1] == "0.1" and row[-2] == f"{sent[site] / 8:.0%}", row  # none skipped
+        assert 0.9 < float(row[7].removesuffix("s/step")) < 2.0, row  # sleep 1 a step
     explained = cli("sites", name, check=0).stdout
     assert f"  {LEFT}: weight 0.1 (0 running, 0 pending, {sent[LEFT]} ended, median queue " \
         "wait" in explained, explained
+    assert f"{LEFT} " in explained.split("speed = ")[1], explained
+    cli("report", name, "--out", tmp_path / "report", env=slurm_cluster.env, check=0)
+    assert (tmp_path / "report" / "sites.png").exists()
+    caption = check_sites_figure(cli.runs / name)
+    assert f"{LEFT}: {plural(sent[LEFT], 'attempt')}" in caption, caption
 
 
 def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, slurm_cluster):

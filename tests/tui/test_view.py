@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from hpsearch.tui.model import ClusterWatch, LeafLine, SnapshotSource, pareto_size
+from hpsearch.tui.text import format_duration
 from hpsearch.tui.view import render
 from tests.tui.conftest import build_store
 
@@ -144,4 +145,34 @@ def test_pilot_panel_shows_each_live_pilot_its_nodes_trials_and_time_left(tmp_pa
         shown = _screen(snap, width, height)
         assert len(shown) <= height and all(len(x) <= width for x in shown), shown
     assert "pilots (" in "\n".join(_screen(snap, 80, 24))
+    source.close()
+
+
+def test_sites_panel_shows_what_status_counts_of_each_site(tmp_path: Path):
+    """With executor.sites the panel has a line a site: running, pending, median queue wait,
+    speed and share, the numbers hpsearch.views.sites gives status (store written through
+    the Store API: tests/sites_store.py). A small terminal drops it before the trials."""
+    from hpsearch.store.reader import Reader
+    from hpsearch.views.sites import experiment_sites, read_site_lines
+    from tests.sites_store import build_sites_store
+    exp_dir = build_sites_store(tmp_path / "runs" / "sites")
+    source = SnapshotSource(exp_dir)
+    snap = source.snapshot(rows=24)
+    with Reader(exp_dir / "store.sqlite") as reader:
+        seen = read_site_lines(reader, experiment_sites(reader.experiment(), exp_dir.parent),
+                               reader.trials(), reader.all_attempts())
+    assert [(s.site, s.load, s.share, s.speed) for s in snap.sites] == \
+        [(s.site, s.load, s.share, s.speed) for s in seen]
+    lines = _screen(snap, 80, 24)
+    panel = lines[lines.index("sites") + 1:lines.index("sites") + 4]
+    wait = {s.site.name: format_duration(s.load.median_wait()) for s in seen}
+    assert [line.split() for line in panel] == [
+        ["left", "running", "1", "pending", "0", "wait", wait["left"], "speed", "0.5s/step",
+         "share", "50%"],
+        ["right", "running", "0", "pending", "1", "wait", wait["right"], "speed", "2s/step",
+         "share", "50%"],
+        ["idle", "running", "0", "pending", "0", "wait", "-", "speed", "-", "share", "0%"]]
+    small = _screen(snap, 80, 10)
+    assert len(small) <= 10 and "sites" not in small and any(" running " in line
+                                                             for line in small), small
     source.close()

@@ -17,6 +17,7 @@ from hpsearch.report.figures.pareto import pareto
 from hpsearch.report.figures.pilots import pilot_hours
 from hpsearch.report.figures.population import population
 from hpsearch.report.figures.scaling import scaling
+from hpsearch.report.figures.sites import sites
 from hpsearch.report.figures.slices import slices
 
 FIGURES = [
@@ -28,9 +29,10 @@ FIGURES = [
     ("learning_curves", "Learning curves", learning_curves),
     ("population", "Population over time", population),
     ("pilots", "Pilot node-hours", pilot_hours),
+    ("sites", "Sites: where attempts waited and ran", sites),
     ("scaling", "Parallel efficiency and scaling", scaling),
 ]
 
 __all__ = ["Drawn", "FIGURES", "LeftOut", "history", "importance_chart", "importances",
            "learning_curves", "parallel_coordinates", "pareto", "pilot_hours", "png", "population",
-           "scaling", "slices"]
+           "scaling", "sites", "slices"]
