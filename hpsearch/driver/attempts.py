@@ -42,16 +42,17 @@ class Attempts:
         sizes attempts from the first ones (resources.time or mem `auto`), or None."""
         self.retries, self.resources, self.launches = retries, resources, launches
         self.store, self.search, self.scouts = store, search, scouts
-        self.sized: str | None = None  # the scouts' last sizing told
+        self.sized: dict[int | None, str] = {}  # the scouts' last sizing told, per budget
 
-    def first(self, launch: Launch) -> tuple[Launch, str | None]:
-        """A new trial's first attempt with the scouts' sizes, and what to store of them."""
+    def first(self, launch: Launch, budget: int | None = None) -> tuple[Launch, str | None]:
+        """A new trial's first attempt (with `budget`: a promotion segment to that step
+        budget) with the scouts' sizes, and what to store of them."""
         if self.scouts is None:
             return launch, None
-        options, note = self.scouts.options()
-        if note and note != self.sized:  # say each new sizing once (`hpsearch events`)
+        options, note = self.scouts.options(budget)
+        if note and note != self.sized.get(budget):  # say each new sizing once (`events`)
             self.store.add_event("scouts", f"trials from {launch.trial_id} on ask for {note}")
-            self.sized = note
+            self.sized[budget] = note
         return dataclasses.replace(launch, sbatch_extra=(*options, *launch.sbatch_extra)), note
 
     def _decide(self, tid: int, this: retry.Attempt) -> retry.Decision:

@@ -178,8 +178,16 @@ class Driver:
             return None
         segment, attempt = found
         row = self.store.trial(segment.trial_id)
-        return _with_env(self.launches(segment.trial_id, attempt, row.params),
-                         self.promoter.env(segment))
+        return self._sized(_with_env(self.launches(segment.trial_id, attempt, row.params),
+                                     self.promoter.env(segment)), segment.budget)
+
+    def _sized(self, launch: Launch, budget: int) -> Launch:
+        """A promotion segment with the scouts' sizes for its step budget, stored with its
+        attempt (a driver killed before the store learns them relaunches it at the ceiling)."""
+        launch, sized = self.attempts.first(launch, budget)
+        if sized:
+            self.store.set_overrides(launch.trial_id, launch.attempt, sized)
+        return launch
 
     def _new(self) -> Launch | None:
         """A new trial from the search, stored before it is launched."""
@@ -189,13 +197,15 @@ class Driver:
                             {ENQUEUED: point.id} if point else None)
         if asked is None:
             return self._promoted(end_game=True) if not self.live else None
-        launch, sized = self.attempts.first(self.launches(asked.trial_id, 1, asked.params))
+        launch, sized = self.launches(asked.trial_id, 1, asked.params), None
+        if not self.promoter:
+            launch, sized = self.attempts.first(launch)
         with self.store.batch():  # the trial, and its first segment: one commit
             self.store.insert_trial(asked.trial_id, asked.params, str(launch.trial_dir),
                                     asked.sampler_attrs, asked.study_attrs, sized)
-            if self.promoter:
-                launch = _with_env(launch, self.promoter.env(
-                    self.promoter.first(asked.trial_id)))
+            segment = self.promoter.first(asked.trial_id) if self.promoter else None
+        if self.promoter and segment is not None:  # sized for its rung (self._sized)
+            launch = self._sized(_with_env(launch, self.promoter.env(segment)), segment.budget)
         if self.stopper:
             self.stopper.added(asked.trial_id)
         fault_point("after_insert")

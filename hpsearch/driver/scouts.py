@@ -11,6 +11,10 @@ that resource (PanDA's retry module raises memory or time the same way). Each si
 says so in its stored overrides (`scouts: ...`): what `events` and `status` show, and how
 a failure is known to be the scouts' (also after a restart). Slurm jobs only: pilots hold
 their own time limits, and the local executor's limit is executor.timeout.
+
+Promotion segments are sized per rung: a segment to step budget B asks for what the
+completed segments to B took (the first `scouts` of them at the ceiling), as each rung of
+ASHA runs a different number of steps.
 """
 
 from __future__ import annotations
@@ -58,14 +62,17 @@ class Scouts:
             self.slurm = Slurm()
 
     # -- measuring -------------------------------------------------------------------------
-    def _rows(self) -> list[dict]:
+    def _rows(self, budget: int | None) -> list[dict]:
+        """The attempts measured (completed, or paused: a segment that ended well) or cut
+        short at a limit; with `budget`, only the promotion segments to that step budget."""
         return list(self.store.db.query(
             "select trial, attempt, job_id, state, failure, overrides from attempts where "
-            "job_id is not null and (state = 'completed' or failure in "
-            "('timeout', 'out_of_memory'))"))
+            "job_id is not null and (state in ('completed', 'paused') or failure in "
+            "('timeout', 'out_of_memory'))" + (" and budget = ?" if budget is not None else ""),
+            [budget] if budget is not None else []))
 
     def _measure(self, rows: list[dict]) -> None:
-        new = [r["job_id"] for r in rows if r["state"] == "completed"
+        new = [r["job_id"] for r in rows if r["state"] in ("completed", "paused")
                and r["job_id"] not in self.peaks]
         if not new:
             return
@@ -76,10 +83,11 @@ class Scouts:
         self.peaks.update(found or {})
 
     # -- sizing ------------------------------------------------------------------------------
-    def options(self) -> tuple[tuple[str, ...], str | None]:
-        """The sbatch options and the stored note of a new attempt: the scouted sizes once
-        enough attempts completed, else ((), None): the ceiling."""
-        rows = self._rows()
+    def options(self, budget: int | None = None) -> tuple[tuple[str, ...], str | None]:
+        """The sbatch options and the stored note of a new attempt (with `budget`: of a
+        promotion segment to that step budget): the scouted sizes once enough attempts
+        (segments to that budget) completed, else ((), None): the ceiling."""
+        rows = self._rows(budget)
         self._measure(rows)
         done = [self.peaks[r["job_id"]] for r in rows if r["job_id"] in self.peaks]
         if len(done) < self.resources.scouts:
@@ -112,7 +120,8 @@ class Scouts:
                             "(a step shorter than the cluster's JobAcctGatherFrequency)")
         if not options:
             return (), None
-        return tuple(options), f"{PREFIX} " + "; ".join(said)
+        rung = f"segments to step {budget}: " if budget is not None else ""
+        return tuple(options), f"{PREFIX} {rung}" + "; ".join(said)
 
     @staticmethod
     def at_limit(row: dict, failure: str | None) -> bool:

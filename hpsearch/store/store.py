@@ -375,6 +375,12 @@ class Store(Reader):
     def set_pruner_attrs(self, trial_id: int, attrs: dict) -> None:
         self._write("update trials set pruner_attrs = ? where id = ?", (_dumps(attrs), trial_id))
 
+    def set_overrides(self, trial_id: int, attempt: int, overrides: str) -> None:
+        """What an attempt asks that the spec does not, set after it was begun (the scouts'
+        sizing of a promotion segment, known once its step budget is)."""
+        self._write("update attempts set overrides = ? where trial = ? and attempt = ?",
+                    (overrides, trial_id, attempt))
+
     def set_segment(self, trial_id: int, attempt: int, rung: int, budget: int) -> None:
         """Promotion mode: the rung and step budget of an attempt (a segment)."""
         self._write("update attempts set rung = ?, budget = ? where trial = ? and attempt = ?",

@@ -97,3 +97,40 @@ def test_a_trial_killed_at_the_scouts_limit_runs_again_at_the_ceiling(cli, slurm
     events = cli("events", name, check=0).stdout
     assert "attempt 2: at the ceiling after timeout at the scouts' limit (not counted)" \
         in events, events
+
+
+def test_promotion_segments_are_sized_per_rung(cli, slurm_cluster):
+    """ASHA in promotion mode (budgets 1, 2, 4): each segment is a job, and a segment to
+    budget B asks for what the segments to B took, once 2 of them completed; a rung's
+    sizing never counts another rung's runs."""
+    import sys
+
+    from tests.slurm.test_pruning_slurm import PROMOTION
+    from tests.test_promotion import SEGMENTED
+    name = f"scouts-rungs-{RUN}"
+    script = cli.cwd / "segmented.py"
+    script.write_text(SEGMENTED)
+    text = PROMOTION.format(name=name, python=sys.executable, script=script, pilots="")
+    spec = cli.write_spec(text.replace('resources: {nodes: 1, time: "00:02:00"}',
+                                       'resources: {nodes: 1, time: "auto 00:30:00", scouts: 2}'))
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=300)
+    with Reader(cli.runs / name / STORE_FILE) as reader:
+        attempts = list(reader.db.query("select trial, attempt, budget, state, overrides, "
+                                        "started from attempts order by started"))
+    assert all(a["state"] in ("completed", "paused") for a in attempts), proc.stdout
+    for budget in (1, 2):
+        segments = [a for a in attempts if a["budget"] == budget]
+        assert len(segments) >= 3, attempts
+        # the first two of a rung run at the ceiling; a later one starting after two of its
+        # rung completed asks for what those took, counted over that rung's runs only
+        assert [a["overrides"] for a in segments[:2]] == [None, None], segments
+        sized = [a["overrides"] for a in segments if a["overrides"]]
+        assert sized, segments
+        for note in sized:
+            assert note.startswith(f"scouts: segments to step {budget}: time 0-00:01:00 "
+                                   "(p95 "), note
+            runs = int(note.split(" of ")[1].split()[0])
+            assert 2 <= runs <= len(segments), (note, segments)
+    events = cli("events", name, check=0).stdout
+    assert "ask for scouts: segments to step 1: time" in events, events
+    assert "ask for scouts: segments to step 2: time" in events, events
