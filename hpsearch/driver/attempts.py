@@ -51,7 +51,9 @@ class Attempts:
             return launch, None
         options, note = self.scouts.options(budget)
         if note and note != self.sized.get(budget):  # say each new sizing once (`events`)
-            self.store.add_event("scouts", f"trials from {launch.trial_id} on ask for {note}")
+            who = (f"trial {launch.trial_id}'s segment and later ones" if budget is not None
+                   else f"trials from {launch.trial_id} on")
+            self.store.add_event("scouts", f"{who} ask for {note}")
             self.sized[budget] = note
         return dataclasses.replace(launch, sbatch_extra=(*options, *launch.sbatch_extra)), note
 
