@@ -194,11 +194,7 @@ def plan(args) -> int:
     if pilots:
         print(_pilot_line(spec) if args.brief else _pilot_script(spec), end="")
     split = _sites_split(spec, shown)
-    if spec.resources.auto and facts(spec.executor).job_per_attempt:
-        ceilings = ", ".join(f"{k} {getattr(spec.resources, k)}" for k in spec.resources.auto)
-        print(f"\nscouts: the first {spec.resources.scouts} trials ask for the ceiling "
-              f"({ceilings}); later ones for the 95th percentile of what the completed ones "
-              "took x 1.5 (docs/brokerage.md#scouts)")
+    _scouts_line(spec, pilots)
     if args.brief:
         print()
     for _ in range(limit):
@@ -242,6 +238,16 @@ def plan(args) -> int:
     if pilots and not args.brief:
         print("\n(--brief: each trial's own command, without the launch shell)")
     return 0
+
+
+def _scouts_line(spec, pilots: bool) -> None:
+    """resources.time or mem `auto` on Slurm: what the scouts will do."""
+    if spec.resources.auto and facts(spec.executor).on_slurm:
+        ceilings = ", ".join(f"{k} {getattr(spec.resources, k)}" for k in spec.resources.auto)
+        print(f"\nscouts: the first {spec.resources.scouts} trials ask for the ceiling "
+              f"({ceilings}); later ones for the 95th percentile of what the completed ones "
+              "took x 1.5" + (", time only in pilots" if pilots else "")
+              + " (docs/brokerage.md#scouts)")
 
 
 def _sites_split(spec, shown: int) -> list:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpsearch.driver import retry
-from hpsearch.driver.scouts import Scouts
+from hpsearch.driver.scouts import Scouts, Sizing
 from hpsearch.executors.base import Ended, Requeued
 from hpsearch.faults import fault_point
 from hpsearch.ingest.outcome import cause
@@ -49,13 +49,16 @@ class Attempts:
         budget) with the scouts' sizes, and what to store of them."""
         if self.scouts is None:
             return launch, None
-        options, note = self.scouts.options(budget)
-        if note and note != self.sized.get(budget):  # say each new sizing once (`events`)
+        sizing = self.scouts.sizing(budget)
+        if sizing is None:
+            return launch, None
+        note = sizing.note
+        if note != self.sized.get(budget):  # say each new sizing once (`events`)
             who = (f"trial {launch.trial_id}'s segment and later ones" if budget is not None
                    else f"trials from {launch.trial_id} on")
             self.store.add_event("scouts", f"{who} ask for {note}")
             self.sized[budget] = note
-        return dataclasses.replace(launch, sbatch_extra=(*options, *launch.sbatch_extra)), note
+        return sizing.apply(launch, self.resources, self.scouts.in_pilots), note
 
     def _decide(self, tid: int, this: retry.Attempt) -> retry.Decision:
         earlier = [retry.Attempt.from_row(a) for a in self.store.attempts(tid)
@@ -135,25 +138,28 @@ class Attempts:
                   f"at the ceiling after {failure} at the scouts' limit (not counted)"
                   if Scouts.at_limit(before[-1], failure) else
                   f"retry after {failure}" if failure else "retry")
-        options, note = self._scouted(trial_id, attempt)
+        sizing = self._scouted(trial_id, attempt)
+        note = sizing.note if sizing else None
         if not unlaunched:  # before the attempt is stored: the last one's exit_code must
             rotate_logs(Path(row.trial_dir), row.attempt)  # not pass for the new one's
         said = "; ".join(n for n in (note, plan.describe()) if n) or None
         self.store.begin_attempt(trial_id, attempt, reason, said)
         fault_point("after_retry_stored")
-        return dataclasses.replace(self.launches(trial_id, attempt, row.params),
-                                   sbatch_extra=(*options, *plan.sbatch_extra),
-                                   time_factor=plan.time_factor)
+        launch = dataclasses.replace(self.launches(trial_id, attempt, row.params),
+                                     sbatch_extra=plan.sbatch_extra,
+                                     time_factor=plan.time_factor)
+        return sizing.apply(launch, self.resources, self.scouts.in_pilots) \
+            if sizing and self.scouts else launch
 
-    def _scouted(self, trial_id: int, attempt: int) -> tuple[tuple[str, ...], str | None]:
+    def _scouted(self, trial_id: int, attempt: int) -> Sizing | None:
         """The scouts' sizes for a trial's next attempt: none (the ceiling) after one killed
         at them."""
         if self.scouts is None:
-            return (), None
+            return None
         before = [a for a in self.store.attempts(trial_id) if a["attempt"] < attempt]
         if before and Scouts.at_limit(before[-1], before[-1]["failure"]):
-            return (), None
-        return self.scouts.options()
+            return None
+        return self.scouts.sizing()
 
     def withdrawn(self, row: rows.TrialRow) -> bool:
         """A queued trial whose attempt was stored but never started (Store.withdraw)."""

@@ -74,8 +74,7 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
                                      [o.direction for o in spec.objectives],
                                      spec.experiment_dir, store, on_event),
         attempts=Attempts(spec.retries, spec.resources, launches, store, search,
-                          Scouts(spec.resources, store) if spec.resources.auto
-                          and facts(spec.executor).job_per_attempt else None),
+                          _scouts(spec, store)),
         stopper=stopper,
         promoter=promoter,
         extent=Extent(spec.search, spec.experiment_dir, store, search, on_event,
@@ -114,3 +113,12 @@ def _finish(promoter: Segments, request: requests.Request) -> None:
     """`hpsearch finish`: the promoter sends the trials on; the file goes once it has."""
     promoter.request_finish(request.id, request.data["trials"],
                             partial(requests.done, request))
+
+
+def _scouts(spec: Spec, store: Store) -> Scouts | None:
+    """Scouts (resources.time or mem `auto`) where trials run on Slurm: measured by sacct
+    where each attempt is a job, from the store in pilots; None locally."""
+    executor = facts(spec.executor)
+    if not spec.resources.auto or not executor.on_slurm:
+        return None
+    return Scouts(spec.resources, store, in_pilots=not executor.job_per_attempt)

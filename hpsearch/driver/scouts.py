@@ -9,8 +9,13 @@ ceiling. An attempt killed at such a limit (timeout, out_of_memory) runs again a
 ceiling without counting as a failure, and every later trial asks for GROWTH times more of
 that resource (PanDA's retry module raises memory or time the same way). Each sized attempt
 says so in its stored overrides (`scouts: ...`): what `events` and `status` show, and how
-a failure is known to be the scouts' (also after a restart). Slurm jobs only: pilots hold
-their own time limits, and the local executor's limit is executor.timeout.
+a failure is known to be the scouts' (also after a restart).
+
+In pilots (`in_pilots`) a trial has no job of its own for sacct to measure: its run time is
+its attempt's, as the store has it (started to finished), and the sized time becomes the
+trial's own time limit in its assignment, which the pilot enforces and binds by (a trial
+fits in a pilot's remaining time sooner). Memory is not sized there: a pilot's slots are
+cut when it is submitted. The local executor's limit is executor.timeout: no scouts.
 
 Promotion segments are sized per rung: a segment to step budget B asks for what the
 completed segments to B took (the first `scouts` of them at the ceiling), as each rung of
@@ -20,9 +25,10 @@ ASHA runs a different number of steps.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpsearch.driver.retry import format_slurm_time, slurm_time_seconds
+from hpsearch.launch.attempt import Launch
 from hpsearch.slurm.failures import SlurmError
 from hpsearch.slurm.sacct import Peak
 from hpsearch.spec.model import Resources, memory_mb
@@ -48,15 +54,38 @@ def scouted(row: dict) -> bool:
     return (row.get("overrides") or "").startswith(PREFIX)
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """What a new attempt asks for: seconds and megabytes (None: the ceiling), and why."""
+
+    time_s: int | None
+    mem_mb: int | None
+    note: str
+
+    def apply(self, launch: Launch, resources: Resources, in_pilots: bool) -> Launch:
+        """The launch asking for these sizes: sbatch options of its job, or in a pilot its
+        own time limit (resources.time of its assignment)."""
+        if in_pilots:
+            own = launch.resources or resources
+            return replace(launch, resources=replace(own, time=format_slurm_time(self.time_s))) \
+                if self.time_s else launch
+        options = ((f"--time={format_slurm_time(self.time_s)}",) if self.time_s else ()) \
+            + ((f"--mem={self.mem_mb}M",) if self.mem_mb else ())
+        return replace(launch, sbatch_extra=(*options, *launch.sbatch_extra))
+
+
 @dataclass
 class Scouts:
     resources: Resources
     store: Store
     slurm: object = None
-    peaks: dict[str, Peak] = field(default_factory=dict)  # job id -> what it took
-    told: set[str] = field(default_factory=set)  # notes given once
+    in_pilots: bool = False  # measured from the store; time only (the module's docstring)
+    peaks: dict[tuple[int, int], Peak] = field(default_factory=dict)  # (trial, attempt) ->
+    told: set[str] = field(default_factory=set)  # notes given once           # what it took
 
     def __post_init__(self) -> None:
+        if self.in_pilots:
+            return
         if self.slurm is None:
             from hpsearch.slurm.commands import Slurm
             self.slurm = Slurm()
@@ -66,62 +95,73 @@ class Scouts:
         """The attempts measured (completed, or paused: a segment that ended well) or cut
         short at a limit; with `budget`, only the promotion segments to that step budget."""
         return list(self.store.db.query(
-            "select trial, attempt, job_id, state, failure, overrides from attempts where "
+            "select trial, attempt, job_id, state, failure, overrides, started, finished "
+            "from attempts where "
             "job_id is not null and (state in ('completed', 'paused') or failure in "
             "('timeout', 'out_of_memory'))" + (" and budget = ?" if budget is not None else ""),
             [budget] if budget is not None else []))
 
     def _measure(self, rows: list[dict]) -> None:
-        new = [r["job_id"] for r in rows if r["state"] in ("completed", "paused")
-               and r["job_id"] not in self.peaks]
+        new = [r for r in rows if r["state"] in ("completed", "paused")
+               and (r["trial"], r["attempt"]) not in self.peaks]
         if not new:
             return
+        if self.in_pilots:  # the attempt's own run time in its pilot
+            self.peaks.update({(r["trial"], r["attempt"]): Peak(r["finished"] - r["started"],
+                                                                None)
+                               for r in new if r["started"] and r["finished"]})
+            return
         try:
-            found = self.slurm.sacct_peaks(new)  # type: ignore[attr-defined]
+            found = self.slurm.sacct_peaks([r["job_id"] for r in new])  # type: ignore[attr-defined]
         except SlurmError:
             return  # asked again with the next launch
-        self.peaks.update(found or {})
+        self.peaks.update({(r["trial"], r["attempt"]): (found or {})[r["job_id"]]
+                           for r in new if r["job_id"] in (found or {})})
 
     # -- sizing ------------------------------------------------------------------------------
-    def options(self, budget: int | None = None) -> tuple[tuple[str, ...], str | None]:
-        """The sbatch options and the stored note of a new attempt (with `budget`: of a
-        promotion segment to that step budget): the scouted sizes once enough attempts
-        (segments to that budget) completed, else ((), None): the ceiling."""
+    def sizing(self, budget: int | None = None) -> Sizing | None:
+        """A new attempt's sizes and their stored note (with `budget`: of a promotion
+        segment to that step budget) once enough attempts (segments to that budget)
+        completed, else None: the ceiling."""
         rows = self._rows(budget)
         self._measure(rows)
-        done = [self.peaks[r["job_id"]] for r in rows if r["job_id"] in self.peaks]
+        done = [self.peaks[key] for r in rows if (key := (r["trial"], r["attempt"])) in self.peaks]
         if len(done) < self.resources.scouts:
-            return (), None
+            return None
         grown = {kind: GROWTH ** sum(1 for r in rows if scouted(r)
                                      and SIZED_FAILURES.get(r["failure"]) == kind)
                  for kind in ("time", "mem")}
-        options, said = [], []
-        if "time" in self.resources.auto and self.resources.time:
-            took = [p.elapsed for p in done if p.elapsed is not None]
-            if took:
-                ceiling = slurm_time_seconds(self.resources.time)
-                wanted = quantile(took) * MARGIN * grown["time"]
-                seconds = min(ceiling, max(MIN_TIME_S, math.ceil(wanted / 60) * 60))
-                options.append(f"--time={format_slurm_time(seconds)}")
-                said.append(f"time {format_slurm_time(seconds)} (p95 {quantile(took):.0f} s of "
-                            f"{len(took)} runs x {MARGIN * grown['time']:g}, ceiling "
-                            f"{self.resources.time})")
-        if "mem" in self.resources.auto and self.resources.mem:
-            took = [p.max_rss_mb for p in done if p.max_rss_mb is not None]
-            if took:
-                ceiling_mb = memory_mb(self.resources.mem)
-                megabytes = math.ceil(min(ceiling_mb, max(MIN_MEM_MB, quantile(took) * MARGIN
-                                                          * grown["mem"])))
-                options.append(f"--mem={megabytes}M")
-                said.append(f"mem {megabytes}M (p95 {quantile(took):.0f}M of {len(took)} runs "
-                            f"x {MARGIN * grown['mem']:g}, ceiling {self.resources.mem})")
-            else:
-                said.append("mem at its ceiling: sacct recorded no MaxRSS of the runs so far "
-                            "(a step shorter than the cluster's JobAcctGatherFrequency)")
-        if not options:
-            return (), None
+        seconds, said = self._time(done, grown["time"])
+        megabytes, mem_said = (None, None) if self.in_pilots else self._mem(done, grown["mem"])
+        said += [mem_said] if mem_said else []
+        if seconds is None and megabytes is None:
+            return None
         rung = f"segments to step {budget}: " if budget is not None else ""
-        return tuple(options), f"{PREFIX} {rung}" + "; ".join(said)
+        return Sizing(seconds, megabytes, f"{PREFIX} {rung}" + "; ".join(said))
+
+    def _time(self, done: list[Peak], grown: float) -> tuple[int | None, list[str]]:
+        if "time" not in self.resources.auto or not self.resources.time:
+            return None, []
+        took = [p.elapsed for p in done if p.elapsed is not None]
+        if not took:
+            return None, []
+        ceiling = slurm_time_seconds(self.resources.time)
+        wanted = quantile(took) * MARGIN * grown
+        seconds = min(ceiling, max(MIN_TIME_S, math.ceil(wanted / 60) * 60))
+        return seconds, [f"time {format_slurm_time(seconds)} (p95 {quantile(took):.0f} s of "
+                         f"{len(took)} runs x {MARGIN * grown:g}, ceiling {self.resources.time})"]
+
+    def _mem(self, done: list[Peak], grown: float) -> tuple[int | None, str | None]:
+        if "mem" not in self.resources.auto or not self.resources.mem:
+            return None, None
+        took = [p.max_rss_mb for p in done if p.max_rss_mb is not None]
+        if not took:
+            return None, ("mem at its ceiling: sacct recorded no MaxRSS of the runs so far "
+                          "(a step shorter than the cluster's JobAcctGatherFrequency)")
+        ceiling_mb = memory_mb(self.resources.mem)
+        megabytes = math.ceil(min(ceiling_mb, max(MIN_MEM_MB, quantile(took) * MARGIN * grown)))
+        return megabytes, (f"mem {megabytes}M (p95 {quantile(took):.0f}M of {len(took)} runs "
+                           f"x {MARGIN * grown:g}, ceiling {self.resources.mem})")
 
     @staticmethod
     def at_limit(row: dict, failure: str | None) -> bool:

@@ -6,6 +6,7 @@ trials after it ask for more."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -136,3 +137,30 @@ def test_promotion_segments_are_sized_per_rung(cli, slurm_cluster):
     for budget in (1, 2):
         assert re.search(rf"trial \d+'s segment and later ones ask for scouts: segments to "
                          rf"step {budget}: time 0-00:01:00 \(p95 ", events), events
+
+
+def test_in_pilots_later_trials_get_the_time_limit_the_scouts_took(cli, slurm_cluster):
+    """Pilots: the run time of an attempt is its own (the store's start and end), and the
+    sized time is the trial's own limit in its assignment, which its pilot enforces."""
+    name = f"scouts-pilots-{RUN}"
+    text = SPEC.format(name=name, trials=4, points="{d: 1}, {d: 2}, {d: 1}, {d: 1}")
+    text = text.replace('time: "auto 00:30:00"', 'time: "auto 00:04:00"').replace(
+        "array: false}", "array: false,\n  pilots: {nodes: 1, time: '00:06:00', max: 1, "
+        "idle_timeout: 5, heartbeat: 1}}")
+    proc = cli("submit", cli.write_spec(text), "--no-tui", env=slurm_cluster.env, check=0,
+               timeout=240)
+    exp, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 4, proc.stdout
+    with Reader(cli.runs / name / STORE_FILE) as reader:
+        notes = [a["overrides"] for a in reader.db.query(
+            "select overrides from attempts order by trial, attempt")]
+    assert notes[:2] == [None, None], notes
+    for note in notes[2:]:
+        assert note.startswith("scouts: time 0-00:01:00 (p95 ") and "ceiling 00:04:00)" in note
+    # each trial's time limit as its pilot was told (claimed/: the assignments it took):
+    # the ceiling for the two scouts, the scouted minute after
+    told = {}
+    for path in (cli.runs / name / "pilots").glob("[0-9]*/claimed/*.json"):
+        data = json.loads(path.read_text())
+        told[data["trial_id"]] = data.get("time")
+    assert told == {0: 240.0, 1: 240.0, 2: 60.0, 3: 60.0}, told
