@@ -30,6 +30,7 @@ from hpsearch.store.results import best as best_trials
 from hpsearch.store.results import best_checkpoint, record
 from hpsearch.store.rows import DONE
 from hpsearch.store.runs import STORE_FILE
+from hpsearch.views import scouts
 from hpsearch.views.pilots import pilot_lines
 
 
@@ -93,6 +94,7 @@ def status(args) -> int:
         restarts = reader.events(limit=None, kind=resume_check.KIND)
         sites = sites_cmds.read_lines(reader, runs_dir_of(args) / args.name, exp, trials,
                                        attempts)
+        resized = scouts.summary(scouts.read_resizes(reader))
     driver = DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
     staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
@@ -134,6 +136,8 @@ def status(args) -> int:
         _pilot_table(pilots, pilot_gpu)
     if sites:
         sites_cmds.table(sites)
+    if resized:
+        print(resized)
     return 0
 
 

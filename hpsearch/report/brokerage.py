@@ -13,14 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpsearch.store.rows import ExperimentRow, TrialRow
+from hpsearch.views.scouts import Resize, read_resizes
 from hpsearch.views.sites import SiteLine, experiment_sites, read_site_lines
 
 if TYPE_CHECKING:
     from hpsearch.store.reader import Reader
-
-# The words of the attempt event hpsearch.driver.attempts stores for such a run.
-AT_THE_CEILING = "at the scouts' limit"
-
 
 @dataclass(frozen=True)
 class SiteRun:
@@ -35,16 +32,6 @@ class SiteRun:
     queue_wait: float | None
 
 
-@dataclass(frozen=True)
-class Resize:
-    """A scouts' decision: when, the trial it is about (None: every later trial) and the
-    driver's words."""
-
-    time: float
-    trial: int | None
-    message: str
-
-
 @dataclass
 class Brokerage:
     sites: list[SiteLine] = field(default_factory=list)  # [] without executor.sites
@@ -55,9 +42,7 @@ class Brokerage:
 def read_brokerage(reader: Reader, exp: ExperimentRow, runs_dir: Path,
                    trials: list[TrialRow]) -> Brokerage:
     """The sites' lines and runs (none without sites) and the scouts' resizes."""
-    resizes = [Resize(*row) for row in reader.db.execute(
-        "select time, trial, message from events where kind = 'scouts' or (kind = 'attempt'"
-        " and message like ?) order by id", (f"%{AT_THE_CEILING}%",))]
+    resizes = read_resizes(reader)
     sites = experiment_sites(exp, runs_dir)
     if not sites:
         return Brokerage(resizes=resizes)

@@ -69,6 +69,10 @@ def test_trials_after_the_scouts_ask_for_what_the_scouts_took(cli, slurm_cluster
         "00:30:00)" in note, note
     events = cli("events", name, check=0).stdout
     assert "scouts: time 0-00:01:00" in events, events
+    status = cli("status", name, check=0).stdout
+    assert re.search(r"\nscouts: trials from 3 on ask for scouts: time 0-00:01:00 \(p95 \d+ s "
+                     r"of 3 runs x 1.5, ceiling 00:30:00\); 2 sizings, 0 attempts killed at a "
+                     r"scouted limit ran again at the ceiling", status), status
     # the report says what the scouts resized and why (hpsearch.report.brokerage)
     cli("report", name, "--out", cli.cwd / "report", env=slurm_cluster.env, check=0)
     page = (cli.cwd / "report" / "report.html").read_text()
@@ -99,6 +103,10 @@ def test_a_trial_killed_at_the_scouts_limit_runs_again_at_the_ceiling(cli, slurm
     events = cli("events", name, check=0).stdout
     assert "attempt 2: at the ceiling after timeout at the scouts' limit (not counted)" \
         in events, events
+    status = cli("status", name, check=0).stdout  # the sizing in force, and the kill
+    assert "; 2 sizings, 1 attempt killed at a scouted limit ran again at the ceiling" \
+        in status and "scouts: trials from 3 on ask for scouts: time 0-00:01:00 (p95 1 s " \
+        "of 3 runs x 2.25" in status, status
 
 
 def test_promotion_segments_are_sized_per_rung(cli, slurm_cluster):
