@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 RUNNING = ("RUNNING", "COMPLETING")
 # Failure classes that are the site's, not the trial's (brokerage.SITE_FAILURES's words).
 SITE_FAILURE_CLASSES = frozenset({"launch_error", "node_fail", "boot_fail", "lost"})
+# Words of a pilot's stored end that make it the site's failure (hpsearch.pilot.places).
+SITE_PILOT_FAILURES = ("NODE_FAIL", "BOOT_FAIL", "sbatch refused")
 
 # Each report (one step of one attempt: its metrics share a time) of an attempt sent to a
 # site, in order: one query for the whole store, sorted by SQLite, not one a trial.
@@ -62,11 +64,16 @@ class SiteLine:
 
 def site_lines(sites: Sequence[Site], trials: Iterable[rows.TrialRow],
                attempts: Iterable[dict], now: float | None = None,
-               speeds: Mapping[str, Speed] | None = None) -> list[SiteLine]:
+               speeds: Mapping[str, Speed] | None = None,
+               pilots: Sequence[rows.PilotRow] = ()) -> list[SiteLine]:
     """One line a site, from the trials' and attempts' rows (attempts: dicts of the
     attempts table, with site, started, finished, queue_wait, failure) and the sites'
-    speeds (step_speeds)."""
+    speeds (step_speeds). With pilots (their rows, each with its site), the broker weighs
+    pilots, not trials: the running, pending, waits and failures are the pilots'
+    (pilot_loads); the share is still the attempts'."""
     now = time.time() if now is None else now
+    if pilots:
+        return _with_shares(sites, pilot_loads(sites, pilots), attempts, now, speeds or {})
     loads = {s.name: SiteLoad() for s in sites}
     for t in trials:
         if t.site in loads and t.state in (rows.RUNNING, rows.SUBMITTING):
@@ -75,22 +82,50 @@ def site_lines(sites: Sequence[Site], trials: Iterable[rows.TrialRow],
                 load.running += 1
             else:
                 load.pending += 1
-    sent = dict.fromkeys(loads, 0)
     for a in attempts:
         at = loads.get(a.get("site") or "")
         if at is None:
             continue
-        sent[a["site"]] += 1
         if a.get("queue_wait") is not None:
             at.waits.append(a["queue_wait"])
         if a.get("finished") is not None:
             at.ended += 1
             if a.get("failure") in SITE_FAILURE_CLASSES:
                 at.failures.append(a["finished"])
+    return _with_shares(sites, loads, attempts, now, speeds or {})
+
+
+def _with_shares(sites: Sequence[Site], loads: dict[str, SiteLoad], attempts: Iterable[dict],
+                 now: float, speeds: Mapping[str, Speed]) -> list[SiteLine]:
+    sent = dict.fromkeys(loads, 0)
+    for a in attempts:
+        if a.get("site") in sent:
+            sent[a["site"]] += 1
     total = sum(sent.values()) or 1
-    speeds = speeds or {}
     return [SiteLine(s, loads[s.name], brokerage.verdict(s, loads[s.name], now),
                      sent[s.name], sent[s.name] / total, speeds.get(s.name)) for s in sites]
+
+
+def pilot_loads(sites: Sequence[Site], pilots: Sequence[rows.PilotRow]) -> dict[str, SiteLoad]:
+    """Each site's pilots, as the broker counts them (hpsearch.pilot.places): running once
+    started, pending before; each one's queue wait (submit to start); ended ones, and
+    those Slurm ended NODE_FAIL or BOOT_FAIL or that sbatch refused (the site's failures)."""
+    loads = {s.name: SiteLoad() for s in sites}
+    for p in pilots:
+        load = loads.get(p.site or "")
+        if load is None:
+            continue
+        if p.started is not None:
+            load.waits.append(p.started - p.submitted)
+        if p.state == rows.PILOT_ENDED:
+            load.ended += 1
+            if any(word in (p.reason or "") for word in SITE_PILOT_FAILURES):
+                load.failures.append(p.ended or p.submitted)
+        elif p.state == rows.PILOT_RUNNING:
+            load.running += 1
+        else:
+            load.pending += 1
+    return loads
 
 
 def step_speeds(reports: Iterable[tuple[str, int, int, int, float]]) -> dict[str, Speed]:
@@ -127,5 +162,9 @@ def experiment_sites(exp: rows.ExperimentRow, runs_dir: Path) -> tuple[Site, ...
 
 def read_site_lines(reader: Reader, sites: Sequence[Site], trials: Iterable[rows.TrialRow],
                     attempts: Iterable[dict]) -> list[SiteLine]:
-    """site_lines with each site's speed read from the store; [] without sites."""
-    return site_lines(sites, trials, attempts, speeds=read_speeds(reader)) if sites else []
+    """site_lines with each site's speed (and pilots, where it has) read from the store;
+    [] without sites."""
+    if not sites:
+        return []
+    pilots = [p for p in reader.pilots() if p.site]
+    return site_lines(sites, trials, attempts, speeds=read_speeds(reader), pilots=pilots)

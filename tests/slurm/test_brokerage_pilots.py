@@ -107,6 +107,12 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
     assert f"pilot 1 to site {LEFT} (weights: {LEFT} 0.1, {other} 0.1)" in events, events
     assert f"pilot 2 to site {other} (weights: {LEFT} 0.0909, {other} 0.1)" in events, events
     assert "ended before it ran a trial" not in events, events
+    # `sites` weighs pilots, as the broker did: each site's pilots ended, none in flight
+    explained = cli("sites", name, check=0).stdout
+    for site in (LEFT, other):
+        ended = sum(1 for p in pilots if p["site"] == site)
+        assert f"  {site}: weight 0.1 (0 running, 0 pending, {ended} ended, median queue " \
+            "wait " in explained, explained
 
 
 def test_a_pilot_pending_at_a_site_that_starts_nothing_moves_to_one_that_does(
