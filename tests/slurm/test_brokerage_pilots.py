@@ -154,3 +154,32 @@ def test_a_pending_pilot_no_trial_needs_is_cancelled_after_idle_timeout(cli, slu
     last_end = max(a["finished"] for a in _rows(cli.runs, name, "select finished from attempts"))
     assert cancelled[0]["time"] < last_end - 1, (cancelled, last_end)
     assert "CANCELLED" in pilots[1]["reason"], pilots
+
+
+def test_a_driver_killed_again_and_again_reattaches_each_pilot_at_its_own_cluster(
+        cli, slurm_cluster):
+    """SIGKILL of the driver at 6 moments of a search over partition left and the second
+    cluster: each resumed driver asks each pilot's own cluster about it (job ids of the two
+    clusters overlap), re-attaches it, and every trial runs once, in one attempt."""
+    from collections import Counter
+
+    from hpsearch.pilot import protocol
+    from tests.helpers import kill_driver_repeatedly
+    other = slurm_cluster.second_cluster
+    assert other, "scripts/slurm-cluster.sh starts a second cluster (docs/testing.md)"
+    name = f"sp-crash-{RUN}"
+    spec = _spec(cli, name, [f"{{partition: {LEFT}, max: 1}}", f"{{cluster: {other}}}"],
+                 trials=12, sleep=2, idle=60)  # max 1: the second pilot goes to the other
+    kills = kill_driver_repeatedly(cli, spec, name, slurm_cluster.env, 6, (0.5, 2.5))
+    cli("resume", name, env=slurm_cluster.env, check=0, timeout=300)
+    exp, trials = read_store(cli.runs, name)
+    assert [(t.state, t.attempt) for t in trials] == [("completed", 1)] * 12, kills
+    started = Counter(n for d in protocol.pilots_dir(cli.runs / name).glob("[0-9]*")
+                      for n in protocol.names(d / "started") + protocol.names(d / "done"
+                                                                               / "started"))
+    assert started == Counter({protocol.name_of(t, 1): 1 for t in range(12)}), started
+    pilots = _rows(cli.runs, name, "select id, site, state, reason from pilots order by id")
+    assert {p["site"] for p in pilots} == {LEFT, other} and len(pilots) <= 4, pilots
+    assert all(p["state"] == "ended" for p in pilots), pilots
+    events = cli("events", name, check=0).stdout
+    assert "re-attached" in events, events
