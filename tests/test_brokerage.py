@@ -174,3 +174,48 @@ def test_plan_of_pilots_over_sites_splits_the_first_pilots_and_binds_no_trial_to
     assert "  left: partition left, weight 1; 2 of the first 3 pilots" in out, out
     assert "  far: cluster c2, weight 1; 1 of the first 3 pilots" in out, out
     assert "  site: " not in out, out
+
+
+def test_a_site_may_give_its_pilots_their_own_time_limit(tmp_path):
+    from hpsearch.executors.sites import site_job
+    spec = _load(tmp_path, """\
+        pilots: {time: "01:00:00"}
+        sites:
+          - {partition: short, pilots: {time: "00:20:00"}}
+          - {partition: long}
+        """)
+    short, long = spec.executor.sites
+    assert (short.pilot_time, long.pilot_time) == ("00:20:00", None)
+    job = spec.slurm_job()
+    assert site_job(job, short).executor.pilots.time == "00:20:00"
+    assert site_job(job, long).executor.pilots.time == "01:00:00"
+
+
+@pytest.mark.parametrize("tail, key, message", [
+    ("pilots: true\nsites: [{partition: a, pilots: {nodes: 2}}]\n",
+     "executor.sites[0].pilots", "a mapping such as {time:"),
+    ("pilots: true\nsites: [{partition: a, pilots: {time: 5, nodes: 2}}]\n",
+     "executor.sites[0].pilots.nodes", "unknown key"),
+    ("pilots: true\nsites: [{partition: a, pilots: {time: soon}}]\n",
+     "executor.sites[0].pilots.time", "a Slurm time limit"),
+])
+def test_a_bad_site_pilot_setting_names_its_key(tmp_path, tail, key, message):
+    with pytest.raises(BadInput) as caught:
+        _load(tmp_path, tail)
+    assert caught.value.key == key and message in str(caught.value), caught.value
+
+
+def test_a_site_s_pilots_too_short_for_a_trial_are_refused(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC + """\
+  pilots: {time: "01:00:00"}
+  sites:
+    - {partition: a}
+    - {partition: b, pilots: {time: "00:05:00"}}
+resources: {time: "00:10:00"}
+""")
+    with pytest.raises(BadInput) as caught:
+        load_spec(path)
+    assert caught.value.key == "executor.sites[1].pilots.time", caught.value
+    assert "a pilot of time 00:05:00 could never start a trial of time 00:10:00" \
+        in str(caught.value)

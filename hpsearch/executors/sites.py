@@ -61,10 +61,14 @@ def site_resources(res: Resources, site: Site) -> Resources:
 
 
 def site_job(job: SlurmJob, site: Site) -> SlurmJob:
-    """The part of the spec one site's executor is made of: the site's partition (its
-    placement plans within it), at most `max` jobs in flight."""
+    """The part of the spec one site's executor (or its pilots) is made of: the site's
+    partition (its placement plans within it), at most `max` jobs in flight, and its own
+    pilot time limit where it sets one."""
+    pilots = job.executor.pilots
+    executor = replace(job.executor, pilots=replace(pilots, time=site.pilot_time)) \
+        if pilots is not None and site.pilot_time else job.executor
     return replace(job, resources=site_resources(job.resources, site),
-                   parallel=min(job.parallel, site.max or job.parallel),
+                   parallel=min(job.parallel, site.max or job.parallel), executor=executor,
                    slot_shape=site_resources(job.slot_shape, site) if job.slot_shape else None)
 
 

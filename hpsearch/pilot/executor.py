@@ -100,8 +100,11 @@ class PilotExecutor(Executor):
         self.beat.path.parent.mkdir(parents=True, exist_ok=True)
         self.beat.write(state="running")
         self.trial_time = parse_time_limit(job.resources.time) if job.resources.time else None
-        self.pilot_time = parse_time_limit(cfg.time)  # None: not a time limit (validate()
-                                                      # refuses it; submit() raises)
+        # the longest of the sites' pilots (a trial binds only where it fits); None: not a
+        # time limit (validate() refuses it; submit() raises)
+        self.pilot_time = max((parse_time_limit(place.job.executor.pilots.time) or 0.0
+                               for place in self.fleet.places
+                               if place.job.executor.pilots), default=0.0) or None
 
     # -- Executor ---------------------------------------------------------------------------
     def free_slots(self) -> int:
@@ -119,7 +122,9 @@ class PilotExecutor(Executor):
         if needed > self.pilot_time - PILOT_RESERVE:  # a retry rule's longer time limit
             self.events.append(Ended(launch.trial_id, launch.attempt, None, "launch_error",
                                      f"its time limit ({needed:g} s) does not fit in a pilot "
-                                     f"(executor.pilots.time {self.cfg.time})"))
+                                     + (f"(executor.pilots.time {self.cfg.time})"
+                                        if not self.job.executor.sites else
+                                        f"(the sites' longest pilots: {self.pilot_time:g} s)")))
             return
         self.ready.append(launch)
         self._bind()

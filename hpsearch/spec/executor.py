@@ -24,7 +24,7 @@ EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", 
                  "lost_after", "pilots", "warm", "sites", "move_after")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
-SITE_KEYS = ("name", "partition", "cluster", "account", "qos", "max", "weight")
+SITE_KEYS = ("name", "partition", "cluster", "account", "qos", "max", "weight", "pilots")
 
 
 def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
@@ -83,13 +83,24 @@ def _sites(v: _Validator, value: Any, path: KeyPath) -> tuple[Site, ...]:
             x, p, lambda w: isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0
             and w < float("inf"), "a number > 0"), 1.0)
         site = Site(name=name, max=v.optional(d, "max", where, lambda x, p: v.integer(x, p, 1)),
-                    weight=float(weight), **names)
+                    weight=float(weight), pilot_time=v.optional(
+                        d, "pilots", where, functools.partial(_site_pilots, v)), **names)
         twin = next((s for s in sites if s.name == site.name), None)
         if twin is not None:
             raise v.fail(where + ("name",) if "name" in d else where,
                          f"two sites are named {site.name!r}; give each its own `name`")
         sites.append(site)
     return tuple(sites)
+
+
+def _site_pilots(v: _Validator, value: Any, path: KeyPath) -> str:
+    """A site's own pilot settings: {time: ...}, its pilots' time limit (a partition's
+    MaxTime differs from another's); their size is the search's (executor.pilots)."""
+    v.typed(value, path, lambda x: isinstance(x, dict) and "time" in x, "a mapping such as "
+            "{time: \"04:00:00\"} (a site's pilots differ only in their time limit; their "
+            "nodes and slots are executor.pilots')")
+    d = v.mapping(value, path, ("time",))
+    return _slurm_time_limit(v, d["time"], path + ("time",))
 
 
 def _warm(v: _Validator, value: Any, path: KeyPath) -> tuple[str, ...] | None:

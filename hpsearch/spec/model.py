@@ -355,6 +355,7 @@ class Site:
     qos: str | None = None
     max: int | None = None   # jobs in flight (pending and running) at once; None: no cap
     weight: float = 1.0      # a factor on the broker's weight (> 0)
+    pilot_time: str | None = None  # `pilots: {time: ...}`: its pilots' time limit, as written
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,12 @@ class _Validator:
             unwritten = "" if keys in self.lines else \
                 f"; {keys[-1]} is not given, and its default is {getattr(Pilots, keys[-1])}"
             raise self.fail(keys, problem + unwritten)
+        for i, site in enumerate(spec.executor.sites):  # a site's own pilot time limit
+            if site.pilot_time and spec.executor.pilots:
+                found = checks.pilots_fit(spec.resources, dataclasses.replace(
+                    spec.executor.pilots, time=site.pilot_time), spec.slot())
+                if found:
+                    raise self.fail(("executor", "sites", i, "pilots", "time"), found[1])
         if executor is not None:  # submit --executor
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))

@@ -61,12 +61,12 @@ def _rows(runs, name, query):
 
 
 def _sacct(cluster, job_ids, cluster_name=None):
-    """JobID -> (Partition, State, NodeList) of each job, asked again for a few seconds while
-    a record lacks its partition (slurmdbd writes a short job's record late)."""
+    """JobID -> (Partition, State, NodeList, Timelimit) of each job, asked again for a few
+    seconds while a record lacks its partition (slurmdbd writes a short job's record late)."""
     where = ["-M", cluster_name] if cluster_name else []
     for _ in range(20):
         out = cluster.run("sacct", *where, "-n", "-P", "-X", "-j", ",".join(job_ids),
-                          "-o", "JobID,Partition,State,NodeList").stdout
+                          "-o", "JobID,Partition,State,NodeList,Timelimit").stdout
         found = {f[0]: tuple(f[1:]) for f in (line.split("|") for line in out.split())}
         if all(found.get(j, ("",))[0] for j in job_ids):
             return found
@@ -79,7 +79,8 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
     other = slurm_cluster.second_cluster
     assert other, "scripts/slurm-cluster.sh starts a second cluster (docs/testing.md)"
     name = f"sp-two-{RUN}"
-    spec = _spec(cli, name, [f"{{partition: {LEFT}}}", f"{{cluster: {other}}}"], trials=8)
+    spec = _spec(cli, name, [f"{{partition: {LEFT}, pilots: {{time: \"00:04:00\"}}}}",
+                             f"{{cluster: {other}}}"], trials=8)
     proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
     exp, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed"] * 8, proc.stdout
@@ -90,13 +91,15 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
     for site, where in ((LEFT, None), (other, other)):
         jobs = [p["job_id"] for p in pilots if p["site"] == site]
         found = _sacct(slurm_cluster, jobs, where)
-        for job in jobs:
-            partition, state, nodes = found[job]
+        for job in jobs:  # left's pilots with the site's own time limit
+            partition, state, nodes, limit = found[job]
             assert state.startswith("COMPLETED") or state.startswith("CANCELLED"), found
             if site == LEFT:
                 assert partition == LEFT and nodes in {f"node{i}" for i in range(1, 5)}, found
+                assert limit == "00:04:00", found
             else:
                 assert nodes in slurm_cluster.second_cluster_nodes, found
+                assert limit == "00:05:00", found
     # every attempt ran in a pilot of its stored site, on that pilot's node
     attempts = _rows(cli.runs, name, "select trial, site, job_id, nodes from attempts")
     pilot_at = {(p["site"], p["job_id"]): p["nodes"] for p in pilots}
