@@ -184,10 +184,11 @@ def test_a_pilot_cancelled_mid_trial_costs_the_trial_one_attempt(cli, slurm_clus
     name = f"pl-scancel-{RUN}"
     # `|| exit`: Slurm (proctrack/linuxproc) signals the job's processes one at a time; a
     # `sleep` killed a moment before its shell let the shell run the next line, report and
-    # exit 0 (a fresh-clone run saw the attempt completed). A real trial killed fails.
+    # exit 0 (a fresh-clone run saw the attempt completed). A real trial killed fails. The
+    # retry does not sleep: only the first attempt must still run when the scancel comes.
     spec = cli.write_spec(SLEEPER.format(name=name, sleep=15, parallel=1, max=1, xs=[1],
-                                         pilot_nodes=2).replace("sleep 15;",
-                                                                "sleep 15 || exit $?;"))
+                                         pilot_nodes=2).replace(
+        "sleep 15;", 'if [ "$HPSEARCH_ATTEMPT" = 1 ]; then sleep 15 || exit $?; fi;'))
     driver = cli.popen("submit", spec, env=slurm_cluster.env)
     try:
         first = None
@@ -337,7 +338,9 @@ def test_a_trial_lost_on_a_pilot_node_is_retried_on_another_node(cli, slurm_clus
     text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2],
                           pilot_nodes=2).replace(
         "sleep 0;", 'if [ "$HPSEARCH_ATTEMPT" = 1 ] && [ -n "$SLURM_STEP_ID" ]; then kill -9 $$; '
-        "fi; sleep 8;").replace("slots_per_node: 2", "slots_per_node: 1")
+        # the retry, which must wait for the other trial's slot, need not sleep itself
+        'fi; [ "$HPSEARCH_ATTEMPT" != 1 ] || sleep 8;').replace("slots_per_node: 2",
+                                                                 "slots_per_node: 1")
     proc = cli("submit", cli.write_spec(text, "lost.yaml"), env=slurm_cluster.env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     attempts = _attempts(cli.runs, name)
