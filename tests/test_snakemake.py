@@ -129,9 +129,12 @@ def test_failed_search_fails_its_rule_leaving_no_output_and_the_reason_in_its_lo
 @pytest.mark.slow
 def test_interrupted_search_rule_resumes_the_same_experiment(module_pipeline):
     spec = module_pipeline / "search.yaml"
-    spec.write_text(spec.read_text().replace("awk ", "sleep 2; awk ", 1))
+    # slow until the interrupt (so that it finds trials in flight), quick after it
+    resumed = module_pipeline / "resumed"
+    spec.write_text(spec.read_text().replace("awk ", f"test -e '{resumed}' || sleep 2; awk ", 1))
     runs = module_pipeline / "hpsearch-runs"
     interrupt_after_completed([SNAKEMAKE, "-c1"], module_pipeline, _env(), runs, "target", 2)
+    resumed.touch()
     assert not (module_pipeline / "results" / "best.json").exists()
     exp_before, before = read_store(runs, "target")
     done_before = {t.id: t for t in before if t.state == "completed"}

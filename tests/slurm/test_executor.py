@@ -207,9 +207,9 @@ def test_resume_finds_array_tasks_whose_ids_were_never_stored(cli, slurm_cluster
 
 
 def test_ddp_search_of_two_node_trials_runs_every_rank_on_distinct_nodes(cli, slurm_cluster):
-    """The digits DDP example: 2 two-node trials (the example has 6) at once, torchrun
-    (gloo on CPU) over srun: 4 ranks on 4 nodes. (4 trials, 2 at a time, took 89 s of the
-    suite for the same check.)"""
+    """The digits DDP example with one two-node trial (the example has 6), torchrun (gloo on
+    CPU) over srun: its 2 ranks on 2 distinct nodes, as sacct says. (4 trials, 2 at a time,
+    took 89 s of the suite for the same check; 2 at once, 40 s of CI's run 3.)"""
     import shutil
     import sys
     from pathlib import Path
@@ -224,14 +224,14 @@ def test_ddp_search_of_two_node_trials_runs_every_rank_on_distinct_nodes(cli, sl
     name = f"sl-ddp-{RUN}"
     text = (example / "slurm.yaml").read_text().replace("name: digits-slurm", f"name: {name}")
     text = text.replace("epochs: 5 ", "epochs: 2 ").replace("poll_interval: 2s", "poll_interval: 1s")
-    text = text.replace("trials: 6", "trials: 2").replace("parallel: 3", "parallel: 2")
+    text = text.replace("trials: 6", "trials: 1").replace("parallel: 3", "parallel: 1")
     spec = cli.write_spec(text, "ddp.yaml")
     # torchrun runs inside the jobs: put the interpreter's bin dir (the venv) on their PATH.
     env = {**slurm_cluster.env,
            "PATH": f"{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', '')}"}
     cli("submit", spec, env=env, check=0, timeout=600)
     _, trials = read_store(cli.runs, name)
-    assert len(trials) == 2 and all(t.state == "completed" for t in trials)
+    assert len(trials) == 1 and all(t.state == "completed" for t in trials)
     for t in trials:
         out = (cli.runs / name / "trials" / f"{t.id:05d}" / "stdout.log").read_text()
         starts = [line for line in out.splitlines() if line.startswith("rank ")]

@@ -30,6 +30,12 @@ RUN = uuid.uuid4().hex[:6]
 PLUGIN = ["--executor", "slurm", "-j", "4", "--default-resources", "slurm_partition=debug",
           "slurm_account=root", "runtime=10", "--slurm-init-seconds-before-status-checks",
           "1", "--seconds-between-status-checks", "2"]
+# The plugin checks its jobs' states first after --slurm-init-seconds-before-status-checks
+# (I), then 10 s later each time while none ended (I, 2I + 10, 3I + 30 s), and once a job
+# ended, I s later again; at its end it sleeps I more. With I = 1 the digits pipeline's
+# retrain, evaluate and report jobs (13-21 s each) are seen ended at 33 s. Tried on
+# 2026-11-30, I = 22: each seen at 22 s, but the final sleep took 22 s: 143.9 s against
+# 143.2 s with I = 1, back to back.
 
 
 def _slurm_env(cluster, tmp: Path) -> dict:
@@ -82,11 +88,13 @@ def test_interrupted_slurm_search_rule_resumes_the_same_experiment(tmp_path, slu
     (tmp_path / "Snakefile").write_text(doc_example("Snakefile"))
     (tmp_path / "search.yaml").write_text(
         doc_example("search.yaml").replace("name: target", f"name: {name}")
-        .replace("awk ", "sleep 4; awk ", 1)
+        # slow until the interrupt (so that it finds trials in flight), quick after it
+        .replace("awk ", f"test -e '{tmp_path}/resumed' || sleep 4; awk ", 1)
         + "executor: {type: slurm, poll_interval: 0.5}\n")
     (tmp_path / "workflows").symlink_to(ROOT / "workflows")
     env, runs = _slurm_env(slurm_cluster, tmp_path), tmp_path / "hpsearch-runs"
     interrupt_after_completed([SNAKEMAKE, *PLUGIN], tmp_path, env, runs, name, 2)
+    (tmp_path / "resumed").touch()
     exp_before, before = read_store(runs, name)
     done_before = {t.id: t for t in before if t.state == "completed"}
     assert 2 <= len(done_before) < 6 and exp_before.status != "completed"
