@@ -79,16 +79,21 @@ if [ "$(id -u)" = 0 ]; then
     apt-get install -y -q tmux chromium || { apt-get update -q && apt-get install -y -q tmux chromium; }
   fi
 fi
-# Three runs, all always. First, side by side: the tests that need no cluster on two workers
+# Four runs, all always. First, side by side: the tests that need no cluster on two workers
 # (xdist, whole files per worker, as the quick tier), and the cluster's `slurm_clock` tests one
 # at a time on a cluster of their own (HPSEARCH_SLURM_DIR/PORT_BASE below: its own munge,
 # MariaDB, slurmdbd, slurmctld and 8 slurmds): they wait mostly on Slurm's own clocks
 # (whole-minute time limits, SlurmdTimeout, daemons stopped for a while), so they leave the
 # CPUs to the others, and they stop Slurm's daemons, kill a node's slurmd or set account
-# limits, which no other test feels there. Then the other cluster tests one at a time, alone:
-# beside the CPU-bound tests without a cluster, their 1-minute pilots and DDP ranks outlast
-# pytest-timeout (tried: docs/testing.md#tiers). Fails if any fails.
+# limits, which no other test feels there; and the light cluster tests (below) on a third.
+# Then the other cluster tests one at a time, alone: beside the CPU-bound tests without a
+# cluster, their 1-minute pilots and DDP ranks outlast pytest-timeout (tried:
+# docs/testing.md#tiers). Fails if any fails.
 CLOCK_CLUSTER=(HPSEARCH_SLURM_DIR=/tmp/hpsearch-slurm-clock HPSEARCH_SLURM_PORT_BASE=17000)
+# The light cluster tests (slurm_beside: shell-sleep trials, no PyTorch, no other user;
+# tests/slurm/conftest.py BESIDE) also run beside them, one at a time on a third cluster:
+# they wait on Slurm and on their trials' sleeps (docs/testing.md#tiers).
+BESIDE_CLUSTER=(HPSEARCH_SLURM_DIR=/tmp/hpsearch-slurm-beside HPSEARCH_SLURM_PORT_BASE=17200)
 status=0
 run() {  # [nice -n N] pytest ARGS...: exit 5 (no test selected, e.g. with -k) is no failure
   local rc=0 prefix=()
@@ -97,25 +102,37 @@ run() {  # [nice -n N] pytest ARGS...: exit 5 (no test selected, e.g. with -k) i
   if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; fi
 }
 clock_log=$(mktemp)
-trap 'rm -f "$clock_log" "$clock_log.rc"' EXIT
+beside_log=$(mktemp)
+trap 'rm -f "$clock_log" "$clock_log.rc" "$beside_log" "$beside_log.rc"' EXIT
+beside() {  # LOG MARKERS CLUSTER_ENV...: one pytest run in the background, its rc in LOG.rc
+  local log=$1 markers=$2 rc=0
+  shift 2
+  env "$@" .venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15 \
+    -m "$markers" "${args[@]}" >"$log" 2>&1 || rc=$?
+  echo "$rc" >"$log.rc"
+}
+args=("$@")
 echo "== pytest: the tests that need no Slurm cluster (2 workers), and beside them the"
-echo "   slurm_clock tests on their own cluster (one at a time; their output follows when both end)"
-( rc=0
-  env "${CLOCK_CLUSTER[@]}" .venv/bin/python -m pytest -q -rs -p no:cacheprovider \
-    --durations=15 -m "cluster and slurm_clock" "$@" >"$clock_log" 2>&1 || rc=$?
-  echo "$rc" >"$clock_log.rc" ) &
+echo "   slurm_clock tests and the light cluster tests, each on a cluster of its own (one at a"
+echo "   time; their output follows when all end)"
+beside "$clock_log" "cluster and slurm_clock" "${CLOCK_CLUSTER[@]}" &
 clock=$!
+beside "$beside_log" "cluster and slurm_beside and not slurm_clock" "${BESIDE_CLUSTER[@]}" &
+light=$!
 # At nice 10: the slurm_clock tests beside them wait on Slurm's clocks and need the CPUs only
 # in bursts (two DDP ranks starting inside a job's 1-minute limit), which they then get first;
 # the tests without a cluster take every cycle those leave. CI's run of e8a7464, at equal
 # priority: test_ddp_trial_outlasting_its_time_limit alone took 677 s of the clock run's
 # 1653 s (its ranks' start took most of each job's minute), while the rest took 1429 s.
 run nice -n 10 -n 2 --dist loadfile -m "not cluster" "$@"
-wait "$clock"
-echo "== pytest: the slurm_clock tests, on their own cluster (${CLOCK_CLUSTER[*]}; they ran beside the above)"
-cat "$clock_log"
-clock_rc=$(cat "$clock_log.rc")
-if [ "$clock_rc" != 0 ] && [ "$clock_rc" != 5 ]; then status=1; fi
+wait "$clock" "$light"
+for pair in "slurm_clock:$clock_log:${CLOCK_CLUSTER[*]}" "light (slurm_beside):$beside_log:${BESIDE_CLUSTER[*]}"; do
+  IFS=: read -r what log where <<<"$pair"
+  echo "== pytest: the $what tests, on their own cluster ($where; they ran beside the above)"
+  cat "$log"
+  rc=$(cat "$log.rc")
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; fi
+done
 echo "== pytest: the rest of the Slurm cluster's tests (one at a time)"
-run -m "cluster and not slurm_clock" "$@"
+run -m "cluster and not slurm_clock and not slurm_beside" "$@"
 exit $status

@@ -345,6 +345,7 @@ def _printing_shows_absent_parameters(cli, name: str, rows: list) -> None:
     assert (out / "report.html").exists()
 
 
+@pytest.mark.slow  # 8 s in the quick tier under load (2026-11-30; docs/testing.md#tiers)
 def test_resumed_conditional_search_rebuilds_its_sampler_and_finishes(cli):
     """The driver is SIGKILLed after 6 trials ended; resume rebuilds the TPE study from the
     store, each trial with only its active parameters' distributions, and asks the rest."""

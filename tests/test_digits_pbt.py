@@ -14,6 +14,7 @@ from tests.helpers import read_store
 from tests.pbt_segments import WARM, check_segments, digits_spec
 
 
+@pytest.mark.slow  # torch's imports: 29 s in the quick tier under load (docs/testing.md#tiers)
 def test_digits_members_take_checkpoints_of_another_lr_and_train_on_with_theirs(cli):
     spec = (EXAMPLES / "digits_ddp" / "pbt.yaml").read_text()
     spec = spec.replace("population: 4", "population: 3").replace(

@@ -111,6 +111,7 @@ def test_module_example_from_the_docs_runs_without_an_activated_venv(module_pipe
     assert chosen == f"x={p['x']:.3f} y={p['y']:.3f}\n"
 
 
+@pytest.mark.slow  # a Snakemake run: 25 s in the quick tier under load (docs/testing.md#tiers)
 def test_failed_search_fails_its_rule_leaving_no_output_and_the_reason_in_its_log(
         module_pipeline):
     spec = module_pipeline / "search.yaml"

@@ -240,10 +240,28 @@ def _tail(text: str | bytes | None) -> str:
     return "\n".join((text or "").rstrip().splitlines()[-OUTPUT_TAIL_LINES:])
 
 
+# The light cluster tests: their trials are shell sleeps or a small Python script (no PyTorch,
+# Lightning, Snakemake, MPI or container), and they make no other user of the machine (as
+# tests/site.py does, which the tests without a cluster also do). scripts/test.sh runs them,
+# one at a time on a cluster of their own, beside the tests without a cluster: they wait on
+# Slurm and on their trials' sleeps, and take little CPU (docs/testing.md#tiers).
+BESIDE = frozenset({
+    "test_brokerage_pilots.py", "test_brokerage_preempt.py", "test_cluster.py",
+    "test_clusters.py", "test_commands.py", "test_crash_loop.py", "test_driver_job.py",
+    "test_pilot_crash.py", "test_pilot_fencing.py", "test_pilot_remote_stop.py",
+    "test_pilot_views.py", "test_placement.py", "test_pruning_slurm.py", "test_report_usage.py",
+    "test_scouts.py", "test_sites.py", "test_slurm_env.py", "test_slurm_faults.py",
+    "test_trial_sizes.py", "test_watch_slurm.py"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The first test that uses a cluster also waits for it to start, which on a fresh
     machine includes apt-get install: give that one test START_TIMEOUT_S more than its
-    pytest-timeout limit (every other test keeps its own)."""
+    pytest-timeout limit (every other test keeps its own). The tests of BESIDE's files are
+    marked slurm_beside."""
+    for item in items:
+        if item.path.name in BESIDE and item.path.parent.name == "slurm":
+            item.add_marker(pytest.mark.slurm_beside)
     pending = {"slurm_cluster", "slurm_flat_cluster", "slurm_bound_cluster"}
     for item in items:
         first_of = pending & set(getattr(item, "fixturenames", ()))
