@@ -174,6 +174,9 @@ def test_plan_of_pilots_over_sites_splits_the_first_pilots_and_binds_no_trial_to
     assert "  left: partition left, weight 1; 2 of the first 3 pilots" in out, out
     assert "  far: cluster c2, weight 1; 1 of the first 3 pilots" in out, out
     assert "  site: " not in out, out
+    # the first pilot's script is the first site's (its partition)
+    assert "pilot 1's batch script (at site left):" in out and "#SBATCH --partition=left" \
+        in out, out
 
 
 def test_a_site_may_give_its_pilots_their_own_time_limit(tmp_path):

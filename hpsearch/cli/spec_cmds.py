@@ -299,8 +299,14 @@ def _pilot_script(spec) -> str:
 
     cfg = spec.executor.pilots
     name = pilot_name(spec.name, 1, spec.instance)
+    job, where = spec.slurm_job(), ""
+    if spec.executor.sites:  # the broker's first choice with nothing running: the first site
+        from hpsearch.executors.sites import site_job
+        first = spec.executor.sites[0]
+        job, where = site_job(job, first), f" (at site {first.name}" + (
+            f", sbatch -M {first.cluster})" if first.cluster else ")")
     script = batch_script(pilots_dir(spec.experiment_dir) / "submitit",
-                          pilot_job_parameters(spec.slurm_job(), name))
-    return (_pilots(cfg) + "; pilot 1's batch "
-            "script:\n# placement options (--switches, --nodelist) are chosen from live node "
+                          pilot_job_parameters(job, name))
+    return (_pilots(cfg) + f"; pilot 1's batch script{where}"
+            ":\n# placement options (--switches, --nodelist) are chosen from live node "
             "state at submit time and are not shown\n" + script.rstrip("\n") + "\n")
