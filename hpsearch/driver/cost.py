@@ -58,12 +58,16 @@ def pilot_share_of(spec: Spec) -> PilotShare | None:
 
 class Costs:
     def __init__(self, metrics: list[str], store: Store, on_event: Callable[[str], None],
-                 sacct: Sacct | None = None, pilots: PilotShare | None = None) -> None:
+                 sacct: Sacct | None = None, pilots: PilotShare | None = None,
+                 elsewhere: frozenset[str] = frozenset()) -> None:
         """metrics: the objectives'; sacct: what the jobs of these ids used (Slurm jobs of
         their own), or None; pilots: where attempts run in pilots (their host is their
-        node), the share of each node a trial's attempt holds (pilot_share)."""
+        node), the share of each node a trial's attempt holds (pilot_share); elsewhere: the
+        sites on another cluster (executor.sites with `cluster`), whose job ids this sacct
+        would take for other jobs: their attempts are timed from the store."""
         self.names = [m for m in metrics if m in COST_METRICS]
         self.store, self.on_event, self.sacct, self.pilots = store, on_event, sacct, pilots
+        self.elsewhere = elsewhere
         self.told: set[str] = set()  # warnings already printed (each is stored per trial)
 
     def measurer(self, trial_id: int) -> Callable[[set[str]], dict[str, float]] | None:
@@ -88,7 +92,8 @@ class Costs:
         trial = self.store.trial(trial_id)
         gpus = gpu_count(trial.gpus)
         share = self.pilots(trial.params) if self.pilots else 1.0
-        by_job = self._sacct(trial_id, [a["job_id"] for a in rows if a["job_id"]])
+        by_job = self._sacct(trial_id, [a["job_id"] for a in rows if a["job_id"]
+                                        and a.get("site") not in self.elsewhere])
         end = self.store.end_time()  # this attempt's: the end finish_attempt records
         out = []
         for a in rows:
@@ -101,7 +106,9 @@ class Costs:
             # counts a job's GPUs on all its nodes
             held = gpus * max(1, nodes) if self.pilots else gpus
             use = attempt_usage(trial_id, a["attempt"], a["state"] or "", a["started"],
-                                a["finished"], end, nodes, held, by_job.get(a["job_id"]),
+                                a["finished"], end, nodes, held,
+                                None if a.get("site") in self.elsewhere
+                                else by_job.get(a["job_id"]),
                                 share=share, startup_s=a.get("startup_s"))
             if use is not None:
                 out.append(use)

@@ -84,7 +84,8 @@ def policies(spec: Spec, store: Store, executor: Executor, search: Search,
         watch=watch,
         reading=reading,
         costs=Costs([o.metric for o in spec.objectives], store, on_event,
-                    _sacct(spec, executor), pilots=pilot_share_of(spec)),
+                    _sacct(spec, executor), pilots=pilot_share_of(spec),
+                    elsewhere=frozenset(s.name for s in spec.executor.sites if s.cluster)),
     )
 
 

@@ -36,6 +36,11 @@ class Submitter:
     def __init__(self, job: SlurmJob, slurm, health: SlurmHealth) -> None:
         self.job, self.slurm, self.health = job, slurm, health
         self.arrays_dir = job.experiment_dir / "slurm"
+        # Slurm's own messages of array tasks, by array id: one folder per cluster, as two
+        # clusters give the same ids (executor.sites)
+        cluster = getattr(slurm, "cluster", None)
+        self.logs_dir = self.arrays_dir if cluster is None else \
+            self.arrays_dir / f"cluster-{cluster}"
         self.unsure: set[str] = set()  # names whose sbatch may have submitted them anyway
         self.max_array: int | None = None  # MaxArraySize, asked once
         self.array_cap: int | None = None  # fewer tasks per array after a limit refused one
@@ -127,8 +132,9 @@ class Submitter:
         tmp.write_text(json.dumps([[la.trial_id, la.attempt] for la in chunk]))
         os.replace(tmp, manifest)
         throttle = self.job.executor.array_throttle or self.job.parallel
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
         array_id = self.sbatch(name, scripts.array_script(self.job, chunk, throttle,
-                                                          str(self.arrays_dir)))
+                                                          str(self.logs_dir)))
         if array_id is None:
             if self.health.submit_kind == LIMIT:
                 self.array_cap = max(1, len(chunk) // 2)  # the limit counts each task

@@ -183,7 +183,7 @@ class Fleet:
         from hpsearch.slurm.pilot_jobs import Held, submit_pilot
         place = self.place(pilot)
         try:
-            job_id = submit_pilot(self.root / "submitit",
+            job_id = submit_pilot(place.folder(self.root),
                                   pilot_job_parameters(place.job, pilot.name, options),
                                   lambda text: place.submitter.sbatch(pilot.name, text), main,
                                   pilot.paths.root)
@@ -351,7 +351,8 @@ class Fleet:
     def output(self, pilot: PilotJob) -> Path | None:
         """Its job's Slurm output file (stdout and stderr), where it has a job."""
         from hpsearch.slurm.pilot_jobs import pilot_output
-        return pilot_output(self.root / "submitit", pilot.job_id) if pilot.job_id else None
+        return pilot_output(self.place(pilot).folder(self.root), pilot.job_id) \
+            if pilot.job_id else None
 
     def move_stuck(self) -> None:
         """Cancel pilots pending past move_after at one site while another takes pilots,

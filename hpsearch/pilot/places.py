@@ -27,6 +27,7 @@ import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from hpsearch.executors import brokerage
@@ -55,6 +56,13 @@ class Place:
     @property
     def name(self) -> str | None:
         return self.site.name if self.site is not None else None
+
+    def folder(self, root: Path) -> Path:
+        """submitit's folder for this place's pilots under the pilots dir `root`: one per
+        cluster, as submitit names its files by job id and two clusters give the same ids
+        (a second cluster's job 3 once ran the first cluster's job 3's pickle)."""
+        cluster = self.site.cluster if self.site is not None else None
+        return root / ("submitit" if cluster is None else f"submitit-{cluster}")
 
 
 def make_places(job: SlurmJob, slurm, nodes: int, slurms: dict | None = None) -> list[Place]:

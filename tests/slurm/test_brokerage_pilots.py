@@ -100,6 +100,13 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
             else:
                 assert nodes in slurm_cluster.second_cluster_nodes, found
                 assert limit == "00:05:00", found
+    # submitit names its files by job id, and the two clusters' ids overlap (on a fresh
+    # cluster both first pilots were job 3, and one ran the other's pickle): one folder each
+    pilots_dir = cli.runs / name / "pilots"
+    for site, folder in ((LEFT, "submitit"), (other, f"submitit-{other}")):
+        jobs = {p["job_id"] for p in pilots if p["site"] == site}
+        assert jobs <= {f.name.split("_")[0] for f in (pilots_dir / folder).glob(
+            "*_submitted.pkl")}, (site, sorted(p.name for p in pilots_dir.rglob("*.pkl")))
     # every attempt ran in a pilot of its stored site, on that pilot's node
     attempts = _rows(cli.runs, name, "select trial, site, job_id, nodes from attempts")
     pilot_at = {(p["site"], p["job_id"]): p["nodes"] for p in pilots}
