@@ -1,14 +1,15 @@
 """Other users on the cluster: a background thread that submits a seeded stream of short
 whole-node jobs, so a search has to compete for nodes (benchmarks/slurm_throughput.py --busy).
 
-Each job is a plain `sbatch --exclusive -N k --wrap 'sleep s'` with k in 1..max_nodes and s in
-[sleep_min, sleep_max], arriving as a Poisson stream of `rate` jobs per second; the arrival
-times, sizes and lengths come from `random.Random(seed)` alone, so every row of the
-benchmark meets the same stream. Run as the user `hpsearch-other` (the test cluster's second
-user, made by tests/slurm/test_job_identity.py's fixture) when this process is root and that
-user exists; as the current user otherwise (then the jobs still compete, but squeue shows one
-user). These are not hpsearch's jobs: they go straight to sbatch, not through its Slurm
-package, and are not counted in its calls.
+Each job is a plain `sbatch --exclusive -N k --wrap 'sleep s'` with k in 1..max_nodes and s
+in [sleep_min, sleep_max], arriving as a Poisson stream of `rate` jobs per second; the
+arrival times, sizes and lengths come from `random.Random(seed)` alone, so every row of the
+benchmark meets the same stream. With `partition` they go to that partition alone
+(benchmarks/brokerage.py keeps one of two sites busy). Run as the user `hpsearch-other` (the
+test cluster's second user, made by tests/slurm/test_job_identity.py's fixture) when this
+process is root and that user exists; as the current user otherwise (then the jobs still
+compete, but squeue shows one user). These are not hpsearch's jobs: they go straight to
+sbatch, not through its Slurm package, and are not counted in its calls.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class OtherUsers:
     sleep_min: float = 2.0
     sleep_max: float = 10.0
     user: str | None = field(default_factory=_other_user)
+    partition: str | None = None  # None: the cluster's default partition
     job_ids: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     node_seconds: float = 0.0  # asked for, over the jobs submitted
@@ -70,6 +72,8 @@ class OtherUsers:
         argv = ["sbatch", "--parsable", "--exclusive", f"--nodes={nodes}", "--time=1",
                 f"--job-name={JOB_NAME}", "--output=/dev/null", "--chdir=/tmp",
                 f"--wrap=sleep {sleep:g}"]
+        if self.partition:
+            argv.insert(1, f"--partition={self.partition}")
         if self.user:
             argv = ["runuser", "-u", self.user, "--", *argv]
         proc = subprocess.run(argv, capture_output=True, text=True)

@@ -75,6 +75,15 @@ def test_a_site_that_fails_is_backed_off_and_recovers_as_the_failures_fade():
     assert _split([A, B], {"a": failed, "b": SiteLoad()}, 3, now=later) == ["b", "b", "a"]
 
 
+def test_a_site_whose_slurm_does_not_answer_is_skipped_until_it_does():
+    """Its controller down (benchmarks/brokerage.py's clusters scenario found trials sent
+    there and held until it came back): the others take every trial meanwhile."""
+    down = SiteLoad(running=3, unreachable="its queries fail")
+    assert brokerage.verdict(A, down, 0).skipped == "unreachable (its queries fail)"
+    assert _split([A, B], {"a": down, "b": SiteLoad()}, 3) == ["b", "b", "b"]
+    assert _split([A, B], {"a": SiteLoad(running=3), "b": SiteLoad()}, 3) == ["a", "a", "a"]
+
+
 def test_describe_says_the_weight_the_counts_and_why_skipped():
     load = SiteLoad(running=1, pending=5, waits=[2.0, 4.0, 9.0], ended=3)
     line = brokerage.describe(brokerage.verdict(A, load, 0), load)

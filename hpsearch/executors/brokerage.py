@@ -11,10 +11,11 @@ defined + 10) x manyAssigned)"), and skips a queue whose backlog is over twice w
 as running a few (its bootstrap: min(nBatchJob, 20)). Here, per site, `running` and
 `pending` are this search's own jobs there; the site's `weight` setting scales it; each
 failure of the site itself (a launch Slurm refused, a node that failed, a job lost) halves
-it, the halving fading with FAILURE_HALF_LIFE. The next trial goes to the site of the
-highest weight that is neither full (`max`) nor skipped; its pending count then grows, so
-the next one may go elsewhere: equal sites alternate, and a site whose jobs start takes
-more. Pure: the executor (hpsearch.executors.sites) keeps the counts.
+it, the halving fading with FAILURE_HALF_LIFE; a site whose Slurm does not answer (its
+controller down) is skipped until it does. The next trial goes to the site of the highest
+weight that is neither full (`max`) nor skipped; its pending count then grows, so the next
+one may go elsewhere: equal sites alternate, and a site whose jobs start takes more. Pure:
+the executor (hpsearch.executors.sites) keeps the counts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class SiteLoad:
     waits: list[float] = field(default_factory=list)  # seconds from submit to start, per job
     failures: list[float] = field(default_factory=list)  # when the site failed an attempt
     ended: int = 0  # attempts that ended here
+    unreachable: str | None = None  # why its Slurm does not answer now; None: it does
 
     @property
     def in_flight(self) -> int:
@@ -71,6 +73,8 @@ def failure_factor(failures: Sequence[float], now: float) -> float:
 def verdict(site: Site, load: SiteLoad, now: float) -> Verdict:
     weight = (load.running + 1) / (load.pending + OFFSET) * site.weight \
         * failure_factor(load.failures, now)
+    if load.unreachable is not None:
+        return Verdict(site, weight, f"unreachable ({load.unreachable})")
     if site.max is not None and load.in_flight >= site.max:
         return Verdict(site, weight, f"full ({load.in_flight} of max {site.max} in flight)")
     if load.pending > BACKLOG * max(load.running, BOOTSTRAP):

@@ -17,11 +17,14 @@ Moving (JEDI reassigns jobs that wait too long at a queue): a job pending at one
 `executor.move_after` seconds, while another site starts what it gets (nothing of ours
 pending there, room under its `max`, not skipped), is cancelled and its attempt sent there;
 the cancel's end is not the driver's news, the new job's Started is (the same attempt, a new
-job id and site). At most MAX_MOVES a trial. If the job started before the cancel reached
-it, it ran a few seconds for nothing, and its attempt runs again at the other site. A driver
-killed between the cancel and the store learning the new job finds that job by its name when
-it resumes (adopt asks every cluster); one killed before the new sbatch finds the old job
-cancelled, which fails that attempt (retried as any failure is).
+job id and site). At most MAX_MOVES a trial. A site whose Slurm does not answer (its
+controller down) is skipped by the broker, and the launches it holds unsubmitted (sbatch
+failed) go to another site at once: nothing of them reached that Slurm to wait for. If the
+job started before the cancel reached it, it ran a few seconds for nothing, and its attempt
+runs again at the other site. A driver killed between the cancel and the store learning the
+new job finds that job by its name when it resumes (adopt asks every cluster); one killed
+before the new sbatch finds the old job cancelled, which fails that attempt (retried as any
+failure is).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from hpsearch.executors.base import (
 )
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import Launch
+from hpsearch.slurm.failures import LIMIT
 from hpsearch.spec.model import Site
 
 if TYPE_CHECKING:
@@ -58,6 +62,18 @@ def site_resources(res: Resources, site: Site) -> Resources:
     """A trial's resources as sent to `site`: its partition, account and qos, where set."""
     return replace(res, **{k: getattr(site, k) for k in ("partition", "account", "qos")
                            if getattr(site, k) is not None})
+
+
+def unreachable(ex: SlurmExecutor) -> str | None:
+    """Why a site's Slurm does not answer now (its queries fail, or sbatch failed for a
+    reason other than a limit and its back-off has not passed), or None."""
+    health = ex.health
+    if health.unreachable:
+        return "its queries fail"
+    if health.submit_kind is not None and health.submit_kind != LIMIT \
+            and not health.may_submit():
+        return "sbatch failed"
+    return None
 
 
 def site_job(job: SlurmJob, site: Site) -> SlurmJob:
@@ -102,6 +118,7 @@ class SitesExecutor(Executor):
             running = sum(1 for j in ex.jobs.values() if j.state in RUNNING_STATES)
             load.running = running
             load.pending = len(ex.jobs) - running + len(ex.waiting) + len(ex.held)
+            load.unreachable = unreachable(ex)
 
     def verdicts(self) -> list[brokerage.Verdict]:
         self._count()
@@ -148,7 +165,9 @@ class SitesExecutor(Executor):
             return
         self._count()
         now = time.time()
-        ready = [v.site for v in brokerage.verdicts(self.sites, self.loads, now)
+        verdicts = brokerage.verdicts(self.sites, self.loads, now)
+        self._move_held([v.site for v in verdicts if v.skipped is None])
+        ready = [v.site for v in verdicts
                  if v.skipped is None and self.loads[v.site.name].pending == 0]
         for name, ex in self.executors.items():
             for job in list(ex.jobs.values()):
@@ -166,6 +185,27 @@ class SitesExecutor(Executor):
                                        f"{name} for {now - self.submitted[tid]:.0f} s "
                                        f"({job.reason or 'no reason given'}) while site "
                                        f"{target.name} starts what it gets: moved there"))
+
+    def _move_held(self, open_: list[Site]) -> None:
+        """Send the launches held unsubmitted at a site whose Slurm does not answer to the
+        open site of the highest weight (open_ is in the sites' order; the broker's choice
+        among them)."""
+        for name, ex in self.executors.items():
+            why = self.loads[name].unreachable
+            targets = [s for s in open_ if s.name != name]
+            if why is None or not targets:
+                continue
+            for launch in list(ex.held):
+                tid = launch.trial_id
+                if tid in self.moving or tid not in self.launches \
+                        or self.moves.get(tid, 0) >= MAX_MOVES:
+                    continue
+                target = brokerage.choose(targets, self.loads, time.time()) or targets[0]
+                self.moving[tid] = target.name
+                ex.cancel(tid)  # its end (cancelled before it was submitted) moves it
+                self.notes.append(Note(tid, "brokerage", f"held at site {name}, whose Slurm "
+                                       f"does not answer ({why}): moved to site "
+                                       f"{target.name}"))
 
     @staticmethod
     def _named(started: Started, site: str) -> Started:
