@@ -231,3 +231,22 @@ resources: {time: "00:10:00"}
     assert caught.value.key == "executor.sites[1].pilots.time", caught.value
     assert "a pilot of time 00:05:00 could never start a trial of time 00:10:00" \
         in str(caught.value)
+
+
+def test_a_site_where_a_trial_would_start_now_goes_first_and_others_jobs_weigh():
+    """benchmarks/brokerage.py: JEDI's weight alone kept sending trials to the site that ran
+    the most while the other had idle nodes. Idle nodes beyond what waits there go first;
+    other users' jobs pending in a partition lower its weight as ours do."""
+    loads = {"a": SiteLoad(running=4), "b": SiteLoad(idle=2)}
+    assert brokerage.choose([A, B], loads, 0.0).name == "b"  # a weighs 0.5, b 0.1: b starts it now
+    loads["b"].pending = 2  # ours fill b's idle nodes: back to the weight
+    assert not loads["b"].starts_now() and brokerage.choose([A, B], loads, 0.0).name == "a"
+    loads = {"a": SiteLoad(others=30), "b": SiteLoad()}
+    assert brokerage.choose([A, B], loads, 0.0).name == "b"  # 1/40 against 1/10
+    loads = {"a": SiteLoad(idle=3, others=3), "b": SiteLoad()}
+    assert not loads["a"].starts_now()  # 3 idle, 3 others' jobs waiting for them
+    two_nodes = {"a": SiteLoad(idle=1), "b": SiteLoad(idle=4)}
+    assert brokerage.choose([A, B], two_nodes, 0.0, nodes=2).name == "b"
+    line = brokerage.describe(brokerage.verdict(A, SiteLoad(others=3, idle=0), 0.0),
+                    SiteLoad(others=3, idle=0))
+    assert "3 others' jobs pending, 0 nodes idle" in line, line

@@ -9,13 +9,19 @@ JEDI weighs each queue by what it runs against what waits there,
 defined + 10) x manyAssigned)"), and skips a queue whose backlog is over twice what it runs
 ("activated + starting > 2 x running"), counting a queue that has not started anything yet
 as running a few (its bootstrap: min(nBatchJob, 20)). Here, per site, `running` and
-`pending` are this search's own jobs there; the site's `weight` setting scales it; each
+`pending` are this search's own jobs there, and `others` every other job pending in the
+site's partition (JEDI's queued counts the whole queue: a partition other users keep busy
+weighs less); the site's `weight` setting scales it; each
 failure of the site itself (a launch Slurm refused, a node that failed, a job lost) halves
 it, the halving fading with FAILURE_HALF_LIFE; a site whose Slurm does not answer (its
-controller down) is skipped until it does. The next trial goes to the site of the highest
-weight that is neither full (`max`) nor skipped; its pending count then grows, so the next
-one may go elsewhere: equal sites alternate, and a site whose jobs start takes more. Pure:
-the executor (hpsearch.executors.sites) keeps the counts.
+controller down) is skipped until it does. The next trial goes to a site where it would
+start now, if any (idle nodes in its partition beyond what waits there: JEDI's weight alone
+kept sending trials to the site already running the most while another had idle nodes, as
+benchmarks/brokerage.py measured), the highest weight first; else to the site of the
+highest weight; skipped and full (`max`) sites take none. Its pending count then grows, so
+the next one may go elsewhere: equal sites alternate, and a site whose jobs start takes
+more. Pure: the executors (hpsearch.executors.sites, hpsearch.pilot.places) keep the
+counts.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ class SiteLoad:
     failures: list[float] = field(default_factory=list)  # when the site failed an attempt
     ended: int = 0  # attempts that ended here
     unreachable: str | None = None  # why its Slurm does not answer now; None: it does
+    others: int = 0  # other jobs (any user's, not this search's) pending in its partition
+    idle: int | None = None  # its partition's idle nodes (None: not known)
+
+    def starts_now(self, nodes: int = 1) -> bool:
+        """Would a job of `nodes` start there now: idle nodes beyond what waits there?"""
+        return self.idle is not None and self.idle - self.others - self.pending >= nodes
 
     @property
     def in_flight(self) -> int:
@@ -71,7 +83,7 @@ def failure_factor(failures: Sequence[float], now: float) -> float:
 
 
 def verdict(site: Site, load: SiteLoad, now: float) -> Verdict:
-    weight = (load.running + 1) / (load.pending + OFFSET) * site.weight \
+    weight = (load.running + 1) / (load.pending + load.others + OFFSET) * site.weight \
         * failure_factor(load.failures, now)
     if load.unreachable is not None:
         return Verdict(site, weight, f"unreachable ({load.unreachable})")
@@ -87,11 +99,14 @@ def verdicts(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> l
     return [verdict(site, loads[site.name], now) for site in sites]
 
 
-def choose(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> Site | None:
-    """The site of the highest weight that may take a trial (the first of equal ones), or
-    None if every site is full or skipped."""
+def choose(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float,
+           nodes: int = 1) -> Site | None:
+    """The site that may take a trial where it would start now (idle nodes beyond what
+    waits there), the highest weight first; else the site of the highest weight (the first
+    of equal ones); None if every site is full or skipped."""
     open_ = [v for v in verdicts(sites, loads, now) if v.skipped is None]
-    return max(open_, key=lambda v: v.weight).site if open_ else None
+    return max(open_, key=lambda v: (loads[v.site.name].starts_now(nodes), v.weight)).site \
+        if open_ else None
 
 
 def describe(verdict_: Verdict, load: SiteLoad) -> str:
@@ -99,6 +114,8 @@ def describe(verdict_: Verdict, load: SiteLoad) -> str:
     wait = load.median_wait()
     said = (f"{verdict_.site.name}: weight {verdict_.weight:.3g} ({load.running} running, "
             f"{load.pending} pending, {load.ended} ended"
+            + (f", {load.others} others' jobs pending" if load.others else "")
+            + (f", {load.idle} nodes idle" if load.idle is not None else "")
             + (f", median queue wait {wait:.1f} s" if wait is not None else "")
             + (f", {len(load.failures)} site failures" if load.failures else "") + ")")
     return said + (f"; skipped: {verdict_.skipped}" if verdict_.skipped else "")

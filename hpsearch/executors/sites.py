@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from hpsearch.store.store import Store
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING"})
+LOOK_EVERY = 2.0  # seconds: how stale a site's idle nodes and others' pending jobs may be
 MAX_MOVES = 3  # moves of one trial's attempt between sites
 
 
@@ -74,6 +75,19 @@ def unreachable(ex: SlurmExecutor) -> str | None:
             and not health.may_submit():
         return "sbatch failed"
     return None
+
+
+def look(load: brokerage.SiteLoad, slurm, partition: str | None, ours: set[str]) -> None:
+    """Ask the site's Slurm for its partition's idle nodes and every job pending there:
+    those not in `ours` (this search's job ids at the site) are the others'. Unknown (idle
+    None) where Slurm does not answer."""
+    from hpsearch.slurm.failures import SlurmError
+    try:
+        idle, pending = slurm.partition_load(partition)
+    except SlurmError:
+        load.idle = None
+        return
+    load.idle, load.others = idle, len(pending - ours)
 
 
 def site_job(job: SlurmJob, site: Site) -> SlurmJob:
@@ -109,6 +123,7 @@ class SitesExecutor(Executor):
         self.moving: dict[int, str] = {}  # trial id -> the site it goes to once cancelled
         self.moves: dict[int, int] = {}  # trial id -> how often its attempt was moved
         self.notes: list[Note] = []
+        self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
 
     # -- the broker's view -----------------------------------------------------------------
     def _count(self) -> None:
@@ -119,6 +134,13 @@ class SitesExecutor(Executor):
             load.running = running
             load.pending = len(ex.jobs) - running + len(ex.waiting) + len(ex.held)
             load.unreachable = unreachable(ex)
+        if time.monotonic() >= self.looked + LOOK_EVERY:
+            self.looked = time.monotonic()
+            for site in self.sites:
+                ex = self.executors[site.name]
+                if self.loads[site.name].unreachable is None:
+                    look(self.loads[site.name], ex.slurm, site.partition,
+                         {j.job_id for j in ex.jobs.values()})
 
     def verdicts(self) -> list[brokerage.Verdict]:
         self._count()
@@ -135,7 +157,8 @@ class SitesExecutor(Executor):
     def submit(self, launch: Launch) -> Started | None:
         self._count()
         now = time.time()
-        site = brokerage.choose(self.sites, self.loads, now)
+        site = brokerage.choose(self.sites, self.loads, now,
+                                (launch.resources or self.job.resources).nodes)
         if site is None:  # free_slots() said there was room; a retry came meanwhile
             site = max(brokerage.verdicts(self.sites, self.loads, now),
                        key=lambda v: v.weight).site

@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 from hpsearch.executors import brokerage
 from hpsearch.executors.brokerage import SiteLoad
-from hpsearch.executors.sites import site_job
+from hpsearch.executors.sites import LOOK_EVERY, look, site_job
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.placement.planner import Planner
@@ -104,6 +104,7 @@ class Broker:
         self.sites = [place.site for place in self.places if place.site is not None]
         self.loads = {site.name: SiteLoad() for site in self.sites}
         self.move_after = move_after
+        self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
 
     def place_of(self, site: str | None) -> Place:
         """A pilot's place by its stored site (a site no longer in the spec: the first)."""
@@ -114,8 +115,11 @@ class Broker:
         return self.loads[self.sites[0].name if pilot.site not in self.loads else pilot.site]
 
     def count(self, pilots: Iterable[PilotLike]) -> None:
+        """Each site's pilots running and pending; every LOOK_EVERY, its partition's idle
+        nodes and other jobs pending there (hpsearch.executors.sites.look)."""
         for load in self.loads.values():
             load.running = load.pending = 0
+        pilots = list(pilots)
         for pilot in pilots:
             if pilot.state == rows.PILOT_ENDED or pilot.stop_sent or not self.sites:
                 continue
@@ -124,6 +128,13 @@ class Broker:
                 load.running += 1
             else:
                 load.pending += 1
+        if self.sites and time.monotonic() >= self.looked + LOOK_EVERY:
+            self.looked = time.monotonic()
+            for place in self.places:
+                if place.site is not None and place.health.may_submit():
+                    look(self.loads[place.site.name], place.slurm, place.site.partition,
+                         {str(getattr(p, "job_id", "")) for p in pilots
+                          if self.place_of(p.site) is place})
 
     def choose(self, pilots: Iterable[PilotLike]) -> Place | None:
         """The place for one more pilot: the only one, or the site of the highest weight
@@ -133,7 +144,9 @@ class Broker:
             return open_[0] if open_ else None
         self.count(pilots)
         answering = [place.site for place in open_ if place.site is not None]
-        site = brokerage.choose(answering, self.loads, time.time())
+        site = brokerage.choose(answering, self.loads, time.time(),
+                                self.places[0].job.executor.pilots.nodes
+                                if self.places[0].job.executor.pilots else 1)
         return self.by_name[site.name] if site is not None else None
 
     def weights(self) -> str:

@@ -357,6 +357,23 @@ class Slurm:
     def set_nodelist(self, job_id: str, nodelist: str) -> None:
         """Re-choose the nodes of a pending job (`scontrol update ReqNodeList=`)."""
         self._check(["scontrol", "update", f"JobId={job_id}", f"ReqNodeList={nodelist}"])
+    def partition_load(self, partition: str | None) -> tuple[int, set[str]]:
+        """A partition's idle nodes and the ids of every user's jobs pending there (None:
+        the cluster's default partition): what the broker weighs a site by
+        (hpsearch.executors.brokerage)."""
+        nodes = self.sinfo_nodes()
+        argv = ["sinfo", "-h", "-o", "%P|%a"]  # each partition, and whether it is up
+        up = dict(line.split("|", 1) for line in self._check(argv).split())
+        name = partition or next((p.rstrip("*") for p in up if p.endswith("*")), None)
+        available = up.get(name or "", up.get(f"{name}*", "")) == "up"
+        idle = sum(1 for n in nodes if n.state == "IDLE" and not n.flags & {"*", "~", "$"}
+                   and name in n.partitions) if available else 0
+        argv = ["squeue", "-h", "-t", "PD", "-o", "%i|%P"]
+        pending = {job for job, _, parts in (line.partition("|") for line in
+                                             self._check(argv).splitlines())
+                   if name in parts.split(",")}
+        return idle, pending
+
     def sinfo_nodes(self) -> list[NodeState]:
         """Every node, its state, partitions and drain/down reason."""
         argv = ["sinfo", "-h", "-N", "-o", parse.SINFO_NODES_FORMAT]

@@ -47,12 +47,14 @@ def _spec(cli, name, sites, trials=6, parallel=4, sleep=1, max=2, slots=2, idle=
 
 
 def _submit_while_right_is_down(cli, slurm_cluster, spec):
-    """`hpsearch submit` while partition right is DOWN (Slurm queues its jobs, starts none)."""
-    slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=DOWN")
+    """`hpsearch submit` while partition right takes jobs of at most a minute (MaxTime=1;
+    a pilot asks 5): Slurm queues them and starts none (PartitionTimeLimit), its nodes
+    idle, so the broker sees room there."""
+    slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "MaxTime=1")
     try:
         return cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
     finally:
-        slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=UP")
+        slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "MaxTime=INFINITE")
 
 
 def _rows(runs, name, query):
@@ -127,7 +129,7 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
 
 def test_a_pilot_pending_at_a_site_that_starts_nothing_moves_to_one_that_does(
         cli, slurm_cluster):
-    """`right` is DOWN (its jobs pend for ever): the first pilot, sent there, is cancelled
+    """`right` starts none of its pilots (MaxTime=1): the first pilot, sent there, is cancelled
     after move_after and one is sent to `left`, which runs every trial; the cancelled pilot
     is no start failure."""
     name = f"sp-move-{RUN}"
@@ -147,11 +149,12 @@ def test_a_pilot_pending_at_a_site_that_starts_nothing_moves_to_one_that_does(
 
 
 def test_a_pending_pilot_no_trial_needs_is_cancelled_after_idle_timeout(cli, slurm_cluster):
-    """Two pilots for two trials, one at a DOWN site (moves off): the running one takes
+    """Two pilots for two trials, the second at a site that starts nothing (left takes one:
+    max 1; move_after off): the running one takes
     every trial one after another; once no trial waits, the pending one is cancelled
     after idle_timeout, before the search ends."""
     name = f"sp-surplus-{RUN}"
-    spec = _spec(cli, name, [f"{{partition: {LEFT}}}", f"{{partition: {RIGHT}}}"],
+    spec = _spec(cli, name, [f"{{partition: {LEFT}, max: 1}}", f"{{partition: {RIGHT}}}"],
                  trials=3, parallel=2, sleep=6, slots=1, idle=2)
     proc = _submit_while_right_is_down(cli, slurm_cluster, spec)
     exp, trials = read_store(cli.runs, name)

@@ -99,3 +99,33 @@ def test_the_second_cluster_through_its_wrapper(slurm_cluster: SlurmCluster, sec
     assert not [r for r in local.sacct([done]) or []
                 if r.name == "hps-there" and r.submit == records[done].submit]
     assert set(there.calls) == {"scontrol", "sinfo", "sbatch", "squeue", "scancel", "sacct"}
+
+
+def test_partition_load_counts_idle_nodes_and_every_pending_job(slurm_cluster: SlurmCluster,
+                                                                tmp_path: Path):
+    """What the broker weighs a site by (Slurm.partition_load): a partition's idle nodes
+    (none while a job holds them all, none while it is DOWN) and every job pending there,
+    whoever's; the cluster's default partition where none is named."""
+    slurm = Slurm(env=slurm_cluster.env, timeout=30)
+    left, right = list(slurm_cluster.partitions)[1:3]
+    width = len(slurm_cluster.partitions[left])
+    holder = slurm.sbatch(script("sleep 60"), ["-p", left, "-N", str(width), "--exclusive",
+                                               "-o", "/dev/null"], cwd=tmp_path)
+    waiting = slurm.sbatch(script("true"), ["-p", left, "-o", "/dev/null"], cwd=tmp_path)
+    try:
+        for _ in range(50):  # until slurmctld has placed the holder
+            idle, pending = slurm.partition_load(left)
+            if idle == 0:
+                break
+            time.sleep(0.2)
+        assert (idle, pending) == (0, {waiting}), (idle, pending)
+        slurm_cluster.run("scontrol", "update", f"PartitionName={right}", "State=DOWN")
+        try:
+            assert slurm.partition_load(right)[0] == 0
+        finally:
+            slurm_cluster.run("scontrol", "update", f"PartitionName={right}", "State=UP")
+        default_idle, default_pending = slurm.partition_load(None)  # debug: every node
+        assert default_pending == set(), default_pending  # the waiting job is left's only
+        assert default_idle <= len(slurm_cluster.nodes) - width
+    finally:
+        slurm.scancel([holder, waiting])

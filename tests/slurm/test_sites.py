@@ -107,17 +107,21 @@ def test_a_search_over_two_partitions_sends_each_job_where_the_store_says(cli, s
 
 
 def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, slurm_cluster):
-    """`right` is DOWN (Slurm queues its jobs and never starts them): what the broker sent
+    """`right` takes jobs of at most 1 minute (MaxTime=1; these ask 2): Slurm queues them
+    and never starts them (PartitionTimeLimit), its nodes idle; `left` takes 2 at once
+    (max 2), so the broker sends the others right, and what it sent
     there moves to `left` after move_after, as the same attempt, and every trial ends
     there; a job cancelled to move it is no failure."""
     name = f"sites-move-{RUN}"
     text = SPEC.format(name=name, trials=6, left=LEFT, right=RIGHT)
-    spec = cli.write_spec(text.replace("  array: false\n", "  array: false\n  move_after: 3\n"))
-    slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=DOWN")
+    text = text.replace("  array: false\n", "  array: false\n  move_after: 3\n")
+    spec = cli.write_spec(text.replace(f"    - {{partition: {LEFT}}}\n",
+                                       f"    - {{partition: {LEFT}, max: 2}}\n"))
+    slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "MaxTime=1")
     try:
         proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
     finally:
-        slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "State=UP")
+        slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "MaxTime=INFINITE")
     exp, trials = read_store(cli.runs, name)
     assert [(t.state, t.attempt, t.site) for t in trials] == [("completed", 1, LEFT)] * 6, \
         proc.stdout
