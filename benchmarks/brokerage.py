@@ -11,8 +11,8 @@ alternating), every trial a whole node (4 CPUs) so that a partition of 4 nodes h
   same trials as plain jobs with Slurm's own `--partition=left,right`, kept `parallel` in
   the queue as a user's loop would. Goals: the search over both ends in at most 0.8 x the
   better single site's makespan, and no later than the plain jobs.
-- clusters: one search over left and the second cluster (hpsearch2, `cluster:`); once a
-  fifth of its trials completed, hpsearch2's slurmctld is stopped, and started again once
+- clusters: one search over left and the second cluster (hpsearch2, `cluster:`); once its
+  first trial completed, hpsearch2's slurmctld is stopped, and started again once
   every other trial completed (only the trials it ran are left; at most `--down` s later).
   Goals: nothing lost (every trial completed, in one attempt); the site backs off (of the
   trials launched while it is down, none runs there and under half are sent there first:
@@ -302,10 +302,12 @@ def sent_between(row: Row, began: float, ended: float) -> dict[int, tuple[str, s
 
 def stop_midway(controller: Controller, exp_dir: Path, done: threading.Event, *, trials: int,
                 down: float, outage: dict[str, float]) -> None:
-    """Stop the controller once a fifth of the trials completed; start it again once every
+    """Stop the controller once the first trial completed (the first wave launched, the
+    rest to come: a fifth, as first written, came after the broker, which now fills the
+    idle nodes of both sites at once, had launched every trial); start it again once every
     other trial has completed (only those it holds are left: they end when it is back), at
     most `down` seconds later, or as the search ends."""
-    if not wait_for_store(exp_dir, done, lambda done_, there: done_ >= max(1, trials // 5)):
+    if not wait_for_store(exp_dir, done, lambda done_, there: done_ >= 1):
         return
     controller.stop()
     outage["stopped"] = time.time()
@@ -451,7 +453,7 @@ def main() -> None:
                         f"left (1-4 nodes, 2-10 s, seed {args.seed})",
                 "clusters": f"{args.cluster_trials} trials of {args.cluster_sleep} s, "
                             f"{args.parallel} in flight; {SECOND}'s slurmctld stopped once a "
-                            f"fifth completed, started once only what it holds is left "
+                            f"first trial completed, started once only what it holds is left "
                             f"(at most {args.down:g} s later)",
                 "scouts": f"{args.scout_trials} trials of {args.scout_sleep} s asking for 30 "
                           f"min, {args.parallel_scouts} in flight, {args.scouts} scouts"}[name])
