@@ -151,7 +151,7 @@ class Fleet:
         pilot = PilotJob(pilot_id, name, protocol.PilotPaths(self.root / str(pilot_id)),
                          site=place.name)
         pilot.paths.make()
-        protocol.write_json(pilot.paths.config, self._config(place, pilot_id))
+        protocol.write_json(pilot.paths.config, self._config(pilot_id, place))
         self.store.add_pilot(pilot_id, name, place.name)  # write-ahead, before the sbatch
         if place.name is not None:
             self.notes.append(Note(None, "brokerage", f"pilot {pilot_id} to site {place.name} "
@@ -200,10 +200,10 @@ class Fleet:
                                + (f" at site {pilot.site}" if pilot.site else "")
                                + (f" ({' '.join(options)})" if options else "")))
 
-    def _config(self, place: Place, pilot_id: int) -> dict:
+    def _config(self, pilot_id: int, place: Place | None = None) -> dict:
         # a slot's shape: the smallest trial's; an assignment says its own trial's size
         res, ck = self.job.slot, self.job.checkpoints
-        time_limit = _pilots(place.job).time  # the site's own, where it sets one
+        time_limit = _pilots((place or self.places[0]).job).time  # a site's own, if it has
         trial_time = parse_time_limit(res.time) if res.time else None
         return {"pilot": pilot_id, "experiment": self.job.name,
                 "time_limit": parse_time_limit(time_limit), "nodes": self.cfg.nodes,
