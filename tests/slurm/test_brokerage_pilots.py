@@ -63,14 +63,17 @@ def _rows(runs, name, query):
 
 
 def _sacct(cluster, job_ids, cluster_name=None):
-    """JobID -> (Partition, State, NodeList, Timelimit) of each job, asked again for a few
-    seconds while a record lacks its partition (slurmdbd writes a short job's record late)."""
+    """JobID -> (Partition, State, NodeList, Timelimit) of each job, asked again for up to
+    a minute while a record lacks its partition (slurmdbd writes a short job's record late)
+    or a job still runs (a pilot told to leave as the driver ended may take a while)."""
     where = ["-M", cluster_name] if cluster_name else []
-    for _ in range(20):
+    for _ in range(120):
         out = cluster.run("sacct", *where, "-n", "-P", "-X", "-j", ",".join(job_ids),
                           "-o", "JobID,Partition,State,NodeList,Timelimit").stdout
         found = {f[0]: tuple(f[1:]) for f in (line.split("|") for line in out.split())}
-        if all(found.get(j, ("",))[0] for j in job_ids):
+        if all(found.get(j, ("",))[0] and found[j][1] not in ("PENDING", "RUNNING",
+                                                               "COMPLETING")
+               for j in job_ids):
             return found
         time.sleep(0.5)
     return found
