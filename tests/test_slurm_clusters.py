@@ -151,3 +151,11 @@ def test_an_error_names_the_command_line_that_ran_with_its_cluster(tmp_path: Pat
 def test_a_cluster_must_be_one_plain_name(bad):
     with pytest.raises(ValueError, match="not a Slurm cluster name"):
         Slurm(cluster=bad)
+
+
+def test_partition_availability_parses_sinfo_and_refuses_other_shapes():
+    from hpsearch.slurm.parse import parse_partitions_up
+    assert parse_partitions_up("debug*|up\nleft|down\n\n") == {"debug*": "up", "left": "down"}
+    for hostile in ("debug up\n", "|up\n", "\udcff\x00|up"[1:] + "\nno-bar\n"):
+        with pytest.raises(ValueError):
+            parse_partitions_up(hostile)

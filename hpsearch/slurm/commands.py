@@ -363,7 +363,7 @@ class Slurm:
         (hpsearch.executors.brokerage)."""
         nodes = self.sinfo_nodes()
         argv = ["sinfo", "-h", "-o", "%P|%a"]  # each partition, and whether it is up
-        up = dict(line.split("|", 1) for line in self._check(argv).split())
+        up = self._parsed(argv, parse.parse_partitions_up, self._check(argv))
         name = partition or next((p.rstrip("*") for p in up if p.endswith("*")), None)
         available = up.get(name or "", up.get(f"{name}*", "")) == "up"
         idle = sum(1 for n in nodes if n.state == "IDLE" and not n.flags & {"*", "~", "$"}

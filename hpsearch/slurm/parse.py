@@ -495,3 +495,17 @@ def parse_cluster_names(text: str) -> list[str]:
             raise ValueError(f"sacctmgr line {number}: not a cluster name: {line!r}")
         names.append(name)
     return names
+
+
+def parse_partitions_up(text: str) -> dict[str, str]:
+    """`sinfo -h -o '%P|%a'` -> partition (the default one keeps its `*`) -> availability
+    (up, down, drain, inact). ValueError on a line of another shape."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, bar, state = line.strip().partition("|")
+        if not bar or not name:
+            raise ValueError(f"sinfo line {number}: expected PARTITION|AVAIL, got {line!r}")
+        found[name] = state
+    return found
