@@ -100,11 +100,15 @@ def test_stopping_withdraws_a_waiting_trial_that_resume_launches_as_its_first_at
     ("random", "  reproducible: true\n", False),
     ("random", "  timeout: 60\n", False),
     ("random", "  pruner: {type: asha, mode: promotion, max_resource: 9}\n", False),
+    ("pbt", "  perturbation_interval: 2\n  max_resource: 4\n", False),
+    ("pb2", "  perturbation_interval: 2\n  max_resource: 4\n", False),
 ])
 def test_only_searches_whose_trials_cannot_change_ask_ahead(cli, strategy, extra, expected):
     """A sampler that learns from results would ask with one result fewer; promotion
-    decides at each free slot; a reproducible search asks in a fixed order; a search
-    timeout could pass while the trial waits."""
+    decides at each free slot, and so does a population's (pbt, pb2: which paused member
+    runs next, chosen while the last one still ran, made a one-slot search killed and
+    resumed run its members in another order than one never killed); a reproducible
+    search asks in a fixed order; a search timeout could pass while the trial waits."""
     spec, _ = _spec(cli, f"a-{strategy}", strategy=strategy, extra=extra)
     if strategy == "grid":
         spec.write_text(spec.read_text().replace("{low: 0.0, high: 1.0}",

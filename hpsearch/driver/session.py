@@ -70,7 +70,8 @@ def asks_ahead(search: SearchSpec) -> bool:
     order), no promotion decides at each free slot, trials are asked in no fixed order
     (search.reproducible), and no search.timeout could pass while the trial waits."""
     from hpsearch.search.registry import strategy
-    return (not strategy(search.strategy).facts.learns and not search.pruner.promotion
+    facts = strategy(search.strategy).facts
+    return (not facts.learns and not facts.segmented and not search.pruner.promotion
             and not search.reproducible and search.timeout is None)
 
 
