@@ -282,7 +282,8 @@ def _get_unix(path: Path, url: str) -> dict:
 def test_on_a_unix_socket_only_its_owner_can_connect(searched, request):
     """--socket: optuna-dashboard on a Unix socket in the owner-only runtime folder; it
     prints the socket and the ssh -L line, serves the owner, and another user cannot
-    connect (the folder is 0700)."""
+    connect (the folder is 0700). Ctrl-C stops it and removes the socket, also where it
+    was started with SIGINT ignored."""
     pytest.importorskip("optuna_dashboard")
     other = request.getfixturevalue("other_uid")
     runtime = Path(tempfile.mkdtemp(prefix="run-user-"))  # reachable by others, as /run/user
@@ -313,6 +314,6 @@ def test_on_a_unix_socket_only_its_owner_can_connect(searched, request):
         assert probe.stdout == "refused\n", (probe.stdout, probe.stderr)
     finally:
         server.send_signal(signal.SIGINT)  # as Ctrl-C: the socket goes with it
-        server.wait(timeout=30)
+        code = server.wait(timeout=30)
         shutil.rmtree(runtime, ignore_errors=True)
-    assert not path.exists()
+    assert not path.exists() and code == 0, code

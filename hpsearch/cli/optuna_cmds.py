@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import signal
 import socket
 import sys
 import threading
@@ -150,12 +151,22 @@ def _serve_unix(app, path: Path) -> None:
             path.unlink(missing_ok=True)  # none, or a dashboard's that ended
         else:
             raise BadInput(f"another dashboard serves {path}; stop it first")
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # out of serve_forever: the socket is removed below
+
+    # Ctrl-C and `kill` stop it, also where it was started with SIGINT ignored (a shell's
+    # background job, nohup ... &): else a socket nobody serves would be left behind.
+    before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     with Server(os.fspath(path), Handler) as server:  # type: ignore[arg-type]  # a path
         server.set_app(app)
         try:
             server.serve_forever()
+        except KeyboardInterrupt:
+            pass
         finally:
             path.unlink(missing_ok=True)
+            for s, handler in before.items():
+                signal.signal(s, handler)
 
 
 def dashboard(args) -> int:
