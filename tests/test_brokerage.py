@@ -250,3 +250,36 @@ def test_a_site_where_a_trial_would_start_now_goes_first_and_others_jobs_weigh()
     line = brokerage.describe(brokerage.verdict(A, SiteLoad(others=3, idle=0), 0.0),
                     SiteLoad(others=3, idle=0))
     assert "3 others' jobs pending, 0 nodes idle" in line, line
+
+
+def test_a_pending_job_moves_at_once_to_a_site_with_idle_nodes_and_else_after_move_after():
+    """benchmarks/brokerage.py's busy scenario: Slurm's own `--partition=a,b` starts a job
+    wherever a node is idle, while moves after move_after alone left jobs pending at a site
+    that had no node for them. A job pending QUICK_MOVE at a site with no idle node for it
+    moves to one with idle nodes beyond what waits there; without idle nodes elsewhere, it
+    moves after move_after to a site with nothing of ours pending, as before."""
+    quick = brokerage.QUICK_MOVE
+
+    def target(loads, waited, move_after=30.0, home="a"):
+        site = brokerage.move_target([A, B], loads, 0.0, home, waited, move_after)
+        return None if site is None else site.name
+
+    busy_a = {"a": SiteLoad(running=4, pending=2, idle=0), "b": SiteLoad(running=3, idle=1)}
+    assert target(busy_a, quick - 0.5) is None           # too young
+    assert target(busy_a, quick) == "b"                   # b has an idle node for it
+    assert target(busy_a, quick, move_after=None) is None  # `move_after: false`: never
+    assert target(busy_a, 1.0, move_after=1.0) == "b"     # a shorter move_after is the limit
+    # its own site has an idle node for it (itself among its pending): it stays
+    assert target({"a": SiteLoad(pending=1, idle=1), "b": SiteLoad(idle=4)}, 10.0) is None
+    # b's idle node is another user's next job's: no quick move, nor after move_after
+    # while one of ours pends at b
+    taken = {"a": SiteLoad(pending=2, idle=0), "b": SiteLoad(pending=1, idle=1, others=1)}
+    assert target(taken, 10.0) is None and target(taken, 31.0) is None
+    # after move_after: a site with nothing of ours pending, idle nodes or not
+    assert target({"a": SiteLoad(pending=2, idle=0), "b": SiteLoad(running=4, idle=0)},
+                  31.0) == "b"
+    # a skipped site (full) takes no move
+    full = brokerage.move_target([A, Site("b", partition="right", max=3)],
+                                 {"a": SiteLoad(pending=2, idle=0),
+                                  "b": SiteLoad(running=3, idle=1)}, 0.0, "a", 31.0, 30.0)
+    assert full is None

@@ -109,3 +109,14 @@ def test_pending_pilots_beyond_what_the_ready_trials_need_are_surplus():
     assert supply.surplus(ready=3, free_running=1, pending=2) == 1  # 2 wait: one pilot
     assert supply.surplus(ready=5, free_running=0, pending=2) == 0  # 5 wait: 3 pilots
     assert supply.surplus(ready=2, free_running=2, pending=1) == 1  # the running take them
+
+
+def test_a_pilot_pending_at_a_busy_site_moves_at_once_where_nodes_are_idle(tmp_path):
+    """A pending pilot moves after brokerage.QUICK_MOVE, not move_after, to a site with idle
+    nodes for it (the sites' looks set idle); one move per idle node."""
+    broker = _broker(tmp_path, SPEC.replace(", max: 1", ""))
+    broker.loads["left"].idle, broker.loads["far"].idle = 0, 1
+    waited = [Pilot("left", submitted=time.time() - 3) for _ in range(2)]
+    assert [place.name for _, place in broker.stuck(waited)] == ["far"]  # far's one node
+    broker.loads["far"].idle = 0
+    assert broker.stuck(waited) == []  # nowhere idle, and younger than move_after (30 s)

@@ -36,6 +36,7 @@ OFFSET = 10          # JEDI's constant in the denominator: few jobs do not swing
 BACKLOG = 2.0        # skipped while pending > BACKLOG x max(running, BOOTSTRAP)
 BOOTSTRAP = 2        # a site counts as running at least this many: it may queue a few first
 FAILURE_HALF_LIFE = 600.0  # seconds: a site failure's halving of the weight fades this fast
+QUICK_MOVE = 2.0     # seconds pending before a job moves to a site where it would start now
 # What ends an attempt because of the site rather than the trial (EndReason words).
 SITE_FAILURES = frozenset({"launch_error", "node_fail", "boot_fail", "lost"})
 
@@ -56,6 +57,11 @@ class SiteLoad:
     def starts_now(self, nodes: int = 1) -> bool:
         """Would a job of `nodes` start there now: idle nodes beyond what waits there?"""
         return self.idle is not None and self.idle - self.others - self.pending >= nodes
+
+    def has_room_for_own(self, nodes: int = 1) -> bool:
+        """Would one of its own pending jobs start there now: idle nodes for it and what
+        waits there (itself counted among the pending)?"""
+        return self.idle is not None and self.idle - self.others - (self.pending - 1) >= nodes
 
     @property
     def in_flight(self) -> int:
@@ -107,6 +113,30 @@ def choose(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float,
     open_ = [v for v in verdicts(sites, loads, now) if v.skipped is None]
     return max(open_, key=lambda v: (loads[v.site.name].starts_now(nodes), v.weight)).site \
         if open_ else None
+
+
+def move_target(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float, home: str,
+                waited: float, move_after: float | None, nodes: int = 1) -> Site | None:
+    """Where a job pending at site `home` for `waited` seconds moves now, if anywhere:
+    - after QUICK_MOVE (at most move_after), to a site where it would start now while its
+      home has no idle node for it, the highest weight first: what Slurm's own
+      multi-partition job (`--partition=a,b`) does at once, which the busy scenario of
+      benchmarks/brokerage.py measured ahead of moves after move_after alone;
+    - after move_after, to the first site with nothing of ours pending there (JEDI's
+      reassignment of jobs that wait too long).
+    Never with move_after None, never to a skipped or full site."""
+    if move_after is None:
+        return None
+    open_ = [v for v in verdicts(sites, loads, now)
+             if v.skipped is None and v.site.name != home]
+    quick = [v for v in open_ if loads[v.site.name].starts_now(nodes)]
+    if quick and waited >= min(QUICK_MOVE, move_after) \
+            and not loads[home].has_room_for_own(nodes):
+        return max(quick, key=lambda v: v.weight).site
+    if waited >= move_after:
+        ready = [v.site for v in open_ if loads[v.site.name].pending == 0]
+        return ready[0] if ready else None
+    return None
 
 
 def describe(verdict_: Verdict, load: SiteLoad) -> str:

@@ -13,8 +13,10 @@ executor, as Slurm reported them), each job's queue wait (submit to the first po
 it run) and the attempts the site itself failed (brokerage.SITE_FAILURES). A Note of kind
 `brokerage` says where each trial went and the weights then (`hpsearch events`).
 
-Moving (JEDI reassigns jobs that wait too long at a queue): a job pending at one site for
-`executor.move_after` seconds, while another site starts what it gets (nothing of ours
+Moving (JEDI reassigns jobs that wait too long at a queue; Slurm's multi-partition job
+starts wherever a node is idle): a job pending at a site with no idle node for it while
+another has idle nodes for it (after brokerage.QUICK_MOVE seconds), or pending for
+`executor.move_after` seconds while another site starts what it gets (nothing of ours
 pending there, room under its `max`, not skipped), is cancelled and its attempt sent there;
 the cancel's end is not the driver's news, the new job's Started is (the same attempt, a new
 job id and site). At most MAX_MOVES a trial. A site whose Slurm does not answer (its
@@ -134,6 +136,8 @@ class SitesExecutor(Executor):
             load.running = running
             load.pending = len(ex.jobs) - running + len(ex.waiting) + len(ex.held)
             load.unreachable = unreachable(ex)
+        for target in self.moving.values():  # cancelled to move there: soon pending there
+            self.loads[target].pending += 1
         if time.monotonic() >= self.looked + LOOK_EVERY:
             self.looked = time.monotonic()
             for site in self.sites:
@@ -182,32 +186,36 @@ class SitesExecutor(Executor):
         return self._named(started, site.name) if started is not None else None
 
     def _move_stuck(self) -> None:
-        """Cancel jobs pending past move_after where another site starts what it gets."""
+        """Cancel jobs pending where another site would start them (brokerage.move_target:
+        at once where it has idle nodes, after move_after where nothing of ours waits)."""
         after = self.job.executor.move_after
         if after is None or len(self.sites) < 2:
             return
         self._count()
         now = time.time()
-        verdicts = brokerage.verdicts(self.sites, self.loads, now)
-        self._move_held([v.site for v in verdicts if v.skipped is None])
-        ready = [v.site for v in verdicts
-                 if v.skipped is None and self.loads[v.site.name].pending == 0]
+        self._move_held([v.site for v in brokerage.verdicts(self.sites, self.loads, now)
+                         if v.skipped is None])
         for name, ex in self.executors.items():
             for job in list(ex.jobs.values()):
                 tid = job.trial_id
-                targets = [s for s in ready if s.name != name]
-                if job.state != "PENDING" or tid in self.moving or not targets \
-                        or now - self.submitted.get(tid, now) < after \
-                        or self.moves.get(tid, 0) >= MAX_MOVES or tid not in self.launches:
+                if job.state != "PENDING" or tid in self.moving or tid not in self.launches \
+                        or self.moves.get(tid, 0) >= MAX_MOVES:
                     continue
-                target = targets[0]
-                ready.remove(target)  # one move into each ready site a poll
+                waited = now - self.submitted.get(tid, now)
+                nodes = (self.launches[tid].resources or self.job.resources).nodes
+                target = brokerage.move_target(self.sites, self.loads, now, name, waited,
+                                               after, nodes)
+                if target is None:
+                    continue
+                why = ("has idle nodes for it" if self.loads[target.name].starts_now(nodes)
+                       else "starts what it gets")
                 self.moving[tid] = target.name
+                self.loads[target.name].pending += 1  # what it holds once the job moves
                 ex.cancel(tid)
                 self.notes.append(Note(tid, "brokerage", f"job {job.job_id} pending at site "
-                                       f"{name} for {now - self.submitted[tid]:.0f} s "
+                                       f"{name} for {waited:.0f} s "
                                        f"({job.reason or 'no reason given'}) while site "
-                                       f"{target.name} starts what it gets: moved there"))
+                                       f"{target.name} {why}: moved there"))
 
     def _move_held(self, open_: list[Site]) -> None:
         """Send the launches held unsubmitted at a site whose Slurm does not answer to the

@@ -15,8 +15,9 @@ each site's pilots: running once its heartbeat came, pending before. A pilot's q
 the site's failure. Trials bind late to whichever pilot runs first, whatever its site
 (hpsearch.pilot.executor), as PanDA's pilots pull jobs.
 
-Moving (Harvester cancels workers a queue does not start): a pilot pending at a site for
-`executor.move_after` seconds, while another site takes pilots (not skipped, nothing of ours
+Moving (Harvester cancels workers a queue does not start): a pilot pending at a site while
+another site has idle nodes for it (after brokerage.QUICK_MOVE seconds), or for
+`executor.move_after` seconds while another takes pilots (not skipped, nothing of ours
 pending there, Slurm answering), is cancelled and one is submitted there instead. It had no
 trial: trials bind to running pilots only, so nothing moves with it.
 """
@@ -171,26 +172,26 @@ class Broker:
             load.failures.append(time.time())
 
     def stuck(self, pilots: Sequence[P]) -> list[tuple[P, Place]]:
-        """Pending pilots to move, each with the place it goes to: pending for move_after at
-        one site while another takes pilots with nothing of ours pending there (one move
-        into each such site at a time)."""
+        """Pending pilots to move, each with the place it goes to (brokerage.move_target: at
+        once to a site with idle nodes for it, after move_after to one with nothing of ours
+        pending), only to a site whose Slurm answers."""
         if self.move_after is None or len(self.sites) < 2:
             return []
         self.count(pilots)
         now = time.time()
-        ready = [self.by_name[v.site.name]
-                 for v in brokerage.verdicts(self.sites, self.loads, now)
-                 if v.skipped is None and self.loads[v.site.name].pending == 0
-                 and self.by_name[v.site.name].health.may_submit()]
+        sites = [site for site in self.sites if self.by_name[site.name].health.may_submit()]
+        nodes = self.places[0].job.executor.pilots.nodes \
+            if self.places[0].job.executor.pilots else 1
         moves = []
         for pilot in pilots:
-            if pilot.state not in (rows.PILOT_PENDING,) or pilot.stop_sent \
-                    or now - pilot.submitted < self.move_after:
+            if pilot.state not in (rows.PILOT_PENDING,) or pilot.stop_sent:
                 continue
-            targets = [place for place in ready if place.name != pilot.site]
-            if targets:
-                ready.remove(targets[0])
-                moves.append((pilot, targets[0]))
+            home = pilot.site if pilot.site in self.loads else self.sites[0].name
+            target = brokerage.move_target(sites, self.loads, now, home,
+                                           now - pilot.submitted, self.move_after, nodes)
+            if target is not None:
+                self.loads[target.name].pending += 1  # one is submitted there
+                moves.append((pilot, self.by_name[target.name]))
         return moves
 
     def describe(self) -> list[str]:

@@ -379,7 +379,8 @@ class Executor:
     # partition of `resources` (or Slurm's default).
     sites: tuple[Site, ...] = ()
     # With sites: a job pending this long at one site while another starts what it gets is
-    # cancelled there and sent to that one (None: never moved).
+    # cancelled there and sent to that one; sooner (brokerage.QUICK_MOVE) to a site with
+    # idle nodes for it (None: never moved).
     move_after: float | None = 120.0
 
 
