@@ -59,7 +59,7 @@ def cli(tmp_path: Path) -> Cli:
 #             container runtime, a real terminal, MPI): the test, a fixture it uses, or a
 #             helper under tests/ that they call names one of EXTERNAL_TOOLS as a string and
 #             looks a program up (shutil.which, itself or through another helper).
-#   slow:     long end-to-end tests, and those over about 5 s in the quick tier: marked in
+#   slow:     long end-to-end tests, and those over about 3 s in the quick tier: marked in
 #             their file, @pytest.mark.slow (or pytestmark), the reason in a comment beside it.
 # `scripts/test.sh --quick` deselects all three; plain `scripts/test.sh` runs everything.
 

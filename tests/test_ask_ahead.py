@@ -35,6 +35,7 @@ def _spec(cli, name, strategy="random", trials=8, parallel=2, sleep=0.2, extra="
                                       runlog=runlog), f"{name}.yaml"), runlog
 
 
+@pytest.mark.slow  # 4.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_asking_ahead_runs_the_same_trials_and_the_next_waits_for_a_free_slot(cli):
     ahead, _ = _spec(cli, "ahead")
     # search.timeout turns asking ahead off (a trial could wait past it): the same search
@@ -74,6 +75,7 @@ def test_driver_killed_while_a_trial_waits_resumes_it_as_its_first_attempt(cli):
     assert runs == Counter(["0 1", "1 1", "2 1"]), runs  # each ran once, as attempt 1
 
 
+@pytest.mark.slow  # 3.6 s in the quick tier (2026-11-30): over its 3 s rule
 def test_stopping_withdraws_a_waiting_trial_that_resume_launches_as_its_first_attempt(cli):
     go = cli.cwd / "go"  # the trials sleep 60 s until it exists
     spec, runlog = _spec(cli, "stopped", trials=3, parallel=1,

@@ -65,6 +65,7 @@ def test_goal_needs_the_target_on_most_seeds_and_a_third_of_the_resource():
 
 @pytest.mark.skipif(problems.generators_file() is None,
                     reason="mf-prior-bench (pip install --no-deps mf-prior-bench==1.10.0)")
+@pytest.mark.slow  # 5.0 s in the quick tier (2026-11-30): over its 3 s rule
 def test_minimal_run_prints_the_table_and_a_goal_line_per_asha_mode(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(BENCH / "early_stopping.py"), "--quick", "--mf-trials", "6",

@@ -53,6 +53,7 @@ def test_names_cannot_escape_the_runs_dir(cli, name):
     assert "bad experiment name" in proc.stderr
 
 
+@pytest.mark.slow  # 3.7 s in the quick tier (2026-11-30): over its 3 s rule
 def test_cancel_with_no_driver_stops_orphaned_trials(cli):
     spec = cli.write_spec("""
         name: orphans

@@ -66,6 +66,7 @@ def _dominated(vals, others) -> bool:
     return any(better)
 
 
+@pytest.mark.slow  # 3.4 s in the quick tier (2026-11-30): over its 3 s rule
 def test_accuracy_against_gpu_hours_gives_the_pareto_front_in_best(cli):
     spec = cli.write_spec(TWO)
     cli("submit", spec, "--no-tui", "-q", check=0)
@@ -290,6 +291,7 @@ def test_on_slurm_the_cost_is_sacct_s_as_the_report_reads_it(tmp_path):
                     "`sacct -j 101,102` exited 1: sacct: error: slurmdbd is down"]
 
 
+@pytest.mark.slow  # 4.0 s in the quick tier (2026-11-30): over its 3 s rule
 def test_the_cost_example_runs_locally_and_best_shows_its_front(cli):
     example = EXAMPLES / "cost" / "spec.yaml"
     assert "gpu_hours (measured by hpsearch)" in cli("validate", example, check=0).stdout

@@ -32,6 +32,7 @@ def test_the_peers_extra_holds_pyarrow_below_19_beside_syne_tune_0_13():
     assert "19.0" not in peers["pyarrow"].specifier and "18.1.0" in peers["pyarrow"].specifier
 
 
+@pytest.mark.slow  # 4.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_the_benchmark_venv_made_from_the_extra_imports_ray_tune():
     python = ROOT / "benchmarks" / ".venv-peers" / "bin" / "python"
     if not python.exists():

@@ -81,6 +81,7 @@ def _completed(trials) -> int:
                 and "finish" not in t.pruner_attrs)
 
 
+@pytest.mark.slow  # 4.0 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_driver_killed_after_the_first_finish_segment_is_written_runs_none_twice(cli):
     """Killed right after the first of 2 finish segments is committed (its request file is
     still there): the next `finish` runs the second and the first once."""

@@ -159,6 +159,7 @@ def _fingerprint(folder: Path) -> dict[str, tuple]:
             for p in folder.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow  # 3.8 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_group_member_reads_a_shared_experiment_and_never_writes_it(cli, member, project):
     go = cli.cwd / "go"
     spec = cli.write_spec(SPEC.format(name="shared", go=go, share="group"))

@@ -39,6 +39,7 @@ def _params(cli, name: str) -> list[dict]:
     return [t.params for t in read_store(cli.runs, name)[1]]
 
 
+@pytest.mark.slow  # 4.3 s in the quick tier (2026-11-30): over its 3 s rule
 def test_resume_trials_grows_a_finished_search_and_refuses_to_shrink_below_it(cli):
     cli("submit", _spec(cli, "grow"), "--no-tui", check=0)
     out = cli("resume", "grow", "--trials", "5", "--no-tui", check=0).stdout
@@ -72,6 +73,7 @@ def test_resume_trials_reaches_a_running_driver(cli):
     assert "extended" in event_kinds(cli.runs, "live")
 
 
+@pytest.mark.slow  # 3.2 s in the quick tier (2026-11-30): over its 3 s rule
 def test_enqueued_points_run_first_once_each_even_across_a_crash(cli):
     spec = _spec(cli, "enq", trials=3, extra="  enqueue:\n    - {x: 0.25}\n"
                                               "    - {x: 0.5, opt: b}")
@@ -92,6 +94,7 @@ def test_enqueued_points_run_first_once_each_even_across_a_crash(cli):
     assert sum(p["x"] == 0.25 for p in params) == 1  # the spec's points are not asked again
 
 
+@pytest.mark.slow  # 3.8 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_bad_enqueued_point_is_exit_2(cli):
     cli("submit", _spec(cli, "badq"), "--no-tui", check=0)
     for point, message in (("x=3", "x: expected a number in [0.0, 1.0]; got 3.0"),
@@ -118,6 +121,7 @@ executor: {type: local}
 """
 
 
+@pytest.mark.slow  # 3.3 s in the quick tier (2026-11-30): over its 3 s rule
 def test_warm_start_feeds_earlier_trials_to_the_sampler(cli):
     cli("submit", cli.write_spec(WARM_FROM, "lowx.yaml"), "--no-tui", check=0)
     # the same seeded search, cold and warm: TPE's first trials are random when cold (10

@@ -206,6 +206,7 @@ OUTPUT_CASES = [  # (id, script, a line the driver prints)
 ]
 
 
+@pytest.mark.slow  # 3.6 s in the quick tier (2026-11-30): over its 3 s rule
 @pytest.mark.parametrize("case, script, printed", OUTPUT_CASES, ids=[c[0] for c in OUTPUT_CASES])
 def test_odd_files_where_trial_output_belongs_never_stop_the_driver(cli, case, script, printed):
     """Before: a folder named metrics.jsonl crashed the driver ('cannot write 9: Is a
@@ -221,6 +222,7 @@ def test_odd_files_where_trial_output_belongs_never_stop_the_driver(cli, case, s
         (cli.runs / "out" / "trials" / "00000" / "stdout.log").unlink(missing_ok=True)
 
 
+@pytest.mark.slow  # 3.4 s in the quick tier (2026-11-30): over its 3 s rule
 def test_checkpoints_linked_out_of_the_trial_dir_are_never_deleted(cli, tmp_path):
     """Before: with keep_last, the driver deleted folders of the link's target (outside the
     runs dir) as if they were old checkpoints."""
@@ -325,6 +327,7 @@ def _in_private_mount(cli, setup: str, *commands: str) -> list[tuple[int, str]]:
     return list(zip(codes, errors))
 
 
+@pytest.mark.slow  # 3.8 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_read_only_runs_dir_can_be_read(cli):
     """Before: every read-only command died in a traceback (sqlite3 'unable to open database
     file': a WAL store's -shm index cannot be created on a read-only mount)."""

@@ -214,6 +214,7 @@ def _driver_peak_kb(cli, name: str, megabytes: int) -> tuple[int, list[str]]:
     return peak, warnings
 
 
+@pytest.mark.slow  # 4.6 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_100mb_line_without_newline_keeps_the_driver_small(cli):
     (cli.cwd / "measure.py").write_text(MEASURE)
     (cli.cwd / "big_lines.py").write_text(BIG_LINES)

@@ -57,6 +57,7 @@ def _listed(cli) -> list[str]:
     return [line.split()[0] for line in cli("status", check=0).stdout.splitlines()[1:]]
 
 
+@pytest.mark.slow  # 4.8 s in the quick tier (2026-11-30): over its 3 s rule
 def test_delete_with_yes_removes_it_and_a_crash_leftover_is_never_listed(cli):
     spec = cli.write_spec(TINY)
     cli("submit", spec, "--no-tui", check=0)
@@ -83,6 +84,7 @@ def _files(folder) -> list[str]:
                   if not p.name.startswith("store.sqlite-"))
 
 
+@pytest.mark.slow  # 4.4 s in the quick tier (2026-11-30): over its 3 s rule
 def test_delete_refuses_bad_names_unknown_ones_and_no_terminal_without_yes(cli):
     cli("submit", cli.write_spec(TINY), "--no-tui", check=0)
     before = _files(cli.runs / "tiny")
@@ -132,6 +134,7 @@ def test_delete_on_a_terminal_asks_for_the_name(cli):
     assert "deleted experiment 'tiny'" in text and not (cli.runs / "tiny").exists()
 
 
+@pytest.mark.slow  # 3.3 s in the quick tier (2026-11-30): over its 3 s rule
 def test_delete_refuses_while_a_driver_runs(cli):
     spec = cli.write_spec(SLEEPY)
     driver = cli.popen("submit", spec, "--no-tui")
@@ -152,6 +155,7 @@ def test_delete_refuses_while_a_driver_runs(cli):
     assert not (cli.runs / "sleepy").exists()
 
 
+@pytest.mark.slow  # 4.7 s in the quick tier (2026-11-30): over its 3 s rule
 def test_delete_refuses_trials_in_flight_with_no_driver_unless_forced_or_cancelled(cli):
     spec = cli.write_spec(SLEEPY)
     for way in ("force", "cancel"):

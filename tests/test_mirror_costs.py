@@ -135,6 +135,7 @@ def _trials_dataframe_gives_paused_trials_their_rung_and_value(cli, searched):
             assert row["user_attrs_hpsearch_rung_value"] == pytest.approx(t.rung_value)
 
 
+@pytest.mark.slow  # 3.6 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_cost_objective_is_the_objective_and_the_stores_reading_is_beside_it(cli):
     """Objective gpu_hours, reported by no trial: TensorBoard's gpu_hours is the objective's
     value (what `best` and the sampler saw), hpsearch_gpu_hours export's reading beside it

@@ -93,6 +93,7 @@ def _fingerprint(path: Path):
     return hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns, info.st_size
 
 
+@pytest.mark.slow  # 3.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_finished_search_mirrors_once_and_reads_back(cli, capsys, empty_db):
     run_search(cli)
     store_file = cli.runs / "interop" / STORE_FILE

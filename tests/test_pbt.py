@@ -81,6 +81,7 @@ def _in_force(schedule, segment):
     return [s["params"] for s in schedule if s["segment"] <= segment][-1]
 
 
+@pytest.mark.slow  # 6.2 s in the quick tier (2026-11-30): over its 3 s rule
 def test_members_exploit_and_explore_and_each_segment_runs_its_scheduled_params(cli):
     proc = cli("submit", _spec(cli, "toy"), "--no-tui", check=0, timeout=120)
     exp, trials = read_store(cli.runs, "toy")

@@ -218,6 +218,7 @@ def test_a_pilot_runs_its_assignments_two_at_a_time_each_on_its_own_gpu_then_lea
     assert protocol.read_json(paths.heartbeat)["state"] == "exited"
 
 
+@pytest.mark.slow  # 4.3 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_pilot_without_a_driver_takes_no_new_work_and_leaves_after_the_grace(tmp_path):
     """The driver's heartbeat stops: the running trial finishes and its end is kept; the
     assignment that came meanwhile is not claimed; after `grace` the pilot leaves."""

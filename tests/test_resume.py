@@ -123,6 +123,7 @@ def test_resume_after_sigkill_at_random_moments(cli):
     _assert_exactly_once(cli, "chaos", runlog, trials=10)
 
 
+@pytest.mark.slow  # 3.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli):
     spec = cli.write_spec("""
         name: ctrlc
@@ -154,6 +155,7 @@ def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli)
     assert [t.attempt for t in final] == [2, 2, 1, 1]
 
 
+@pytest.mark.slow  # 4.4 s in the quick tier (2026-11-30): over its 3 s rule
 def test_second_ctrl_c_exits_at_once_and_resume_adopts_the_trial_still_running(cli):
     """A trial that ignores SIGTERM (grace 120 s): the first Ctrl-C waits for it, the second
     makes the driver exit at once and say so; the trial keeps running, and `resume` adopts
@@ -189,6 +191,7 @@ def test_second_ctrl_c_exits_at_once_and_resume_adopts_the_trial_still_running(c
     assert (final[0].state, final[0].attempt, final[0].pid) == ("completed", 1, rows[0].pid)
 
 
+@pytest.mark.slow  # 3.0 s in the quick tier (2026-11-30): over its 3 s rule
 def test_detached_driver_refuses_a_second_and_stops_on_cancel(cli):
     spec = cli.write_spec("""
         name: bg

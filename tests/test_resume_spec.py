@@ -5,6 +5,8 @@ trial may change only while no trial has a result; what decides the search never
 
 from __future__ import annotations
 
+import pytest
+
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
 from tests.helpers import event_kinds, read_store
@@ -37,6 +39,7 @@ def _stored_command(cli) -> str:
         reader.close()
 
 
+@pytest.mark.slow  # 4.2 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_search_stopped_for_a_typo_goes_on_with_the_fixed_spec(cli):
     broken = _spec(cli, "spec.yaml", "hpsearch-no-such-program")
     out = cli("submit", broken, "--no-tui", check=1)
@@ -60,6 +63,7 @@ def test_a_search_stopped_for_a_typo_goes_on_with_the_fixed_spec(cli):
     assert "spec replaced from" in events and "command changed" in events, events
 
 
+@pytest.mark.slow  # 4.2 s in the quick tier (2026-11-30): over its 3 s rule
 def test_with_results_only_what_cannot_change_them_may_change(cli):
     spec = _spec(cli, "spec.yaml", GOOD)
     cli("submit", spec, "--no-tui", check=0)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from hpsearch.driver import retry
 from hpsearch.executors.base import Ended
 from hpsearch.preflight import parse_spec
@@ -123,6 +125,7 @@ def test_a_trial_that_gives_up_is_failed_and_the_search_finishes(cli):
     assert all(t.sampler_attrs is not None for t in trials)
 
 
+@pytest.mark.slow  # 3.8 s in the quick tier (2026-11-30): over its 3 s rule
 def test_timeout_rule_raises_the_local_time_limit(cli):
     spec = cli.write_spec("""
         name: slowish
@@ -154,6 +157,7 @@ def test_command_not_found_is_a_launch_error_retried_once(cli):
         ("launch_error", 127), ("launch_error", 127)]
 
 
+@pytest.mark.slow  # 4.5 s in the quick tier (2026-11-30): over its 3 s rule
 def test_signal_before_the_time_limit_checkpoints_and_resumes_to_the_same_result(cli):
     # Each attempt gets SIGUSR2 1.1 s in (timeout 2.5 s, signal 1.4 s before), saves and
     # exits 75; the next resumes from its checkpoint. `interrupted: 0`: only progress lets it

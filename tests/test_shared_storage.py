@@ -173,6 +173,7 @@ def test_network_mode_search_runs_with_a_rollback_journal_and_live_readers(cli):
     assert first_beat < time.time() - 0.5  # the search ran long enough to see heartbeats
 
 
+@pytest.mark.slow  # 3.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_heartbeat_refreshes_the_lock_while_the_driver_runs(cli):
     spec = _spec(cli, "beat", trials=2, sleep=2, parallel=2)
     driver = cli.popen("submit", spec, env={**NETWORK, "HPSEARCH_LOCK_HEARTBEAT": "0.2"})
@@ -200,6 +201,7 @@ def test_a_wal_store_is_switched_when_opened_in_network_mode_and_back(cli):
     assert any("journal_mode delete -> wal" in n for n in notes)
 
 
+@pytest.mark.slow  # 3.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_reader_recovers_a_store_left_mid_transaction_in_rollback_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("HPSEARCH_STORAGE", "network")
     path = tmp_path / STORE_FILE

@@ -122,6 +122,7 @@ def test_random_yamlish_text_gives_a_spec_or_one_clear_error(pieces):
     _validate("".join(pieces))
 
 
+@pytest.mark.slow  # 3.2 s in the quick tier (2026-11-30): over its 3 s rule
 def test_fuzzed_specs_through_the_cli_exit_2_without_a_traceback(tmp_path):
     """A few mutated specs through the real `hpsearch validate`: exit 0 or 2, and a failure
     names the file and line."""

@@ -83,6 +83,7 @@ def _fingerprint(path: Path):
     return hashlib.sha256(path.read_bytes()).hexdigest(), info.st_mtime_ns, info.st_size
 
 
+@pytest.mark.slow  # 3.5 s in the quick tier (2026-11-30): over its 3 s rule
 def test_a_finished_search_mirrors_once_and_reads_back(cli):
     run_search(cli)
     store_file = cli.runs / "interop" / STORE_FILE
@@ -198,6 +199,7 @@ def test_without_tensorboard_it_says_what_to_install(cli):
     assert not (cli.cwd / "tb").exists()
 
 
+@pytest.mark.slow  # 3.1 s in the quick tier (2026-11-30): over its 3 s rule
 def test_bad_logdirs_and_names(cli):
     run_search(cli)
     (cli.cwd / "file").write_text("")

@@ -47,6 +47,7 @@ def _text(param="epochs", value=5, option="--epochs", pruner=PROMOTION) -> str:
     return SPEC.format(param=param, value=value, option=option, pruner=pruner)
 
 
+@pytest.mark.slow  # 3.9 s in the quick tier (2026-11-30): over its 3 s rule
 def test_validate_plan_and_submit_warn_of_rungs_a_fixed_epochs_keeps_out_of_reach(cli):
     (cli.cwd / "train.py").write_text(TRAIN)
     cli.write_spec(_text())
