@@ -211,3 +211,17 @@ def test_a_bad_setting_names_its_key_and_line(tmp_path, strategy, setting, messa
     with pytest.raises(BadInput) as err:
         _with(tmp_path, strategy, setting)
     assert message in str(err.value) and err.value.line == 8, str(err.value)
+
+
+def test_a_grid_s_enqueue_names_the_registry_s_other_strategies(tmp_path):
+    """The message that refuses `enqueue` with a grid lists the strategies that take it,
+    from the registry (pbt among them), not a list written again."""
+    text = textwrap.dedent(SPEC.format(strategy="grid", executor="local")).replace(
+        "x: {type: float, low: 0, high: 1}", "x: {choices: [0.1, 0.2]}").replace(
+        "  trials: 3\n", "  enqueue: [{x: 0.1}]\n")
+    with pytest.raises(BadInput) as err:
+        parse_spec(text, "spec.yaml", tmp_path, tmp_path / "runs")
+    others = ", ".join(name for name in STRATEGIES.names() if name != "grid")
+    assert err.value.key == "search.enqueue", err.value
+    assert f"enqueue is for the other strategies ({others})" in str(err.value)
+    assert "pbt" in others

@@ -113,26 +113,30 @@ def _add(entry: Strategy) -> None:
     STRATEGIES.add(entry.name, entry)
 
 
-_add(GridStrategy(StrategyFacts("grid", enumerates=True, learns=False, count=_grid_count)))
-_add(SamplerStrategy(StrategyFacts("random", learns=False, seeded_order=True),
+_add(GridStrategy(StrategyFacts("grid", enumerates=True, learns=False, count=_grid_count,
+                                optuna_class="GridSampler")))
+_add(SamplerStrategy(StrategyFacts("random", learns=False, seeded_order=True,
+                                   optuna_class="RandomSampler"),
                      lambda s, a: s.RandomSampler(seed=a.seed)))
 # constant_liar keeps parallel workers from sampling next to each other; group models each
 # set of parameters that occur together (a conditional space), where plain multivariate TPE
 # would fall back to independent sampling.
 _STARTUP = Option("n_startup_trials", "int", 10, low=0,
                   doc="trials sampled at random before the model is used (Optuna's default)")
-_add(SamplerStrategy(StrategyFacts("tpe", options=(_STARTUP,)), lambda s, a: s.TPESampler(
+_add(SamplerStrategy(StrategyFacts("tpe", options=(_STARTUP,), optuna_class="TPESampler"),
+                     lambda s, a: s.TPESampler(
     seed=a.seed, multivariate=True, constant_liar=a.parallel > 1, group=a.conditional,
     n_startup_trials=a.options["n_startup_trials"])))
-_add(SamplerStrategy(StrategyFacts("gp", options=(_STARTUP,)),
+_add(SamplerStrategy(StrategyFacts("gp", options=(_STARTUP,), optuna_class="GPSampler"),
                      lambda s, a: s.GPSampler(seed=a.seed,
                                               n_startup_trials=a.options["n_startup_trials"]),
                      needs=(("torch", "pip install 'hpsearch[gp]'"),
                             ("scipy", "pip install scipy"))))
-_add(SamplerStrategy(StrategyFacts("cmaes", multi_objective=False),
+_add(SamplerStrategy(StrategyFacts("cmaes", multi_objective=False, optuna_class="CmaEsSampler"),
                      lambda s, a: s.CmaEsSampler(seed=a.seed, warn_independent_sampling=False),
                      needs=(("cmaes", "pip install cmaes"),)))
-_add(SamplerStrategy(StrategyFacts("qmc", learns=False, seeded_order=True, options=(
+_add(SamplerStrategy(StrategyFacts("qmc", learns=False, seeded_order=True,
+                                   optuna_class="QMCSampler", options=(
     Option("qmc_type", "choice", "sobol", choices=("sobol", "halton"),
            doc="the low-discrepancy sequence"),)),
                      lambda s, a: s.QMCSampler(
@@ -140,8 +144,10 @@ _add(SamplerStrategy(StrategyFacts("qmc", learns=False, seeded_order=True, optio
                          scramble=a.seed is not None, warn_asynchronous_seeding=False,
                          warn_independent_sampling=False),
                      needs=(("scipy", "pip install scipy"),), fixed_seed=True))
-_add(SamplerStrategy(StrategyFacts("nsga2", options=(
-    Option("population_size", "int", 50, low=2, doc="individuals in a generation"),)),
+_POPULATION_SIZE = Option("population_size", "int", 50, low=2,
+                          doc="individuals in a generation")
+_add(SamplerStrategy(StrategyFacts("nsga2", options=(_POPULATION_SIZE,),
+                                   optuna_class="NSGAIISampler"),
                      lambda s, a: s.NSGAIISampler(seed=a.seed,
                                                   population_size=a.options["population_size"])))
 

@@ -57,8 +57,9 @@ def _value_problem(p: Param, value: Any) -> str | None:
 def enqueue(v: _Validator, value: Any, path: KeyPath, space: tuple[Param, ...],
             strategy: str) -> tuple[dict, ...]:
     if v.enumerates(strategy):
-        raise v.fail(path, "a grid runs every point of its space; enqueue is for the samplers "
-                           "(random, tpe, gp, cmaes, qmc, nsga2)")
+        others = ", ".join(s.name for s in v.vocabulary.strategies if not s.enumerates)
+        raise v.fail(path, f"a grid runs every point of its space; enqueue is for the other "
+                           f"strategies ({others})")
     v.typed(value, path, lambda x: isinstance(x, list), "a list of points (mappings of "
                                                        "parameter: value)")
     points = []

@@ -19,10 +19,9 @@ if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator
     from hpsearch.spec.yamlpos import KeyPath
 
-# Optuna's class for each name (optuna.samplers, optuna.pruners).
+# Optuna's class for each pruner (optuna.pruners); the samplers' come from the strategies'
+# registry (StrategyFacts.optuna_class), passed to choose().
 OPTUNA_CLASSES = {
-    "GridSampler": "grid", "RandomSampler": "random", "TPESampler": "tpe", "GPSampler": "gp",
-    "CmaEsSampler": "cmaes", "QMCSampler": "qmc", "NSGAIISampler": "nsga2",
     "NopPruner": "none", "MedianPruner": "median", "PercentilePruner": "percentile",
     "SuccessiveHalvingPruner": "successive_halving", "HyperbandPruner": "hyperband",
     "WilcoxonPruner": "wilcoxon", "PatientPruner": "patient", "ThresholdPruner": "threshold",
@@ -34,22 +33,24 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def choose(v: _Validator, value: Any, path: KeyPath, allowed: tuple[str, ...],
-           what: str) -> str:
+           what: str, classes: dict[str, str] | None = None) -> str:
     """The name in `allowed` that `value` is, ignoring case; else BadInput at `path` with
-    the valid names and, if one is close, `did you mean`."""
+    the valid names and, if one is close, `did you mean` (`classes`: Optuna's class name ->
+    name, beside OPTUNA_CLASSES)."""
     if isinstance(value, str) and value.lower() in allowed:
         return value.lower()
-    close = closest(str(value), allowed)
+    close = closest(str(value), allowed, classes)
     hint = f"; did you mean '{close[0]}'{close[1]}?" if close else ""
     raise v.fail(path, f"unknown {what} {shown(value)}; expected one of "
                        f"{', '.join(allowed)}{hint}")
 
 
-def closest(value: str, allowed: tuple[str, ...]) -> tuple[str, str] | None:
+def closest(value: str, allowed: tuple[str, ...],
+            classes: dict[str, str] | None = None) -> tuple[str, str] | None:
     """(the allowed name closest to `value`, ' (Optuna's X)' where it was found as Optuna's
     class X, else ''), or None if none is close."""
     candidates: dict[str, tuple[str, str]] = {}
-    for cls, name in OPTUNA_CLASSES.items():
+    for cls, name in {**OPTUNA_CLASSES, **(classes or {})}.items():
         if name in allowed:
             candidates[_plain(re.sub(r"(Sampler|Pruner)$", "", cls))] = (name, "")
             candidates[_plain(cls)] = (name, f" (Optuna's {cls})")

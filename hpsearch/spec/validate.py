@@ -282,7 +282,8 @@ class _Validator:
         self.require(d, path, ("strategy", "space"))
         broken, problems = self.problems.broken, self.problems
         strategy = self.take(d, "strategy", path, lambda v, p: choose_name(
-            self, self.string(v, p), p, self.vocabulary.strategy_names(), "strategy"))
+            self, self.string(v, p), p, self.vocabulary.strategy_names(), "strategy",
+            self.vocabulary.optuna_classes()))
         space = self.take(d, "space", path, lambda v, p: space_spec(
             self, v, p, "" if strategy is FAILED else strategy))
         parallel = self.optional(d, "parallel", path, lambda v, p: self.integer(v, p, 1), 1)

@@ -53,6 +53,8 @@ class StrategyFacts:
     options: tuple[Option, ...] = ()  # its own settings under `search:`
     segmented: bool = False        # it runs each trial in segments of its own choosing (pbt):
                                    # no pruner beside it, trials must checkpoint and resume
+    optuna_class: str | None = None  # Optuna's class of it (TPESampler): a spec naming the
+                                     # class is told this name (spec/names.py)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class Vocabulary:
 
     def strategy_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.strategies)
+
+    def optuna_classes(self) -> dict[str, str]:
+        """Optuna's class name -> the strategy's (TPESampler -> tpe)."""
+        return {s.optuna_class: s.name for s in self.strategies if s.optuna_class}
 
     def option_names(self) -> tuple[str, ...]:
         """Every strategy's option names, once each, in registry order."""
