@@ -37,7 +37,8 @@ def _spec(cli, strategy: str, trials: int = 10, name_suffix: str = ""):
 
 
 @pytest.mark.slow  # 5.1 s in the quick tier (2026-11-30): over its 3 s rule
-@pytest.mark.parametrize("strategy", ["grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2"])
+@pytest.mark.parametrize("strategy", ["grid", "random", "tpe", "gp", "cmaes", "qmc", "nsga2",
+                                      "nsga3"])
 def test_each_strategy_runs_a_real_search(cli, strategy):
     if strategy == "gp":
         pytest.importorskip("torch", reason="GPSampler needs torch (scripts/test.sh installs "
@@ -82,13 +83,16 @@ def test_tpe_with_one_slot_is_reproducible(cli):
     assert runs[0] == runs[1]
 
 
-def test_multi_objective_keeps_the_pareto_front(cli):
+@pytest.mark.parametrize("strategy, third", [("nsga2", ""), ("nsga3", "f3")])
+def test_multi_objective_keeps_the_pareto_front(cli, strategy, third):
+    """nsga2 with two objectives; nsga3, made for three and more, with a third."""
     spec = cli.write_spec("""
         name: mo
         command: >-
-          awk -v x={x} 'BEGIN { printf "@hpsearch result f1=%.17g f2=%.17g\\n", x*x, (x-2)*(x-2) }'
+          awk -v x={x} 'BEGIN { printf "@hpsearch result f1=%.17g f2=%.17g f3=%.17g\\n",
+          x*x, (x-2)*(x-2), (x-1)*(x-1) }'
         search:
-          strategy: nsga2
+          strategy: STRATEGY
           trials: 24
           parallel: 4
           seed: 1
@@ -97,7 +101,8 @@ def test_multi_objective_keeps_the_pareto_front(cli):
         objective:
           - {metric: f1, direction: minimize}
           - {metric: f2, direction: minimize}
-        """)
+        """.replace("STRATEGY", strategy) + (
+        f"  - {{metric: {third}, direction: minimize}}\n" if third else ""))
     cli("submit", spec, check=0)
     _, trials = read_store(cli.runs, "mo")
     out = json.loads(cli("best", "mo", "--json", check=0).stdout)
@@ -114,7 +119,8 @@ def test_multi_objective_keeps_the_pareto_front(cli):
     assert min(points, key=lambda i: (points[i][0], points[i][1])) in front
     assert min(points, key=lambda i: (points[i][1], points[i][0])) in front
     assert len(front) >= 3
-    assert all(set(item["values"]) == {"f1", "f2"} for item in out)
+    assert all(set(item["values"]) == {"f1", "f2"} | ({third} if third else set())
+               for item in out)
 
 
 @pytest.mark.slow  # 4.0 s in the quick tier (2026-11-30): over its 3 s rule

@@ -183,6 +183,7 @@ def _with(tmp_path: Path, strategy: str, setting: str):
     ("tpe", "n_startup_trials: 3", "_n_startup_trials", 3),
     ("qmc", "qmc_type: halton", "_qmc_type", "halton"),
     ("nsga2", "population_size: 8", "_population_size", 8),
+    ("nsga3", "population_size: 8", "_population_size", 8),
 ])
 def test_a_strategy_s_setting_reaches_its_sampler(tmp_path, strategy, setting, attribute,
                                                   value):
@@ -215,7 +216,7 @@ def test_a_bad_setting_names_its_key_and_line(tmp_path, strategy, setting, messa
 
 def test_a_grid_s_enqueue_names_the_registry_s_other_strategies(tmp_path):
     """The message that refuses `enqueue` with a grid lists the strategies that take it,
-    from the registry (pbt among them), not a list written again."""
+    from the registry (nsga3 and pbt among them), not a list written again."""
     text = textwrap.dedent(SPEC.format(strategy="grid", executor="local")).replace(
         "x: {type: float, low: 0, high: 1}", "x: {choices: [0.1, 0.2]}").replace(
         "  trials: 3\n", "  enqueue: [{x: 0.1}]\n")
@@ -224,4 +225,4 @@ def test_a_grid_s_enqueue_names_the_registry_s_other_strategies(tmp_path):
     others = ", ".join(name for name in STRATEGIES.names() if name != "grid")
     assert err.value.key == "search.enqueue", err.value
     assert f"enqueue is for the other strategies ({others})" in str(err.value)
-    assert "pbt" in others
+    assert "nsga3" in others and "pbt" in others

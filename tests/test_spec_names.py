@@ -44,6 +44,11 @@ def test_strategy_and_pruner_names_ignore_case_as_optuna_writes_them(cli):
      "(Optuna's TPESampler)?"),
     ("NSGA-II", "none", 4, "search.strategy",
      f"unknown strategy 'NSGA-II'; expected one of {STRATEGIES}; did you mean 'nsga2'?"),
+    ("NSGA-III", "none", 4, "search.strategy",
+     f"unknown strategy 'NSGA-III'; expected one of {STRATEGIES}; did you mean 'nsga3'?"),
+    ("NSGAIIISampler", "none", 4, "search.strategy",
+     f"unknown strategy 'NSGAIIISampler'; expected one of {STRATEGIES}; did you mean 'nsga3' "
+     "(Optuna's NSGAIIISampler)?"),
     ("cma-es", "none", 4, "search.strategy",
      f"unknown strategy 'cma-es'; expected one of {STRATEGIES}; did you mean 'cmaes'?"),
     ("tpe", "MedianPruner", 6, "search.pruner.type",

@@ -150,6 +150,13 @@ _add(SamplerStrategy(StrategyFacts("nsga2", options=(_POPULATION_SIZE,),
                                    optuna_class="NSGAIISampler"),
                      lambda s, a: s.NSGAIISampler(seed=a.seed,
                                                   population_size=a.options["population_size"])))
+# NSGA-III (Deb and Jain 2014): NSGA-II's selection by reference points spread over the
+# objective space, for three objectives and more (accuracy, GPU-hours and latency), where
+# NSGA-II's crowding distance leaves parts of the front empty.
+_add(SamplerStrategy(StrategyFacts("nsga3", options=(_POPULATION_SIZE,),
+                                   optuna_class="NSGAIIISampler"),
+                     lambda s, a: s.NSGAIIISampler(seed=a.seed,
+                                                   population_size=a.options["population_size"])))
 
 # Population-based training (Jaderberg et al. 2017) as Ray Tune's PopulationBasedTraining:
 # the population starts from seeded random draws, then hpsearch.pruning.pbt runs each member in
