@@ -9,7 +9,7 @@ import pytest
 
 from hpsearch.driver import retry
 from hpsearch.executors.base import Ended, Requeued
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from tests.policy_setup import experiment
 
 SPEC = """
@@ -68,7 +68,7 @@ def test_without_retries_a_trial_whose_command_fails_gets_one_attempt(make):
     assert verdicts[0].message == ("trial 0 failed: exit code 1: ValueError: x out of range "
                                    "(exit; no retry left for exit (0 allowed))")
     trial = e.store.trial(tid)
-    assert (trial.state, trial.attempt, trial.exit_code) == (r.FAILED, 1, 1)
+    assert (trial.state, trial.attempt, trial.exit_code) == (rows.FAILED, 1, 1)
 
 
 def test_retries_max_2_gives_a_failing_trial_3_attempts_then_it_fails(make):
@@ -81,19 +81,19 @@ def test_retries_max_2_gives_a_failing_trial_3_attempts_then_it_fails(make):
         "trial 0 failed: exit code 1: ValueError: x out of range (exit; no retry left for "
         "exit (2 allowed))"]
     assert [(a["attempt"], a["state"], a["failure"]) for a in e.store.attempts(tid)] == [
-        (1, r.FAILED, "exit"), (2, r.FAILED, "exit"), (3, r.FAILED, "exit")]
-    assert e.store.trial(tid).state == r.FAILED
+        (1, rows.FAILED, "exit"), (2, rows.FAILED, "exit"), (3, rows.FAILED, "exit")]
+    assert e.store.trial(tid).state == rows.FAILED
 
 
 def test_a_retried_trial_waits_queued_and_its_next_attempt_is_stored_before_launch(make):
     e = make("retries: 1")
     tid = e.trial()
     assert _end(e, tid, 1).retry
-    assert e.store.trial(tid).state == r.QUEUED  # the driver's queue takes it
+    assert e.store.trial(tid).state == rows.QUEUED  # the driver's queue takes it
     launch = e.policies.attempts.again(tid, unlaunched=False)
     assert (launch.trial_id, launch.attempt, launch.env["HPSEARCH_ATTEMPT"]) == (tid, 2, "2")
     stored = e.store.attempts(tid)[-1]
-    assert (stored["attempt"], stored["state"], stored["reason"]) == (2, r.SUBMITTING,
+    assert (stored["attempt"], stored["state"], stored["reason"]) == (2, rows.SUBMITTING,
                                                                       "retry after exit")
 
 
@@ -198,7 +198,7 @@ def test_a_slurm_requeue_is_the_next_attempt_in_the_same_job(make):
     assert verdict.retry
     assert verdict.message.endswith("retry 1 of 10 for preempted: attempt 2 runs in the same job")
     trial = e.store.trial(tid)
-    assert (trial.state, trial.attempt, trial.job_id) == (r.RUNNING, 2, "4242")
+    assert (trial.state, trial.attempt, trial.job_id) == (rows.RUNNING, 2, "4242")
     assert [(a["attempt"], a["failure"], a["nodes"]) for a in e.store.attempts(tid)] == [
         (1, "preempted", "node3"), (2, None, None)]
 
@@ -211,4 +211,4 @@ def test_a_requeue_with_no_retry_left_fails_the_trial_and_says_the_job_is_cancel
     assert not verdict.retry
     assert verdict.message == ("trial 0 failed: scontrol requeue (preempted; no retry left "
                                "for preempted (0 allowed)); job 4242 cancelled")
-    assert e.store.trial(tid).state == r.FAILED
+    assert e.store.trial(tid).state == rows.FAILED

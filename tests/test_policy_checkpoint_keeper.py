@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from hpsearch.ingest.checkpoints import CheckpointScan
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from tests.policy_setup import experiment
 
 SPEC = """
@@ -41,7 +41,7 @@ def make(tmp_path):
         e.close()
 
 
-def _train(e, losses=LOSSES, state: str = r.COMPLETED) -> int:
+def _train(e, losses=LOSSES, state: str = rows.COMPLETED) -> int:
     """A trial that reports `losses` (one a step) and saves a checkpoint at each step, read
     as the driver reads them (CheckpointScan), then ends in `state`; returns its id."""
     tid = e.trial()
@@ -52,9 +52,9 @@ def _train(e, losses=LOSSES, state: str = r.COMPLETED) -> int:
         e.store.add_metrics(tid, 1, [{"step": step, "loss": loss}])
     e.store.add_checkpoints(tid, 1, CheckpointScan(tdir).new())
     e.store.fill_checkpoint_metrics(tid, "loss", exact=True)
-    if state != r.RUNNING:
-        e.store.finish_attempt(tid, 1, state, 0 if state == r.COMPLETED else 1, None,
-                               values=[min(losses)] if state == r.COMPLETED else None)
+    if state != rows.RUNNING:
+        e.store.finish_attempt(tid, 1, state, 0 if state == rows.COMPLETED else 1, None,
+                               values=[min(losses)] if state == rows.COMPLETED else None)
     return tid
 
 
@@ -107,7 +107,7 @@ def test_keep_best_follows_the_objectives_direction(make):
 
 def test_a_trial_that_may_run_again_keeps_the_checkpoint_it_would_resume_from(make):
     e = make("checkpoints: {keep_best: 1}")
-    running, failed = _train(e, state=r.RUNNING), _train(e, state=r.FAILED)
+    running, failed = _train(e, state=rows.RUNNING), _train(e, state=rows.FAILED)
     _keep(e, running)
     _keep(e, failed)
     assert _on_disk(e, running) == [1, 5]  # the best, and the newest: it may resume
@@ -118,7 +118,7 @@ def test_keep_trials_leaves_checkpoints_only_to_the_best_finished_trials(make):
     e = make("checkpoints: {keep_trials: 1, keep_last: all}")
     worse = _train(e, losses=(3.0, 2.0))
     better = _train(e, losses=(2.0, 0.5))
-    running = _train(e, losses=(9.0,), state=r.RUNNING)
+    running = _train(e, losses=(9.0,), state=rows.RUNNING)
     _keep(e, worse)  # per trial: keep_trials is judged over the experiment only
     assert _on_disk(e, worse) == [0, 1]
     _keep(e, None)

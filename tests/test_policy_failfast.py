@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpsearch.store import rows as r
+from hpsearch.store import rows
 from tests.policy_setup import experiment
 
 SPEC = """
@@ -46,13 +46,13 @@ def make(tmp_path):
 def _fail(e, error: str = TORCHX) -> str | None:
     """A trial runs and fails for good (its retries spent); the driver asks fail-fast."""
     tid = e.trial()
-    e.store.finish_attempt(tid, 1, r.FAILED, 1, error, failure="exit")
+    e.store.finish_attempt(tid, 1, rows.FAILED, 1, error, failure="exit")
     return e.policies.failfast.after_failure(e.store, tid)
 
 
 def _complete(e) -> None:
     tid = e.trial()
-    e.store.finish_attempt(tid, 1, r.COMPLETED, 0, None, values=[0.5])
+    e.store.finish_attempt(tid, 1, rows.COMPLETED, 0, None, values=[0.5])
 
 
 def test_by_default_the_fifth_failure_with_none_completed_stops_the_search(make):
@@ -122,26 +122,26 @@ def test_trials_whose_command_could_not_start_count_at_their_first_attempt(make)
     not_found = "exit code 127: trian.py: not found"
     for _ in range(2):
         tid = e.trial()
-        e.store.finish_attempt(tid, 1, r.FAILED, 127, not_found, requeue=True,
+        e.store.finish_attempt(tid, 1, rows.FAILED, 127, not_found, requeue=True,
                                failure="launch_error")
         assert e.policies.failfast.after_failure(e.store, tid, launch_error=not_found) is None
     tid = e.trial()
-    e.store.finish_attempt(tid, 1, r.FAILED, 127, not_found, requeue=True,
+    e.store.finish_attempt(tid, 1, rows.FAILED, 127, not_found, requeue=True,
                            failure="launch_error")
     why = e.policies.failfast.after_failure(e.store, tid, launch_error=not_found)
     assert why == ("search stopped: 3 trials failed (3 could not start; their retries are "
                    "left queued) and none completed since the driver started "
                    "(search.max_failures.first: 3); most common cause (3 of 3): exit code "
                    "127: trian.py: not found" + RESUME)
-    assert e.store.state_counts() == {r.QUEUED: 3}  # nothing failed for good
+    assert e.store.state_counts() == {rows.QUEUED: 3}  # nothing failed for good
 
 
 def test_a_trial_that_could_not_start_and_then_failed_for_good_counts_once(make):
     e = make("{first: 2}")
     tid = e.trial()
-    e.store.finish_attempt(tid, 1, r.FAILED, 127, "exit code 127", requeue=True,
+    e.store.finish_attempt(tid, 1, rows.FAILED, 127, "exit code 127", requeue=True,
                            failure="launch_error")
     assert e.policies.failfast.after_failure(e.store, tid, launch_error="exit code 127") is None
-    e.store.finish_attempt(tid, 1, r.FAILED, 127, "exit code 127", failure="launch_error")
+    e.store.finish_attempt(tid, 1, rows.FAILED, 127, "exit code 127", failure="launch_error")
     assert e.policies.failfast.after_failure(e.store, tid) is None  # still 1 failure, not 2
     assert _fail(e) is not None
