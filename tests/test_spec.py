@@ -599,7 +599,7 @@ BAD_SPECS = [
         objective:
           - {metric: loss}
           - {metric: latency}
-        """, "search.strategy", ["cmaes optimizes one objective; use tpe, gp or nsga2 for "
+        """, "search.strategy", ["cmaes optimizes one objective; use tpe, gp, nsga2 or nsga3 for "
                                  "several"]),
 ]
 

@@ -58,6 +58,8 @@ def stage(donor_checkpoint: Path, member_dir: Path) -> str:
         raise ValueError(f"{donor_checkpoint}: {why}")
     folder = _folder(member_dir)
     name = donor_checkpoint.name
+    for prefix in (STAGED, OLD):  # the donor's own copy of a member it took from, staged
+        name = name.removeprefix(prefix)  # and not yet swapped in: under the trial's name
     if name.startswith("."):
         name = name.lstrip(".") or "checkpoint"
     staged = folder / (STAGED + name)
