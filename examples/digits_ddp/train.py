@@ -24,6 +24,7 @@ early (STOP file or SIGTERM/SIGUSR1/SIGUSR2) after saving a checkpoint, so a ret
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import random
 import socket
@@ -33,6 +34,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 SCRIPT_START = time.perf_counter()  # first_step_s counts from here: torch's import included
+
+# One write per line: a trial's ranks share its stdout, and unbuffered (PYTHONUNBUFFERED)
+# print() writes a line's text and its newline apart, where another rank's line can fall
+# ("resuming from epoch-0001.pt: epoch 2pbt: rank 1 trains with ...", tests/test_digits_pbt.py).
+if isinstance(sys.stdout, io.TextIOWrapper):
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
 
 # cuBLAS is deterministic only with this set before its first use.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
