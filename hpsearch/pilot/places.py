@@ -107,6 +107,12 @@ class Broker:
         self.move_after = move_after
         self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
 
+    @property
+    def pilot_nodes(self) -> int:
+        """The nodes one pilot asks for (executor.pilots.nodes)."""
+        pilots = self.places[0].job.executor.pilots
+        return pilots.nodes if pilots else 1
+
     def place_of(self, site: str | None) -> Place:
         """A pilot's place by its stored site (a site no longer in the spec: the first)."""
         return self.by_name.get(site) or self.places[0]
@@ -145,9 +151,7 @@ class Broker:
             return open_[0] if open_ else None
         self.count(pilots)
         answering = [place.site for place in open_ if place.site is not None]
-        site = brokerage.choose(answering, self.loads, time.time(),
-                                self.places[0].job.executor.pilots.nodes
-                                if self.places[0].job.executor.pilots else 1)
+        site = brokerage.choose(answering, self.loads, time.time(), self.pilot_nodes)
         return self.by_name[site.name] if site is not None else None
 
     def weights(self) -> str:
@@ -180,15 +184,14 @@ class Broker:
         self.count(pilots)
         now = time.time()
         sites = [site for site in self.sites if self.by_name[site.name].health.may_submit()]
-        nodes = self.places[0].job.executor.pilots.nodes \
-            if self.places[0].job.executor.pilots else 1
         moves = []
         for pilot in pilots:
             if pilot.state not in (rows.PILOT_PENDING,) or pilot.stop_sent:
                 continue
             home = pilot.site if pilot.site in self.loads else self.sites[0].name
             target = brokerage.move_target(sites, self.loads, now, home,
-                                           now - pilot.submitted, self.move_after, nodes)
+                                           now - pilot.submitted, self.move_after,
+                                           self.pilot_nodes)
             if target is not None:
                 self.loads[target.name].pending += 1  # one is submitted there
                 moves.append((pilot, self.by_name[target.name]))
