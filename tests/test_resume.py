@@ -155,6 +155,31 @@ def test_ctrl_c_cancels_running_trials_by_process_group_and_resume_finishes(cli)
     assert [t.attempt for t in final] == [2, 2, 1, 1]
 
 
+def test_a_trial_killed_by_the_ctrl_c_that_stops_its_driver_is_cancelled_not_failed(cli):
+    """A trial whose shell is forked at the instant of Ctrl-C is still in the driver's process
+    group until setsid and dies by that SIGINT (exit 130); CI's Snakemake resume test then
+    found it failed. Here the trial makes that happen for certain: it sends its driver SIGINT,
+    then dies by SIGINT itself. It is cancelled, not failed, and resume runs it again."""
+    spec = cli.write_spec("""
+        name: caught
+        command: 'if [ ! -e stopped ]; then touch stopped; kill -INT $PPID; kill -INT $$; fi; echo "@hpsearch step=0 loss={x}"'
+        search:
+          strategy: random
+          trials: 1
+          seed: 0
+          space:
+            x: {low: 0.0, high: 1.0}
+        objective: {metric: loss}
+        """)
+    proc = cli("submit", spec, "--no-tui", check=1)  # stopped: cancelled, exit 1
+    _, after = read_store(cli.runs, "caught")
+    assert [(t.state, t.attempt) for t in after] == [("cancelled", 1)]
+    assert "trial 0 failed" not in proc.stdout + proc.stderr
+    cli("resume", "caught")
+    _, final = read_store(cli.runs, "caught")
+    assert [(t.state, t.attempt) for t in final] == [("completed", 2)]
+
+
 @pytest.mark.slow  # 4.4 s in the quick tier (2026-11-30): over its 3 s rule
 def test_second_ctrl_c_exits_at_once_and_resume_adopts_the_trial_still_running(cli):
     """A trial that ignores SIGTERM (grace 120 s): the first Ctrl-C waits for it, the second

@@ -142,7 +142,8 @@ def test_interrupted_search_rule_resumes_the_same_experiment(module_pipeline):
     assert 2 <= len(done_before) < 6 and exp_before.status != "completed"
 
     again = snakemake(module_pipeline)
-    assert again.returncode == 0, again.stderr[-3000:]
+    log = (module_pipeline / "logs" / "search.log").read_text()
+    assert again.returncode == 0, again.stderr[-2000:] + "\nsearch.log:\n" + log[-3000:]
     exp, trials = read_store(runs, "target")
     assert exp.created == exp_before.created  # the same experiment, not a new one
     assert [t.state for t in trials] == ["completed"] * 6
@@ -150,7 +151,6 @@ def test_interrupted_search_rule_resumes_the_same_experiment(module_pipeline):
         if t.id in done_before:
             assert (t.attempt, t.started, t.finished) == (
                 1, done_before[t.id].started, done_before[t.id].finished)
-    log = (module_pipeline / "logs" / "search.log").read_text()
     assert not any(f"trial {i} started" in log for i in done_before)
     best = json.loads((module_pipeline / "results" / "best.json").read_text())
     assert best["values"]["loss"] == min(t.objective_values[0] for t in trials)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from hpsearch.driver import recovery
-from hpsearch.driver.ending import finish, handle_signals, leave, restore_signals
+from hpsearch.driver.ending import finish, handle_signals, leave, restore_signals, stopped_with
 from hpsearch.driver.extent import ENQUEUED
 from hpsearch.driver.live import LiveTrial, LiveTrials
 from hpsearch.driver.policies import Policies
@@ -53,6 +53,7 @@ class Driver:
         self.unlaunched: set[int] = set()  # stored attempts that never reached the executor
         self.stop_reason: str | None = None
         self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
+        self.stop_signal: int | None = None  # the signal that stopped it (ending.stopped_with)
         self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
         self.unsaved_starts: list[Started] = []  # stored with the next end (_handle)
         self.checkpoints, self.attempts = policies.checkpoints, policies.attempts
@@ -142,7 +143,7 @@ class Driver:
                                    "intact; free space or fix permissions, then `hpsearch "
                                    f"resume {self.name}`")
             else:
-                self.finalize(event)
+                self.finalize(stopped_with(event, self.stop_signal))
         for started in self.unsaved_starts:  # none of the ends took them (not expected)
             self._record_started(started, launched=False)
         self.unsaved_starts.clear()
@@ -356,6 +357,7 @@ class Driver:
             return
         if self.stop_reason:  # asked twice: the user will not wait for the cancellations
             self.stop_now = True
+        self.stop_signal = self.stop_signal or signum
         self.request_stop(signal.Signals(signum).name)
 
     def _stop_all(self) -> None:
