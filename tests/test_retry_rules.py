@@ -88,7 +88,7 @@ retries: {timeout: {max: 3, time_factor: 2}, out_of_memory: {max: 3, mem_factor:
 
     from hpsearch.launch.attempt import build_launch
     from hpsearch.slurm.sbatch import batch_script
-    launch = dataclasses.replace(build_launch(spec.trial_recipe(), 0, 6, {"x": 0.5}),
+    launch = dataclasses.replace(build_launch(spec.trial_recipe(False), 0, 6, {"x": 0.5}),
                                  sbatch_extra=plan.sbatch_extra)
     lines = batch_script(spec.slurm_job(), launch).splitlines()
     assert lines.index("#SBATCH --mem=9216M") > lines.index("#SBATCH --mem=4G")
@@ -227,7 +227,7 @@ for step in range(600):
 ''')
     spec = parse_spec(BASE.replace('"echo {x}"', '"{python} train.py {x} > out.txt"') +
                       "checkpoints: {signal: USR2, signal_before: 90}\n", "spec.yaml", tmp_path)
-    launch = build_launch(spec.trial_recipe(), 0, 1, {"x": 0.5})
+    launch = build_launch(spec.trial_recipe(False), 0, 1, {"x": 0.5})
     tdir = tmp_path / "trial"
     (tdir / "checkpoints").mkdir(parents=True)
     env = {**launch.env, "HPSEARCH_TRIAL_DIR": str(tdir),

@@ -52,7 +52,7 @@ env: {OMP_NUM_THREADS: 8, WANDB_MODE: offline}
 
 def _script(extra: str, attempt: int = 1) -> str:
     spec = parse_spec(BASE + extra, "golden.yaml", Path("/work/project"))
-    launch = build_launch(spec.trial_recipe(), 0, attempt, {"lr": 0.1, "tag": "it's a $(test)"})
+    launch = build_launch(spec.trial_recipe(True), 0, attempt, {"lr": 0.1, "tag": "it's a $(test)"})
     # a GPU trial's sampler runs on the driver's python (docs/gpu.md): not this machine's path
     return batch_script(spec.slurm_job(), launch).replace(sys.executable, "/venv/bin/python")
 

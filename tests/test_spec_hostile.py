@@ -326,9 +326,9 @@ def test_the_batch_script_builder_refuses_a_line_break_it_is_given(tmp_path):
     from hpsearch.slurm.sbatch import batch_script
 
     spec = _spec_with(tmp_path, "resources: {partition: gpu}\n")
-    launch = build_launch(spec.trial_recipe(), 1, 1, {"x": 0.5})
+    launch = build_launch(spec.trial_recipe(True), 1, 1, {"x": 0.5})
     assert "#SBATCH --partition=gpu\n" in batch_script(spec.slurm_job(), launch)
     bad = dataclasses.replace(spec, resources=dataclasses.replace(
         spec.resources, partition="gpu\n#SBATCH --uid=0"))
     with pytest.raises(ValueError, match="control character"):  # the trial's resources
-        batch_script(bad.slurm_job(), build_launch(bad.trial_recipe(), 1, 1, {"x": 0.5}))
+        batch_script(bad.slurm_job(), build_launch(bad.trial_recipe(True), 1, 1, {"x": 0.5}))

@@ -167,7 +167,7 @@ runs_dir: runs with space
 search: {strategy: random, trials: 1, space: {lr: {low: 0.1, high: 1.0}}}
 objective: {metric: loss}
 """, "spec.yaml", tmp_path)
-    launch = build_launch(spec.trial_recipe(), 12, 1, {"lr": 0.25})
+    launch = build_launch(spec.trial_recipe(False), 12, 1, {"lr": 0.25})
     trial_dir = tmp_path / "runs with space" / "built.ins" / "trials" / "00012"
     assert argv_of(launch.command, tmp_path) == [
         "12", str(trial_dir), str(trial_dir / "checkpoints"), "built.ins", "0.25"]

@@ -147,7 +147,7 @@ def test_pilots_take_per_trial_sizes_in_slots_of_the_smallest_trial():
 def test_an_assignment_carries_its_trials_own_size_and_time_limit():
     spec = _spec(SIZED.replace("executor: {type: slurm}", "executor: {type: slurm, pilots: "
                                "{nodes: 2, time: '02:00:00', slots_per_node: 2}}"))
-    launch = build_launch(spec.trial_recipe(), 3, 1, _params(2, 2, 90))
+    launch = build_launch(spec.trial_recipe(True), 3, 1, _params(2, 2, 90))
     data = protocol.launch_to_dict(launch, 2)
     assert {k: data[k] for k in ("nodes", "gpus_per_node", "tasks_per_node", "time", "width",
                                  "mem_mb")} \
@@ -171,8 +171,8 @@ def _params(nodes: int, gpus: int, limit="00:30:00") -> dict:
 
 def test_each_trial_gets_a_batch_script_of_its_own_size():
     spec = _spec()
-    small = batch_script(spec.slurm_job(), build_launch(spec.trial_recipe(), 0, 1, _params(1, 1)))
-    large = batch_script(spec.slurm_job(), build_launch(spec.trial_recipe(), 1, 1, _params(2, 2, 90)))
+    small = batch_script(spec.slurm_job(), build_launch(spec.trial_recipe(True), 0, 1, _params(1, 1)))
+    large = batch_script(spec.slurm_job(), build_launch(spec.trial_recipe(True), 1, 1, _params(2, 2, 90)))
     for text, nodes, gpus, limit in ((small, 1, 1, "00:30:00"), (large, 2, 2, "90")):
         assert f"#SBATCH --nodes={nodes}\n" in text
         assert f"#SBATCH --gres=gpu:{gpus}\n" in text
@@ -215,7 +215,7 @@ def test_single_node_trials_go_in_one_array_per_size(tmp_path):
     executor = SlurmExecutor(spec.slurm_job(), slurm)
     sizes = [(1, 1), (1, 2), (1, 1), (2, 1), (1, 2), (1, 1)]
     for trial, (nodes, gpus) in enumerate(sizes):
-        executor.submit(build_launch(spec.trial_recipe(), trial, 1, _params(nodes, gpus)))
+        executor.submit(build_launch(spec.trial_recipe(True), trial, 1, _params(nodes, gpus)))
     assert len(slurm.scripts) == 1  # the 2-node trial: a job of its own, at once
     assert "#SBATCH --nodes=2\n" in slurm.scripts[0]
     started = executor._submit_waiting()
@@ -330,7 +330,7 @@ def test_a_stopped_job_that_left_the_queue_ends_before_sacct_lists_it(tmp_path):
                                "poll_interval: 0.01}"))
     slurm = _QuietAccounting()
     executor = SlurmExecutor(spec.slurm_job(), slurm)
-    executor.submit(build_launch(spec.trial_recipe(), 0, 1, _params(1, 1)))
+    executor.submit(build_launch(spec.trial_recipe(True), 0, 1, _params(1, 1)))
     job_id = "101"
     slurm.queue[job_id] = "RUNNING"
     events = [e for _ in range(50) for e in executor.poll(0.01)]

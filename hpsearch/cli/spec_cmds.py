@@ -197,11 +197,12 @@ def plan(args) -> int:
     _scouts_line(spec, pilots)
     if args.brief:
         print()
+    recipe = spec.trial_recipe(facts(spec.executor).on_slurm)
     for _ in range(limit):
         asked = search.ask()
         if asked is None:
             break
-        launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
+        launch = build_launch(recipe, asked.trial_id, 1, asked.params)
         if split:  # executor.sites: the site the broker would send it to, and its job
             from hpsearch.executors.sites import site_resources
             site = split[asked.trial_id % len(split)]
@@ -213,7 +214,7 @@ def plan(args) -> int:
         if spec.resources.per_trial:  # trials of several sizes: each one's own
             print(f"  size: {resources.size()}")
         if args.brief:  # the user's command alone: launcher, runtime, script left out
-            print(f"  $ {trial_command(spec.trial_recipe(), asked.trial_id, asked.params)}")
+            print(f"  $ {trial_command(recipe, asked.trial_id, asked.params)}")
         elif pilots:
             n = resources.nodes
             print(f"  runs inside a pilot (no job of its own), on {n} node{'s' * (n > 1)} of "

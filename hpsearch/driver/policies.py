@@ -55,7 +55,7 @@ class Policies:
 def policies(spec: Spec, store: Store, executor: Executor, search: Search,
              on_event: Callable[[str], None]) -> Policies:
     """Build each policy from its own section of the spec."""
-    launches = partial(build_launch, spec.trial_recipe())
+    launches = partial(build_launch, spec.trial_recipe(facts(spec.executor).on_slurm))
     objective, study = spec.objectives[0], f"hpsearch-{spec.name}"
     pruner = spec.search.pruner
     stopper = (Stopper(pruner, objective, study, store, executor, search, on_event)

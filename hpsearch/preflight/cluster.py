@@ -26,7 +26,7 @@ def slurm_would_take(spec: Spec) -> None:
     asked = make_search(spec.search, spec.objectives).ask()
     if asked is None:
         return
-    launch = build_launch(spec.trial_recipe(), asked.trial_id, 1, asked.params)
+    launch = build_launch(spec.trial_recipe(under_slurm=True), asked.trial_id, 1, asked.params)
     if spec.executor.sites:
         _sites_would_take(spec, slurm, launch)
         return

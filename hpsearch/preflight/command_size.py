@@ -47,7 +47,8 @@ def command_size_problem(spec: Spec) -> Problem | None:
     """(key path, problem) if a trial of `spec` is too large for exec(2) or sbatch on its
     executor; else None. The spec's launcher must already be known to build (launch_problem)."""
     params = {p.name: longest_value(p) for p in spec.search.space}
-    launch = build_launch(spec.trial_recipe(), max(0, spec.search.trials - 1), 1, params)
+    recipe = spec.trial_recipe(facts(spec.executor).on_slurm)
+    launch = build_launch(recipe, max(0, spec.search.trials - 1), 1, params)
     where = f"(trial {launch.trial_id}, each parameter at its longest value)"
     params_fit = _bytes(f"{PARAMS_ENV}={launch.env[PARAMS_ENV]}") < MAX_ARG_STRLEN
     hint = ("pass fewer values on the command line: a trial finds them all in "

@@ -59,7 +59,7 @@ def launch_problem(spec: Spec) -> tuple[tuple[str, ...], str] | None:
     params = {p.name: p.value if p.kind == "fixed" else p.choices[0] if p.choices else p.low
               for p in spec.search.space}
     try:
-        build_launch(spec.trial_recipe(), 1, 1, params)
+        build_launch(spec.trial_recipe(facts(spec.executor).on_slurm), 1, 1, params)
     except LaunchError as exc:
         key, _, message = str(exc).partition(": ")
         if not message or not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", key):

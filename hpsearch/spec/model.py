@@ -476,11 +476,12 @@ class Spec:
                         self.search.parallel, self.resources, self.executor, self.placement,
                         self.checkpoints, self.sizes("nodes"), self.slot())
 
-    def trial_recipe(self) -> TrialRecipe:
-        """The part of the spec a trial's launch is made of."""
+    def trial_recipe(self, under_slurm: bool) -> TrialRecipe:
+        """The part of the spec a trial's launch is made of; under_slurm: its executor runs
+        trials on Slurm (hpsearch.executors.registry.facts(spec.executor).on_slurm)."""
         return TrialRecipe(self.name, self.experiment_dir, self.command, self.env, self.workdir,
                            self.resources, self.launcher, self.container,
-                           self.checkpoints.signal, self.executor.type == "slurm",
+                           self.checkpoints.signal, under_slurm,
                            self.executor.warm)
 
     def slot(self) -> Resources:

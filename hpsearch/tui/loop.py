@@ -55,7 +55,7 @@ def render_once(exp_dir: Path, width: int | None = None, height: int | None = No
     try:
         source.snapshot(rows=1)  # learns whether the trials run as Slurm jobs
         cluster = ClusterWatch(topology_file=topology_file(exp_dir))._query() \
-            if source.executor == "slurm" else None
+            if source.on_slurm else None
         width = width or console.width
         height = height or (console.height if console.is_terminal else 200)
         snap = source.snapshot(cluster or (None, None), rows=max(1, height))
@@ -85,7 +85,7 @@ def _run_view(exp_dir: Path, stop: threading.Event, footer: str, refresh: float,
             while True:
                 width, height = console.size
                 try:
-                    snap = source.snapshot(cluster.get() if source.executor == "slurm"
+                    snap = source.snapshot(cluster.get() if source.on_slurm
                                            else (None, None), rows=max(1, height))
                     live.update(render(snap, width, height, footer), refresh=True)
                 except sqlite3.Error:

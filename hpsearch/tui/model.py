@@ -77,7 +77,7 @@ class LeafLine:
 class Snapshot:
     name: str
     strategy: str
-    executor: str
+    executor: str                # executor.type, as the spec names it
     status: str                  # the experiment's status in the store
     driver_pid: int | None
     metrics: tuple[str, ...]     # objective metric names
@@ -98,6 +98,7 @@ class Snapshot:
     work: clock.Progress | None = None  # what the ETA is estimated from (hpsearch.tui.eta)
     sites: tuple[SiteLine, ...] = ()  # executor.sites (hpsearch.views.sites)
     taken: float = field(default_factory=time.time)
+    on_slurm: bool = False       # its trials run as Slurm jobs or steps: the cluster panel
 
     @property
     def finished(self) -> int:
@@ -132,6 +133,7 @@ class SnapshotSource:
         self.rows = rows
         exp = self.reader.experiment()
         self.metrics, self.executor = spec_facts(exp.spec_yaml)
+        self.on_slurm = _on_slurm(self.executor)
         self.directions = tuple(exp.directions)
         promotion = clock.promotion_of(exp.spec_yaml, exp.spec_file, exp.base_dir, exp.name)
         self._promotion = None if promotion is None or not self.metrics else \
@@ -256,9 +258,9 @@ class SnapshotSource:
                  rows: int | None = None) -> Snapshot:
         """The experiment now. `cluster` is (per-leaf lines, note) from a ClusterWatch."""
         now = time.time()
-        if self.executor != "slurm" and self.reader.db.execute(
+        if not self.on_slurm and self.reader.db.execute(
                 "select 1 from trials where job_id is not null limit 1").fetchone():
-            self.executor = "slurm"  # `submit --executor slurm` overrode the stored spec
+            self.on_slurm = True  # `submit --executor slurm` overrode the stored spec
         exp = self.reader.experiment()
         counts = self.reader.state_counts()
         pilots = pilot_lines(self.reader, self.exp_dir, live_only=True, now=now)
@@ -296,7 +298,8 @@ class SnapshotSource:
                         front_size=front, cluster=leaves, cluster_note=note, taken=now,
                         slurm_trouble=self.reader.slurm_trouble() if running else None,
                         pilots=pilots, pilots_ended=ended_count(self.reader),
-                        work=work if eta is not None else None, sites=self._site_lines(now))
+                        work=work if eta is not None else None, sites=self._site_lines(now),
+                        on_slurm=self.on_slurm)
 
     def _clock(self, exp: ExperimentRow, counts: dict[str, int], running: bool,
                now: float) -> tuple[float, clock.Progress | None]:
@@ -360,3 +363,10 @@ class ClusterWatch:
             return None, f"cluster state unavailable: {str(exc).splitlines()[0][:120]}"
         return tuple(LeafLine(s.leaf, len(s.free), len(s.allocated) + len(s.mixed),
                               len(s.down) + len(s.drained), ()) for s in states.values()), None
+
+
+def _on_slurm(executor_type: str) -> bool:
+    """Whether the executor the spec names runs trials on Slurm (its registry entry says);
+    a name this hpsearch does not know (a plugin not installed here) is taken as not."""
+    from hpsearch.executors.registry import EXECUTORS
+    return executor_type in EXECUTORS and EXECUTORS.get(executor_type).facts.on_slurm

@@ -103,7 +103,7 @@ def _cell(line: TrialLine, key: str) -> Text | str:
 
 
 def trial_table(snap: Snapshot, width: int, rows: int) -> Table:
-    columns = _columns(width, snap.executor == "slurm")
+    columns = _columns(width, snap.on_slurm)
     widths = {c[0]: c[3] for c in columns}
     spare = width - (sum(widths.values()) + _GAP * (len(columns) - 1))
     flexible = [k for k in _FLEXIBLE if k in widths]
@@ -280,7 +280,7 @@ def render(snap: Snapshot, width: int = 80, height: int = 24,
     if failure is not None:
         top["failure"] = failure
     drop_order = ["failure", "best", "times", "counts", "bar"][0 if failure else 1:]
-    cluster = _cluster_lines(snap) if snap.executor == "slurm" else []
+    cluster = _cluster_lines(snap) if snap.on_slurm else []
     pilots = _pilot_lines(snap)
     sites = _sites_lines(snap)
     bottom = [Text(footer, style="dim", no_wrap=True, overflow="ellipsis")] if footer else []

@@ -259,7 +259,7 @@ def test_a_job_slurm_refuses_for_good_ends_its_attempt_as_a_launch_error(
         'nodes: 2, time: "00:05:00"', 'nodes: 1, time: "00:05:00", partition: gone')
     spec = parse_spec(text, "spec.yaml", tmp_path, tmp_path / "runs")
     executor = SlurmExecutor(spec.slurm_job(), Slurm(env=slurm_cluster.env))
-    assert executor.submit(build_launch(spec.trial_recipe(), 0, 1, {"x": 0.5})) is None
+    assert executor.submit(build_launch(spec.trial_recipe(True), 0, 1, {"x": 0.5})) is None
     events = executor.poll(timeout=1.0)
     (ended,) = [e for e in events if isinstance(e, Ended)]
     assert ended.reason == "launch_error" and "Invalid partition name" in ended.detail
