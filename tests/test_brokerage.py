@@ -174,40 +174,50 @@ def test_plan_of_pilots_over_sites_splits_the_first_pilots_and_binds_no_trial_to
   pilots: {max: 3, time: "00:10:00"}
   sites:
     - {partition: left}
-    - {name: far, cluster: c2}
+    - {name: far, cluster: c2, pilots: {nodes: 2, slots_per_node: 4}}
 """)
     assert chosen(load_spec(spec).executor).facts.name == "pilots"
     out = cli("plan", spec, check=0).stdout
     assert "sites: 2, each pilot to the best weight (docs/brokerage.md); trials run in " \
         "whichever pilot starts first" in out, out
     assert "  left: partition left, weight 1; 2 of the first 3 pilots" in out, out
-    assert "  far: cluster c2, weight 1; 1 of the first 3 pilots" in out, out
+    assert "  far: cluster c2, weight 1; 1 of the first 3 pilots; its pilots: 2 nodes x 4 " \
+        "slots for 00:10:00" in out, out
     assert "  site: " not in out, out
     # the first pilot's script is the first site's (its partition)
     assert "pilot 1's batch script (at site left):" in out and "#SBATCH --partition=left" \
         in out, out
 
 
-def test_a_site_may_give_its_pilots_their_own_time_limit(tmp_path):
+def test_a_site_may_give_its_pilots_their_own_time_limit_and_size(tmp_path):
     from hpsearch.executors.sites import site_job
+    from hpsearch.pilot.fleet import pilot_job_parameters
     spec = _load(tmp_path, """\
-        pilots: {time: "01:00:00"}
+        pilots: {time: "01:00:00", nodes: 2, slots_per_node: 2, max: 4}
         sites:
           - {partition: short, pilots: {time: "00:20:00"}}
           - {partition: long}
+          - {partition: fat, pilots: {nodes: 1, slots_per_node: 8}}
         """)
-    short, long = spec.executor.sites
-    assert (short.pilot_time, long.pilot_time) == ("00:20:00", None)
+    short, long, fat = spec.executor.sites
     job = spec.slurm_job()
-    assert site_job(job, short).executor.pilots.time == "00:20:00"
-    assert site_job(job, long).executor.pilots.time == "01:00:00"
+    pilots = [site_job(job, site).executor.pilots for site in (short, long, fat)]
+    assert [(p.time, p.nodes, p.slots_per_node, p.max) for p in pilots] == [
+        ("00:20:00", 2, 2, 4), ("01:00:00", 2, 2, 4), ("01:00:00", 1, 8, 4)]
+    # the pilot's job asks for its site's size: a slot is one CPU here
+    assert [(p["nodes"], p["cpus_per_task"]) for p in (
+        pilot_job_parameters(site_job(job, site), "n") for site in (long, fat))] == [(2, 2), (1, 8)]
 
 
 @pytest.mark.parametrize("tail, key, message", [
-    ("pilots: true\nsites: [{partition: a, pilots: {nodes: 2}}]\n",
+    ("pilots: true\nsites: [{partition: a, pilots: {}}]\n",
      "executor.sites[0].pilots", "a mapping such as {time:"),
-    ("pilots: true\nsites: [{partition: a, pilots: {time: 5, nodes: 2}}]\n",
-     "executor.sites[0].pilots.nodes", "unknown key"),
+    ("pilots: true\nsites: [{partition: a, pilots: {time: 5, max: 2}}]\n",
+     "executor.sites[0].pilots.max", "unknown key"),
+    ("pilots: true\nsites: [{partition: a, pilots: {nodes: 0}}]\n",
+     "executor.sites[0].pilots.nodes", ">= 1"),
+    ("sites: [{partition: a, pilots: {nodes: 2}}]\n",
+     "executor.sites[0].pilots", "set executor.pilots too"),
     ("pilots: true\nsites: [{partition: a, pilots: {time: soon}}]\n",
      "executor.sites[0].pilots.time", "a Slurm time limit"),
 ])
@@ -283,3 +293,18 @@ def test_a_pending_job_moves_at_once_to_a_site_with_idle_nodes_and_else_after_mo
                                  {"a": SiteLoad(pending=2, idle=0),
                                   "b": SiteLoad(running=3, idle=1)}, 0.0, "a", 31.0, 30.0)
     assert full is None
+
+
+def test_a_site_s_pilots_too_small_for_a_trial_are_refused_at_the_site_s_key(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC + """\
+  pilots: {nodes: 2}
+  sites:
+    - {partition: a}
+    - {partition: b, pilots: {nodes: 1}}
+resources: {nodes: 2}
+""")
+    with pytest.raises(BadInput) as caught:
+        load_spec(path)
+    assert caught.value.key == "executor.sites[1].pilots.nodes", caught.value
+    assert "a pilot of 1 node(s) cannot hold a trial of 2 nodes" in str(caught.value)

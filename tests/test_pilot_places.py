@@ -43,7 +43,7 @@ def _broker(tmp_path, text=SPEC):
     path = tmp_path / "spec.yaml"
     path.write_text(text)
     job = load_spec(path).slurm_job()
-    broker = Broker(make_places(job, None, 1), job.executor.move_after)
+    broker = Broker(make_places(job, None), job.executor.move_after)
     broker.looked = math.inf  # no look at the sites' queues: these weigh the pilots alone
     return broker
 
@@ -55,6 +55,23 @@ def test_each_site_is_a_place_with_its_partition_and_cluster(tmp_path):
                                                                               None)
     assert (far.name, far.slurm.cluster) == ("far", "c2")
     assert left.health is not far.health  # a cluster that does not answer backs off alone
+
+
+def test_a_site_s_own_pilot_size_decides_whether_its_pilot_starts_now(tmp_path):
+    """Pilots of 2 nodes at left, of 4 at far (its own `pilots: {nodes: 4}`): with 3 idle
+    nodes at each, only left's pilot starts now, so it goes there, and a pilot pending at
+    far moves to left after brokerage.QUICK_MOVE; not the other way round."""
+    broker = _broker(tmp_path, SPEC.replace("max: 4,", "max: 4, nodes: 2,").replace(
+        "max: 1}", "max: 2, pilots: {nodes: 4}}"))
+    assert broker.pilot_nodes == {"left": 2, "far": 4}
+    assert [place.planner.k for place in broker.places] == [2, 4]  # each plans its own
+    broker.loads["left"].idle = broker.loads["far"].idle = 3
+    far_first = [Pilot("far", rows.PILOT_RUNNING)] * 3  # far's weight is the higher one
+    assert broker.choose(far_first).name == "left"
+    waiting = Pilot("far", submitted=time.time() - 3)
+    assert [(p.site, place.name) for p, place in broker.stuck([waiting])] == [("far", "left")]
+    broker.loads["left"].idle, broker.loads["far"].idle = 1, 5
+    assert broker.stuck([Pilot("left", submitted=time.time() - 3)])[0][1].name == "far"
 
 
 def test_pilots_alternate_between_equal_sites_and_max_caps_one(tmp_path):

@@ -81,7 +81,10 @@ def test_supply_submits_pilots_for_the_ready_trials_the_free_slots_cannot_take()
     assert supply.to_submit(ready=9, free_slots=4, live=1) == 2
     assert supply.to_submit(ready=9, free_slots=0, live=3) == 0   # the cap
     assert supply.to_submit(ready=2, free_slots=3, live=1) == 0
-    assert supply.capacity(accepting=1, live=2) == 4 * (1 + 1)  # one winds down
+    assert supply.capacity(accepting=4, live=2) == 4 + 4 * 1  # one of the two winds down
+    # pilots of two sites, of 4 and 6 slots, both take work: theirs, and the smallest for
+    # the one it may still submit
+    assert supply.capacity(accepting=4 + 6, live=2) == 10 + 4
 
 
 # -- the protocol -----------------------------------------------------------------------------

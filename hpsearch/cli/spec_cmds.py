@@ -275,8 +275,11 @@ def _sites_split(spec, shown: int) -> list:
                                                                "account", "qos", "max")
                           if getattr(site, k) is not None)
         first = sum(1 for s in order if s.name == site.name)
+        own = site.pilots.over(pilots) if pilots and site.pilots else None
         print(f"  {site.name}: {where or 'the default partition'}, weight {site.weight:g}; "
-              f"{first} of the first {len(order)} {unit}")
+              f"{first} of the first {len(order)} {unit}"
+              + (f"; its pilots: {own.nodes} nodes x {own.slots_per_node} slots for "
+                 f"{own.time}" if own else ""))
     return [] if pilots else order  # a trial runs in whichever pilot starts first
 
 

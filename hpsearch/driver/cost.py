@@ -22,7 +22,7 @@ is kept as a reported metric, never used for the objective, and the driver warns
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -36,15 +36,19 @@ if TYPE_CHECKING:
     from hpsearch.store.store import Store
 
 Sacct = Callable[[list[str]], "list[JobUsage] | None"]
-PilotShare = Callable[[dict], float]  # a trial's parameters -> the share of each node it held
+# a trial's parameters and its attempt's site -> the share of each node it held
+PilotShare = Callable[[dict, "str | None"], float]
 
 
 def pilot_share(resources: Resources, slot: Resources, slots_per_node: int,
-                params: dict) -> float:
+                params: dict, site: str | None = None,
+                at_site: Mapping[str, int] | None = None) -> float:
     """The share of each of its nodes a pilot attempt of the trial with `params` held: the
     slots it took there (slot_width: enough for its CPUs, GPUs and memory) of the node's
-    `slots_per_node`. A quarter-node trial is charged a quarter of a node-hour an hour."""
-    return min(1.0, slot_width(resources.for_params(params), slot) / max(1, slots_per_node))
+    slots per node (`slots_per_node`, or its site's own: `at_site`). A quarter-node trial
+    is charged a quarter of a node-hour an hour."""
+    per_node = (at_site or {}).get(site or "", slots_per_node)
+    return min(1.0, slot_width(resources.for_params(params), slot) / max(1, per_node))
 
 
 def pilot_share_of(spec: Spec) -> PilotShare | None:
@@ -53,7 +57,10 @@ def pilot_share_of(spec: Spec) -> PilotShare | None:
     pilots = spec.executor.pilots if facts(spec.executor).section == "pilots" else None
     if pilots is None:
         return None
-    return partial(pilot_share, spec.resources, spec.slot(), pilots.slots_per_node)
+    at_site = {site.name: site.pilots.over(pilots).slots_per_node
+               for site in spec.executor.sites if site.pilots}
+    return partial(pilot_share, spec.resources, spec.slot(), pilots.slots_per_node,
+                   at_site=at_site)
 
 
 class Costs:
@@ -91,7 +98,6 @@ class Costs:
         rows = self.store.attempts(trial_id)
         trial = self.store.trial(trial_id)
         gpus = gpu_count(trial.gpus)
-        share = self.pilots(trial.params) if self.pilots else 1.0
         by_job = self._sacct(trial_id, [a["job_id"] for a in rows if a["job_id"]
                                         and a.get("site") not in self.elsewhere])
         end = self.store.end_time()  # this attempt's: the end finish_attempt records
@@ -109,7 +115,8 @@ class Costs:
                                 a["finished"], end, nodes, held,
                                 None if a.get("site") in self.elsewhere
                                 else by_job.get(a["job_id"]),
-                                share=share, startup_s=a.get("startup_s"))
+                                share=self.pilots(trial.params, a.get("site"))
+                                if self.pilots else 1.0, startup_s=a.get("startup_s"))
             if use is not None:
                 out.append(use)
         return out

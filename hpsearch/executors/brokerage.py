@@ -27,7 +27,7 @@ counts.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hpsearch.spec.model import Site
@@ -105,18 +105,27 @@ def verdicts(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> l
     return [verdict(site, loads[site.name], now) for site in sites]
 
 
+Nodes = int | Mapping[str, int]  # a job's nodes, the same at every site or each site's own
+
+
+def _at(nodes: Nodes, site: str) -> int:
+    """The nodes a job asks for at `site` (pilots may be of another size at each site)."""
+    return nodes if isinstance(nodes, int) else nodes.get(site, 1)
+
+
 def choose(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float,
-           nodes: int = 1) -> Site | None:
+           nodes: Nodes = 1) -> Site | None:
     """The site that may take a trial where it would start now (idle nodes beyond what
     waits there), the highest weight first; else the site of the highest weight (the first
     of equal ones); None if every site is full or skipped."""
     open_ = [v for v in verdicts(sites, loads, now) if v.skipped is None]
-    return max(open_, key=lambda v: (loads[v.site.name].starts_now(nodes), v.weight)).site \
+    return max(open_, key=lambda v: (loads[v.site.name].starts_now(_at(nodes, v.site.name)),
+                                     v.weight)).site \
         if open_ else None
 
 
 def move_target(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float, home: str,
-                waited: float, move_after: float | None, nodes: int = 1) -> Site | None:
+                waited: float, move_after: float | None, nodes: Nodes = 1) -> Site | None:
     """Where a job pending at site `home` for `waited` seconds moves now, if anywhere:
     - after QUICK_MOVE (at most move_after), to a site where it would start now while its
       home has no idle node for it, the highest weight first: what Slurm's own
@@ -129,9 +138,9 @@ def move_target(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float, h
         return None
     open_ = [v for v in verdicts(sites, loads, now)
              if v.skipped is None and v.site.name != home]
-    quick = [v for v in open_ if loads[v.site.name].starts_now(nodes)]
+    quick = [v for v in open_ if loads[v.site.name].starts_now(_at(nodes, v.site.name))]
     if quick and waited >= min(QUICK_MOVE, move_after) \
-            and not loads[home].has_room_for_own(nodes):
+            and not loads[home].has_room_for_own(_at(nodes, home)):
         return max(quick, key=lambda v: v.weight).site
     if waited >= move_after:
         ready = [v.site for v in open_ if loads[v.site.name].pending == 0]

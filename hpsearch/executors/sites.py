@@ -95,10 +95,10 @@ def look(load: brokerage.SiteLoad, slurm, partition: str | None, ours: set[str])
 def site_job(job: SlurmJob, site: Site) -> SlurmJob:
     """The part of the spec one site's executor (or its pilots) is made of: the site's
     partition (its placement plans within it), at most `max` jobs in flight, and its own
-    pilot time limit where it sets one."""
+    pilot settings (time limit, nodes, slots per node) where it sets them."""
     pilots = job.executor.pilots
-    executor = replace(job.executor, pilots=replace(pilots, time=site.pilot_time)) \
-        if pilots is not None and site.pilot_time else job.executor
+    executor = replace(job.executor, pilots=site.pilots.over(pilots)) \
+        if pilots is not None and site.pilots else job.executor
     return replace(job, resources=site_resources(job.resources, site),
                    parallel=min(job.parallel, site.max or job.parallel), executor=executor,
                    slot_shape=site_resources(job.slot_shape, site) if job.slot_shape else None)

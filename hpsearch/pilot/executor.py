@@ -83,11 +83,13 @@ class PilotExecutor(Executor):
         self.fleet = Fleet(job, store, slurm, slurms)
         # Room is counted in node slots (one slot on one node): a trial of n nodes takes n.
         # Trials of several sizes (per-trial nodes) count in their sizes' common divisor.
+        # A site's pilots may be of their own size: the supply counts the smallest.
         sizes = job.node_sizes or (job.resources.nodes,)
         unit = math.gcd(*sizes)
-        self.pilot_room = self.cfg.nodes // unit * unit * self.cfg.slots_per_node
+        self.rooms = {place.name: place.pilots.nodes // unit * unit * place.pilots.slots_per_node
+                      for place in self.fleet.places}
         self.smallest = min(sizes)
-        self.supply = Supply(self.cfg.max, self.pilot_room)
+        self.supply = Supply(self.cfg.max, min(self.rooms.values()))
         self.starts = StartFailures()  # pilots that end before they run a trial
         self.unneeded: dict[int, float] = {}  # pending pilot -> since when no trial needs it
         self.ready: list[Launch] = []
@@ -109,7 +111,8 @@ class PilotExecutor(Executor):
     # -- Executor ---------------------------------------------------------------------------
     def free_slots(self) -> int:
         live = list(self.fleet.pilots.values())
-        capacity = self.supply.capacity(sum(1 for pilot in live if pilot.accepting()),
+        capacity = self.supply.capacity(sum(self._room_of(pilot) for pilot in live
+                                            if pilot.accepting()),
                                         len(live)) // self.smallest  # in trials
         told = sum(1 for event in self.events if isinstance(event, Ended))  # not yet polled
         return max(0, min(self.parallel, capacity) - len(self.ready) - len(self.bound) - told)
@@ -274,8 +277,12 @@ class PilotExecutor(Executor):
             return parse_time_limit(own.time) or 0.0
         return self.trial_time or 0.0
 
+    def _room_of(self, pilot: PilotJob) -> int:
+        """Node slots of one pilot: its site's pilots' nodes times their slots per node."""
+        return self.rooms.get(self.fleet.place(pilot).name, self.supply.trials_per_pilot)
+
     def _free_in(self, pilot: PilotJob) -> int:
-        return self.pilot_room - sum(self._room(b.launch) for b in self.bound.values()
+        return self._room_of(pilot) - sum(self._room(b.launch) for b in self.bound.values()
                                      if b.pilot is pilot)
 
     def _bind(self) -> None:

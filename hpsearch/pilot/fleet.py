@@ -107,7 +107,7 @@ class Fleet:
         self.job, self.store = job, store
         self.cfg = _pilots(job)
         self.root = protocol.pilots_dir(job.experiment_dir)
-        self.places = make_places(job, slurm, self.cfg.nodes, slurms)
+        self.places = make_places(job, slurm, slurms)
         self.broker = Broker(self.places, job.executor.move_after)
         self.planner = self.places[0].planner  # the search's own, or its first site's
         self.pilots: dict[int, PilotJob] = {}
@@ -172,9 +172,9 @@ class Fleet:
             protocol.write_json(self.root / protocol.TOPOLOGY, {leaf: list(nodes) for leaf, nodes
                                                                 in topology.leaves.items()})
         largest = max((len(nodes) for nodes in topology.leaves.values()), default=0)
-        if not largest or self.cfg.nodes <= largest:
+        if not largest or place.pilots.nodes <= largest:
             return options
-        count = -(-self.cfg.nodes // largest)
+        count = -(-place.pilots.nodes // largest)
         return tuple(f"--switches={count}@{o.split('@', 1)[1]}"
                      if o.startswith("--switches=") and "@" in o else o for o in options)
 
@@ -203,11 +203,11 @@ class Fleet:
     def _config(self, pilot_id: int, place: Place | None = None) -> dict:
         # a slot's shape: the smallest trial's; an assignment says its own trial's size
         res, ck = self.job.slot, self.job.checkpoints
-        time_limit = _pilots((place or self.places[0]).job).time  # a site's own, if it has
+        own = (place or self.places[0]).pilots  # a site's own time, nodes and slots
         trial_time = parse_time_limit(res.time) if res.time else None
         return {"pilot": pilot_id, "experiment": self.job.name,
-                "time_limit": parse_time_limit(time_limit), "nodes": self.cfg.nodes,
-                "slots_per_node": self.cfg.slots_per_node,
+                "time_limit": parse_time_limit(own.time), "nodes": own.nodes,
+                "slots_per_node": own.slots_per_node,
                 "trial_nodes": self.job.resources.nodes,
                 "trial_tasks_per_node": res.tasks_per_node,
                 "trial_cpus": res.tasks_per_node * res.cpus_per_task,

@@ -37,7 +37,7 @@ from hpsearch.executors.sites import LOOK_EVERY, look, site_job
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.placement.planner import Planner
-from hpsearch.spec.model import Site, SlurmJob
+from hpsearch.spec.model import Pilots, Site, SlurmJob
 from hpsearch.store import rows
 
 # Slurm's ends of a pilot's job that are the site's failure, not the search's.
@@ -58,6 +58,15 @@ class Place:
     def name(self) -> str | None:
         return self.site.name if self.site is not None else None
 
+    @property
+    def pilots(self) -> Pilots:
+        """Its pilots' settings: executor.pilots with the site's own (SitePilots.over)."""
+        pilots = self.job.executor.pilots
+        if pilots is None:
+            raise ValueError(f"experiment {self.job.name}: pilot jobs need executor.pilots "
+                             "in the spec; it has none")
+        return pilots
+
     def folder(self, root: Path) -> Path:
         """submitit's folder for this place's pilots under the pilots dir `root`: one per
         cluster, as submitit names its files by job id and two clusters give the same ids
@@ -66,13 +75,15 @@ class Place:
         return root / ("submitit" if cluster is None else f"submitit-{cluster}")
 
 
-def make_places(job: SlurmJob, slurm, nodes: int, slurms: dict | None = None) -> list[Place]:
+def make_places(job: SlurmJob, slurm, slurms: dict | None = None) -> list[Place]:
     """One place for the search's partition (with `slurm`), or one per site, each with a
-    Slurm of its cluster (`slurms`: a site's name -> a Slurm, for tests)."""
+    Slurm of its cluster (`slurms`: a site's name -> a Slurm, for tests); each place plans
+    pilots of its own size (a site's `pilots: {nodes: ...}`)."""
     from hpsearch.slurm.commands import Slurm
 
     def place(site: Site | None, own: SlurmJob, site_slurm) -> Place:
         health = SlurmHealth(job.executor.poll_interval)
+        nodes = own.executor.pilots.nodes if own.executor.pilots else 1
         planner = Planner(dataclasses.replace(
             own, resources=dataclasses.replace(own.resources, nodes=nodes),
             executor=dataclasses.replace(own.executor, array=False)), site_slurm)
@@ -108,10 +119,10 @@ class Broker:
         self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
 
     @property
-    def pilot_nodes(self) -> int:
-        """The nodes one pilot asks for (executor.pilots.nodes)."""
-        pilots = self.places[0].job.executor.pilots
-        return pilots.nodes if pilots else 1
+    def pilot_nodes(self) -> dict[str, int]:
+        """The nodes one pilot asks for at each site (its pilots' nodes)."""
+        return {place.name: place.pilots.nodes for place in self.places
+                if place.name is not None}
 
     def place_of(self, site: str | None) -> Place:
         """A pilot's place by its stored site (a site no longer in the spec: the first)."""

@@ -34,6 +34,6 @@ class Supply:
 
     def capacity(self, accepting: int, live: int) -> int:
         """Trials the search may have in flight: the slots of the live pilots that take work
-        (`accepting` of the `live` ones; the others are winding down), and of the pilots it
-        may still submit."""
-        return self.trials_per_pilot * (accepting + max(0, self.max_pilots - live))
+        (`accepting`: their slots; the `live` others are winding down), and of the pilots
+        it may still submit (each of trials_per_pilot: the smallest a site's pilots are)."""
+        return accepting + self.trials_per_pilot * max(0, self.max_pilots - live)

@@ -121,6 +121,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
     params_of = {t.id: t.params for t in trials}
     share_of = _pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
     in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
+    site_of = {row.job_id: row.site for row in pilot_rows if row.job_id}
     notes = [n for n in [resume_check.summary(restarts, exp.name)] if n]
     by_job: dict[str, JobUsage] = {}
     jobs = [a[5] for a in attempts if a[5] and a[5] not in in_pilot] + list(in_pilot)
@@ -137,7 +138,8 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         pilot = in_pilot.get(job_id) if job_id else None
         record = by_job.get(job_id) if job_id and pilot is None else None
         hosts = _hosts(nodes or (host if pilot is not None else None))
-        share = share_of(params_of[trial]) if share_of and pilot is not None else 1.0
+        share = share_of(params_of[trial], site_of.get(job_id)) \
+            if share_of and pilot is not None else 1.0
         used = attempt_usage(trial, attempt, kind, started, finished, now, len(hosts),
                              gpus_of.get(trial, 0), record, pilot, share, startup_s)
         if used is not None:
@@ -154,9 +156,11 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
                           by_job.get(row.job_id) if row.job_id else None,
                           spans.get(row.id, []), heartbeat_of(exp_dir, row), now)
               for row in pilot_rows]
-    gpus_per_node = pilot_gpus_per_node(exp.spec_yaml) if pilots and gpu else 0
-    pilot_gpu = {p.pilot: use for p, row in zip(pilots, pilot_rows) if (use := pilot_gpu_use(
-        busy_by_job.get(row.job_id or "", 0.0), p.nodes, gpus_per_node, p.seconds))}
+    per_node = {site: pilot_gpus_per_node(exp.spec_yaml, site)
+                for site in {row.site for row in pilot_rows}} if pilots and gpu else {}
+    pilot_gpu = {p.pilot: use for p, row in zip(pilots, pilot_rows) if gpu and (
+        use := pilot_gpu_use(busy_by_job.get(row.job_id or "", 0.0), p.nodes,
+                             per_node[row.site], p.seconds))}
     return ReportData(name=exp.name, strategy=exp.strategy, executor=executor,
                       status=outcome.experiment_status(exp.status,
                                                        DriverLock(exp_dir).holder()),

@@ -98,9 +98,10 @@ def pilot_gpu_use(busy_gpu_seconds: float, nodes: int, gpus_per_node: int,
                   max(held, busy_gpu_seconds))
 
 
-def pilot_gpus_per_node(spec_yaml: str) -> int:
+def pilot_gpus_per_node(spec_yaml: str, site: str | None = None) -> int:
     """GPUs per node of the experiment's pilots (resources.gpus_per_node x
-    executor.pilots.slots_per_node), from the stored spec; 0 without pilots or GPUs."""
+    executor.pilots.slots_per_node, or the slots of `site`'s own pilots), from the stored
+    spec; 0 without pilots or GPUs."""
     import yaml
     try:
         raw = yaml.safe_load(spec_yaml) or {}
@@ -108,9 +109,21 @@ def pilot_gpus_per_node(spec_yaml: str) -> int:
         pilots = executor.get("pilots") if isinstance(executor, dict) else None
         if not isinstance(pilots, dict):
             return 0
-        return int(res.get("gpus_per_node") or 0) * int(pilots.get("slots_per_node") or 1)
+        slots = pilots.get("slots_per_node") or 1
+        for entry in executor.get("sites") or [] if site is not None else []:
+            own = entry.get("pilots") or {}
+            if _site_name(entry) == site and own.get("slots_per_node"):
+                slots = own["slots_per_node"]
+        return int(res.get("gpus_per_node") or 0) * int(slots)
     except (yaml.YAMLError, AttributeError, TypeError, ValueError):
         return 0
+
+
+def _site_name(entry: dict) -> str:
+    """A site's name as the spec gives it (hpsearch.spec.executor: its `name`, else
+    cluster:partition)."""
+    default = ":".join(str(entry[k]) for k in ("cluster", "partition") if entry.get(k))
+    return str(entry.get("name") or default or "default")
 
 
 def describe(use: GpuUse | None) -> str:
@@ -136,11 +149,12 @@ def read_gpu_use(reader, spec_yaml: str, pilots: Iterable, now: float
     attempts = [(a["trial"], a["attempt"], a["started"], a["finished"], a["job_id"])
                 for a in reader.all_attempts()]
     trials, busy_by_job = trial_gpu_use(rows, attempts, now)
-    per_node = pilot_gpus_per_node(spec_yaml)
-    found = {}
+    found, per_node = {}, {}  # per_node: by site, the spec read once for each
     for p in pilots:
+        if p.site not in per_node:
+            per_node[p.site] = pilot_gpus_per_node(spec_yaml, p.site)
         use = pilot_gpu_use(busy_by_job.get(p.job_id or "", 0.0), _node_count(p.nodes),
-                            per_node, p.age)
+                            per_node[p.site], p.age)
         if use is not None:
             found[p.id] = use
     return trials, found

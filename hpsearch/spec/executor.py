@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.spec import checks, durations
-from hpsearch.spec.model import Executor, Pilots, Site
+from hpsearch.spec.model import Executor, Pilots, Site, SitePilots
 from hpsearch.spec.space import is_int
 from hpsearch.spec.yamlpos import KeyPath
 
@@ -24,6 +24,7 @@ EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", 
                  "lost_after", "pilots", "warm", "sites", "move_after")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
+SITE_PILOT_KEYS = ("time", "nodes", "slots_per_node")  # what a site's pilots may have of their own
 SITE_KEYS = ("name", "partition", "cluster", "account", "qos", "max", "weight", "pilots")
 
 
@@ -83,7 +84,7 @@ def _sites(v: _Validator, value: Any, path: KeyPath) -> tuple[Site, ...]:
             x, p, lambda w: isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0
             and w < float("inf"), "a number > 0"), 1.0)
         site = Site(name=name, max=v.optional(d, "max", where, lambda x, p: v.integer(x, p, 1)),
-                    weight=float(weight), pilot_time=v.optional(
+                    weight=float(weight), pilots=v.optional(
                         d, "pilots", where, functools.partial(_site_pilots, v)), **names)
         twin = next((s for s in sites if s.name == site.name), None)
         if twin is not None:
@@ -93,14 +94,18 @@ def _sites(v: _Validator, value: Any, path: KeyPath) -> tuple[Site, ...]:
     return tuple(sites)
 
 
-def _site_pilots(v: _Validator, value: Any, path: KeyPath) -> str:
-    """A site's own pilot settings: {time: ...}, its pilots' time limit (a partition's
-    MaxTime differs from another's); their size is the search's (executor.pilots)."""
-    v.typed(value, path, lambda x: isinstance(x, dict) and "time" in x, "a mapping such as "
-            "{time: \"04:00:00\"} (a site's pilots differ only in their time limit; their "
-            "nodes and slots are executor.pilots')")
-    d = v.mapping(value, path, ("time",))
-    return _slurm_time_limit(v, d["time"], path + ("time",))
+def _site_pilots(v: _Validator, value: Any, path: KeyPath) -> SitePilots:
+    """A site's own pilot settings, each optional (executor.pilots' where not given): `time`
+    (a partition's MaxTime differs from another's), `nodes` and `slots_per_node` (its
+    nodes have more cores or GPUs, or fewer). The other pilot settings are the search's."""
+    v.typed(value, path, lambda x: isinstance(x, dict) and x, "a mapping such as "
+            "{time: \"04:00:00\", nodes: 2, slots_per_node: 4} (any of "
+            f"{', '.join(SITE_PILOT_KEYS)}; the others are executor.pilots')")
+    d = v.mapping(value, path, SITE_PILOT_KEYS)
+    return SitePilots(
+        time=v.optional(d, "time", path, functools.partial(_slurm_time_limit, v)),
+        **{k: v.optional(d, k, path, lambda x, p: v.integer(x, p, 1))
+           for k in ("nodes", "slots_per_node")})
 
 
 def _warm(v: _Validator, value: Any, path: KeyPath) -> tuple[str, ...] | None:

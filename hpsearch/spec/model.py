@@ -342,6 +342,21 @@ class Pilots:
 
 
 @dataclass(frozen=True)
+class SitePilots:
+    """A site's own pilot settings (`executor.sites[i].pilots`): a partition's MaxTime, its
+    nodes' size differ from another's. None: executor.pilots' value."""
+
+    time: str | None = None            # its pilots' time limit, as written
+    nodes: int | None = None           # nodes per pilot there
+    slots_per_node: int | None = None  # trials side by side on each of its nodes
+
+    def over(self, pilots: Pilots) -> Pilots:
+        """executor.pilots as this site's pilots are: its own values where it sets them."""
+        return replace(pilots, time=self.time or pilots.time, nodes=self.nodes or pilots.nodes,
+                       slots_per_node=self.slots_per_node or pilots.slots_per_node)
+
+
+@dataclass(frozen=True)
 class Site:
     """One place a search may send trials (issue 40, docs/brokerage.md): a partition, and
     optionally another cluster of the same slurmdbd (`sbatch -M`), an account and a qos.
@@ -355,7 +370,7 @@ class Site:
     qos: str | None = None
     max: int | None = None   # jobs in flight (pending and running) at once; None: no cap
     weight: float = 1.0      # a factor on the broker's weight (> 0)
-    pilot_time: str | None = None  # `pilots: {time: ...}`: its pilots' time limit, as written
+    pilots: SitePilots | None = None  # its own pilot settings (`pilots: {time: ..., nodes: ...}`)
 
 
 @dataclass(frozen=True)

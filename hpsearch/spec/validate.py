@@ -237,12 +237,20 @@ class _Validator:
             unwritten = "" if keys in self.lines else \
                 f"; {keys[-1]} is not given, and its default is {getattr(Pilots, keys[-1])}"
             raise self.fail(keys, problem + unwritten)
-        for i, site in enumerate(spec.executor.sites):  # a site's own pilot time limit
-            if site.pilot_time and spec.executor.pilots:
-                found = checks.pilots_fit(spec.resources, dataclasses.replace(
-                    spec.executor.pilots, time=site.pilot_time), spec.slot())
-                if found:
-                    raise self.fail(("executor", "sites", i, "pilots", "time"), found[1])
+        for i, site in enumerate(spec.executor.sites):  # a site's own pilot settings
+            if site.pilots is None:
+                continue
+            where = ("executor", "sites", i, "pilots")
+            if spec.executor.pilots is None:
+                raise self.fail(where, "a site's pilot settings are for pilot jobs; set "
+                                       "executor.pilots too (true, or a mapping)")
+            found = checks.pilots_fit(spec.resources, site.pilots.over(spec.executor.pilots),
+                                      spec.slot())
+            if found:
+                keys, problem = found
+                own = where + keys[-1:]
+                raise self.fail(own if own in self.lines else keys if keys in self.lines
+                                else where, problem)
         if executor is not None:  # submit --executor
             spec = dataclasses.replace(spec, executor=dataclasses.replace(spec.executor,
                                                                           type=executor))

@@ -33,6 +33,7 @@ class PilotLine:
                            # ended or exited: how long it held its nodes (0: never ran)
     remaining: float | None  # seconds of its time limit left (live, with a heartbeat)
     reason: str | None     # why it ended
+    site: str | None = None  # executor.sites: the site it went to
 
     @property
     def live(self) -> bool:
@@ -101,7 +102,7 @@ def pilot_line(row: PilotRow, running: list[int], beat: dict | None,
     return PilotLine(id=row.id, job_id=row.job_id, state=state, nodes=row.nodes,
                      leaves=tuple(x for x in (row.leaves or "").split(",") if x),
                      trials=tuple(running), age=max(0.0, age), remaining=remaining,
-                     reason=reason_of(row, beat))
+                     reason=reason_of(row, beat), site=row.site)
 
 
 def heartbeat_of(exp_dir: Path, row: PilotRow) -> dict | None:

@@ -63,13 +63,13 @@ def _rows(runs, name, query):
 
 
 def _sacct(cluster, job_ids, cluster_name=None):
-    """JobID -> (Partition, State, NodeList, Timelimit) of each job, asked again for up to
+    """JobID -> (Partition, State, NodeList, Timelimit, AllocCPUS) of each job, asked again for up to
     a minute while a record lacks its partition (slurmdbd writes a short job's record late)
     or a job still runs (a pilot told to leave as the driver ended may take a while)."""
     where = ["-M", cluster_name] if cluster_name else []
     for _ in range(120):
         out = cluster.run("sacct", *where, "-n", "-P", "-X", "-j", ",".join(job_ids),
-                          "-o", "JobID,Partition,State,NodeList,Timelimit").stdout
+                          "-o", "JobID,Partition,State,NodeList,Timelimit,AllocCPUS").stdout
         found = {f[0]: tuple(f[1:]) for f in (line.split("|") for line in out.split())}
         if all(found.get(j, ("",))[0] and found[j][1] not in ("PENDING", "RUNNING",
                                                                "COMPLETING")
@@ -84,8 +84,9 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
     other = slurm_cluster.second_cluster
     assert other, "scripts/slurm-cluster.sh starts a second cluster (docs/testing.md)"
     name = f"sp-two-{RUN}"
-    spec = _spec(cli, name, [f"{{partition: {LEFT}, pilots: {{time: \"00:04:00\"}}}}",
-                             f"{{cluster: {other}}}"], trials=8)
+    # left's pilots are of their own time and size: 1 slot a node (1 CPU), the others 2
+    spec = _spec(cli, name, [f"{{partition: {LEFT}, pilots: {{time: \"00:04:00\", "
+                             "slots_per_node: 1}}", f"{{cluster: {other}}}"], trials=8)
     proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
     exp, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed"] * 8, proc.stdout
@@ -96,15 +97,15 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
     for site, where in ((LEFT, None), (other, other)):
         jobs = [p["job_id"] for p in pilots if p["site"] == site]
         found = _sacct(slurm_cluster, jobs, where)
-        for job in jobs:  # left's pilots with the site's own time limit
-            partition, state, nodes, limit = found[job]
+        for job in jobs:  # left's pilots with the site's own time limit and size
+            partition, state, nodes, limit, cpus = found[job]
             assert state.startswith("COMPLETED") or state.startswith("CANCELLED"), found
             if site == LEFT:
                 assert partition == LEFT and nodes in {f"node{i}" for i in range(1, 5)}, found
-                assert limit == "00:04:00", found
+                assert (limit, cpus) == ("00:04:00", "1"), found
             else:
                 assert nodes in slurm_cluster.second_cluster_nodes, found
-                assert limit == "00:05:00", found
+                assert (limit, cpus) == ("00:05:00", "2"), found
     # submitit names its files by job id, and the two clusters' ids overlap (on a fresh
     # cluster both first pilots were job 3, and one ran the other's pickle): one folder each
     pilots_dir = cli.runs / name / "pilots"
@@ -118,6 +119,14 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
     assert {a["site"] for a in attempts} == {LEFT, other}, attempts
     for a in attempts:
         assert pilot_at[(a["site"], a["job_id"])] == a["nodes"], (a, pilots)
+    # a pilot of left's ran one trial at a time (its one slot), the others up to two (the
+    # stored times of 1-second trials: 0.3 s of slack between one's end and the next start)
+    spans = _rows(cli.runs, name, "select site, job_id, started, finished from attempts")
+    for s in spans:
+        beside = [o for o in spans if (o["site"], o["job_id"]) == (s["site"], s["job_id"])
+                  and o is not s and o["started"] < s["finished"] - 0.3
+                  and s["started"] < o["finished"] - 0.3]
+        assert len(beside) <= (0 if s["site"] == LEFT else 1), (s, beside)
     events = cli("events", name, check=0).stdout
     assert f"pilot 1 to site {LEFT} (weights: {LEFT} 0.1, {other} 0.1)" in events, events
     assert f"pilot 2 to site {other} (weights: {LEFT} 0.0909, {other} 0.1)" in events, events
