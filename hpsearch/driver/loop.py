@@ -269,6 +269,8 @@ class Driver:
         tid, attempt = ended.trial_id, ended.attempt
         if ended.nodes:
             self.store.update_placement(tid, attempt, None, None, ended.nodes, ended.leaves)
+        if ended.peak_rss_mb is not None:
+            self.store.set_peak_memory(tid, attempt, ended.peak_rss_mb)
         if live.ckpts.seen:
             self.store.fill_checkpoint_metrics(tid, self.metrics[0], exact=False)
         if self.stopper and self.stopper.finished(ended, live.last.get(self.metrics[0])):

@@ -12,10 +12,13 @@ says so in its stored overrides (`scouts: ...`): what `events` and `status` show
 a failure is known to be the scouts' (also after a restart).
 
 In pilots (`in_pilots`) a trial has no job of its own for sacct to measure: its run time is
-its attempt's, as the store has it (started to finished), and the sized time becomes the
-trial's own time limit in its assignment, which the pilot enforces and binds by (a trial
-fits in a pilot's remaining time sooner). Memory is not sized there: a pilot's slots are
-cut when it is submitted. The local executor's limit is executor.timeout: no scouts.
+its attempt's, as the store has it (started to finished), and its peak memory what its
+pilot measured (wait4's ru_maxrss of the trial's shell, which holds its largest waited-for
+process's: attempts.max_rss_mb; not known for a trial on a pilot's other nodes, run through
+srun). The sized time becomes the trial's own time limit in its assignment, which the pilot
+enforces and binds by (a trial fits in a pilot's remaining time sooner); the sized memory
+its own `mem`, by which later pilots' slots are cut (hpsearch.pilot.executor). The local
+executor's limit is executor.timeout: no scouts.
 
 Promotion segments are sized per rung: a segment to step budget B asks for what the
 completed segments to B took (the first `scouts` of them at the ceiling), as each rung of
@@ -64,11 +67,12 @@ class Sizing:
 
     def apply(self, launch: Launch, resources: Resources, in_pilots: bool) -> Launch:
         """The launch asking for these sizes: sbatch options of its job, or in a pilot its
-        own time limit (resources.time of its assignment)."""
+        own time limit and memory (resources.time and mem of its assignment)."""
         if in_pilots:
             own = launch.resources or resources
-            return replace(launch, resources=replace(own, time=format_slurm_time(self.time_s))) \
-                if self.time_s else launch
+            sized = replace(own, time=format_slurm_time(self.time_s) if self.time_s
+                            else own.time, mem=f"{self.mem_mb}M" if self.mem_mb else own.mem)
+            return replace(launch, resources=sized) if self.time_s or self.mem_mb else launch
         options = ((f"--time={format_slurm_time(self.time_s)}",) if self.time_s else ()) \
             + ((f"--mem={self.mem_mb}M",) if self.mem_mb else ())
         return replace(launch, sbatch_extra=(*options, *launch.sbatch_extra))
@@ -79,7 +83,7 @@ class Scouts:
     resources: Resources
     store: Store
     slurm: object = None
-    in_pilots: bool = False  # measured from the store; time only (the module's docstring)
+    in_pilots: bool = False  # measured from the store (the module's docstring)
     peaks: dict[tuple[int, int], Peak] = field(default_factory=dict)  # (trial, attempt) ->
     told: set[str] = field(default_factory=set)  # notes given once           # what it took
 
@@ -95,8 +99,8 @@ class Scouts:
         """The attempts measured (completed, or paused: a segment that ended well) or cut
         short at a limit; with `budget`, only the promotion segments to that step budget."""
         return list(self.store.db.query(
-            "select trial, attempt, job_id, state, failure, overrides, started, finished "
-            "from attempts where "
+            "select trial, attempt, job_id, state, failure, overrides, started, finished, "
+            "max_rss_mb from attempts where "
             "job_id is not null and (state in ('completed', 'paused') or failure in "
             "('timeout', 'out_of_memory'))" + (" and budget = ?" if budget is not None else ""),
             [budget] if budget is not None else []))
@@ -106,9 +110,9 @@ class Scouts:
                and (r["trial"], r["attempt"]) not in self.peaks]
         if not new:
             return
-        if self.in_pilots:  # the attempt's own run time in its pilot
+        if self.in_pilots:  # the attempt's own run time and peak memory in its pilot
             self.peaks.update({(r["trial"], r["attempt"]): Peak(r["finished"] - r["started"],
-                                                                None)
+                                                                r["max_rss_mb"])
                                for r in new if r["started"] and r["finished"]})
             return
         try:
@@ -132,7 +136,7 @@ class Scouts:
                                      and SIZED_FAILURES.get(r["failure"]) == kind)
                  for kind in ("time", "mem")}
         seconds, said = self._time(done, grown["time"])
-        megabytes, mem_said = (None, None) if self.in_pilots else self._mem(done, grown["mem"])
+        megabytes, mem_said = self._mem(done, grown["mem"])
         said += [mem_said] if mem_said else []
         if seconds is None and megabytes is None:
             return None
@@ -156,8 +160,10 @@ class Scouts:
             return None, None
         took = [p.max_rss_mb for p in done if p.max_rss_mb is not None]
         if not took:
-            return None, ("mem at its ceiling: sacct recorded no MaxRSS of the runs so far "
-                          "(a step shorter than the cluster's JobAcctGatherFrequency)")
+            return None, ("mem at its ceiling: no peak memory of the runs so far (those on "
+                          "a pilot's other nodes run through srun, unseen)" if self.in_pilots
+                          else "mem at its ceiling: sacct recorded no MaxRSS of the runs so "
+                          "far (a step shorter than the cluster's JobAcctGatherFrequency)")
         ceiling_mb = memory_mb(self.resources.mem)
         megabytes = math.ceil(min(ceiling_mb, max(MIN_MEM_MB, quantile(took) * MARGIN * grown)))
         return megabytes, (f"mem {megabytes}M (p95 {quantile(took):.0f}M of {len(took)} runs "

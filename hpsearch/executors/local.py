@@ -62,6 +62,7 @@ class _Running:
     signal_at: float | None = None   # when to send the checkpoint signal (before the deadline)
     timeout: float | None = None     # this attempt's timeout (the retry rules may raise it)
     look_again: float = 0.0          # stopped, its shell ended: when to scan for its group again
+    peak_rss_mb: float | None = None  # once reaped: its largest process's peak (Ended)
 
 
 class _Ready:
@@ -373,7 +374,7 @@ class LocalExecutor(Executor):
 
     def _exit_status(self, run: _Running):
         if run.popen is not None:
-            code = run.popen.poll()
+            code = _reap(run)
             if code is None:
                 return _STILL_RUNNING
             return 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells say
@@ -393,11 +394,31 @@ class LocalExecutor(Executor):
         if run.reason is not None:
             return Ended(run.trial_id, run.attempt, code, run.reason,
                          f"stopped after {run.timeout:g}s timeout" if run.reason == "timeout"
-                         else "cancelled", at=seen)
+                         else "cancelled", at=seen, peak_rss_mb=run.peak_rss_mb)
         if code is None:
             return Ended(run.trial_id, run.attempt, None, "lost",
                          "the process ended and left no exit code", at=seen)
-        return Ended(run.trial_id, run.attempt, code, "exited", _signal_detail(code), at=seen)
+        return Ended(run.trial_id, run.attempt, code, "exited", _signal_detail(code), at=seen,
+                     peak_rss_mb=run.peak_rss_mb)
+
+
+def _reap(run: _Running) -> int | None:
+    """Its shell's exit status (Popen's returncode: -N if killed by signal N), or None while
+    it runs. Reaped with wait4, whose ru_maxrss is the peak resident memory of the largest
+    process of the tree (a process's own, or a waited-for descendant's): run.peak_rss_mb."""
+    popen = run.popen
+    assert popen is not None
+    if popen.returncode is not None:
+        return popen.returncode
+    try:
+        pid, status, usage = os.wait4(run.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere: Popen knows its status
+        return popen.poll()
+    if pid == 0:
+        return None
+    popen.returncode = os.waitstatus_to_exitcode(status)
+    run.peak_rss_mb = usage.ru_maxrss / 1024  # KiB on Linux
+    return popen.returncode
 
 
 def _launch_failed(launch: Launch, exc: OSError) -> Ended:

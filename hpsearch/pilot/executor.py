@@ -33,7 +33,7 @@ from hpsearch.executors.base import (
 )
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import Launch, prepare_trial_dir
-from hpsearch.pilot import protocol
+from hpsearch.pilot import protocol, slot_memory
 from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.pilot.places import SITE_FAILED
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
@@ -234,13 +234,18 @@ class PilotExecutor(Executor):
 
     # -- binding ----------------------------------------------------------------------------
     def _supply(self) -> None:
-        live = [pilot for pilot in self.fleet.pilots.values() if pilot.accepting()]
+        # free room in the pilots whose slots hold every ready attempt (slot_memory): a
+        # pilot cut to the scouts' memory does not take a trial whose estimate grew since
+        live = [pilot for pilot in self.fleet.pilots.values() if pilot.accepting()
+                and all(slot_memory.holds(pilot.slot_mem_mb, launch, self.job)
+                        for launch in self.ready)]
         free = sum(self._free_in(pilot) for pilot in live)
         ready = sum(self._room(launch) for launch in self.ready)
         unstarted = sum(1 for pilot in self.fleet.pilots.values() if not pilot.ran)
+        slot_mem = slot_memory.slot_mem_for(self.ready, self.job)
         for _ in range(self.starts.to_submit(
                 self.supply.to_submit(ready, free, len(self.fleet.pilots)), unstarted)):
-            if not self.fleet.may_submit() or self.fleet.submit() is None:
+            if not self.fleet.may_submit() or self.fleet.submit(slot_mem_mb=slot_mem) is None:
                 break
         self._cancel_unneeded(ready, sum(self._free_in(pilot) for pilot in live
                                          if pilot.state == rows.PILOT_RUNNING))
@@ -301,7 +306,8 @@ class PilotExecutor(Executor):
                     and pilot.remaining() > needed + PILOT_MARGIN]
             backfills = needed > 0 and time.monotonic() + needed <= promised_at
             fits = [pilot for pilot in live if self._free_in(pilot) >= room
-                    and (pilot is not promised or backfills)]
+                    and (pilot is not promised or backfills)
+                    and slot_memory.holds(pilot.slot_mem_mb, launch, self.job)]
             if not fits:
                 if promised is None and live:
                     promised = min(live, key=lambda pilot: (self._room_at(pilot, room),
@@ -392,9 +398,12 @@ class PilotExecutor(Executor):
                 stopped, detail = "lost", (f"its pilot {pilot.id} (job {pilot.job_id}) was "
                                            f"given up: {pilot.lost}")
         reason = end_reason(data.get("reason"), "lost")
+        peak = data.get("peak_rss_mb")
         return Ended(trial_id, attempt, data.get("exit_code"), reason, detail, nodes,
                      self.fleet.leaves(pilot, nodes) if pilot else self.fleet.planner.leaves(nodes),
-                     job_id, stopped_as=stopped)
+                     job_id, stopped_as=stopped,
+                     peak_rss_mb=float(peak) if isinstance(peak, (int, float))
+                     and not isinstance(peak, bool) and peak >= 0 else None)
 
     def _start_failed(self, pilot: PilotJob) -> list:
         """A pilot that ended before it ran a trial, neither stopped by the driver nor gone

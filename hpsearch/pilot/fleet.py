@@ -36,15 +36,17 @@ TRIAL_END_BY_PILOT_STATE: dict[str, EndReason] = {
     "BOOT_FAIL": "boot_fail"}
 
 
-def pilot_job_parameters(job: SlurmJob, name: str, options: tuple[str, ...] = ()) -> dict:
+def pilot_job_parameters(job: SlurmJob, name: str, options: tuple[str, ...] = (),
+                         slot_mem_mb: int | None = None) -> dict:
     """submitit's parameters for a pilot job of `job` named `name`: per node, the CPUs, GPUs
-    and memory of slots_per_node trials; the spec's partition, account and qos; then
-    `options` (placement's --switches/--nodelist, chosen at submit time), which win.
-    Pure: `hpsearch plan` prints the script these give."""
+    and memory of slots_per_node trials (`slot_mem_mb` a slot, where the scouts sized it);
+    the spec's partition, account and qos; then `options` (placement's --switches and
+    --nodelist, chosen at submit time), which win. Pure: `hpsearch plan` prints its script."""
     from hpsearch.slurm.pilot_jobs import pilot_parameters
     res, cfg = job.slot, _pilots(job)  # a slot: the smallest trial's share of a node
     slots = cfg.slots_per_node
-    mem = f"{int(memory_mb(res.mem) * slots)}M" if res.mem else None
+    per_slot = slot_mem_mb or (memory_mb(res.mem) if res.mem else None)
+    mem = f"{int(per_slot * slots)}M" if per_slot else None
     queue = {key: value for key, value in (("partition", res.partition),
                                            ("account", res.account), ("qos", res.qos))
              if value is not None}
@@ -81,6 +83,7 @@ class PilotJob:
     record: JobRecord | None = None  # sacct's record of its job, once it ended
     site: str | None = None  # executor.sites: the site it was sent to
     submitted: float = field(default_factory=time.time)
+    slot_mem_mb: int | None = None  # a slot's memory, where the scouts sized it (None: ceiling)
 
     def __post_init__(self) -> None:
         self.watch = protocol.Watch(self.paths.heartbeat)
@@ -131,9 +134,11 @@ class Fleet:
         return self.place(pilot).planner.leaves(nodes)
 
     # -- submitting -------------------------------------------------------------------------
-    def submit(self, place: Place | None = None) -> PilotJob | None:
-        """Submit one more pilot, to `place` or where the broker says; None when no Slurm
-        can take it now or the placement waits for a leaf (asked again later)."""
+    def submit(self, place: Place | None = None,
+               slot_mem_mb: int | None = None) -> PilotJob | None:
+        """Submit one more pilot, to `place` or where the broker says, its slots of
+        `slot_mem_mb` (the scouts'; None: the trials' ceiling); None when no Slurm can
+        take it now or the placement waits for a leaf (asked again later)."""
         place = place or self.broker.choose(self.pilots.values())
         if place is None:
             return None
@@ -149,10 +154,10 @@ class Fleet:
         self.next_id += 1
         name = scripts.pilot_name(self.job.name, pilot_id, self.job.instance)
         pilot = PilotJob(pilot_id, name, protocol.PilotPaths(self.root / str(pilot_id)),
-                         site=place.name)
+                         site=place.name, slot_mem_mb=slot_mem_mb)
         pilot.paths.make()
-        protocol.write_json(pilot.paths.config, self._config(pilot_id, place))
-        self.store.add_pilot(pilot_id, name, place.name)  # write-ahead, before the sbatch
+        protocol.write_json(pilot.paths.config, self._config(pilot_id, place, slot_mem_mb))
+        self.store.add_pilot(pilot_id, name, place.name, slot_mem_mb)  # write-ahead
         if place.name is not None:
             self.notes.append(Note(None, "brokerage", f"pilot {pilot_id} to site {place.name} "
                                                       f"(weights: {self.broker.weights()})"))
@@ -184,7 +189,8 @@ class Fleet:
         place = self.place(pilot)
         try:
             job_id = submit_pilot(place.folder(self.root),
-                                  pilot_job_parameters(place.job, pilot.name, options),
+                                  pilot_job_parameters(place.job, pilot.name, options,
+                                                       pilot.slot_mem_mb),
                                   lambda text: place.submitter.sbatch(pilot.name, text), main,
                                   pilot.paths.root)
         except Held:
@@ -200,7 +206,8 @@ class Fleet:
                                + (f" at site {pilot.site}" if pilot.site else "")
                                + (f" ({' '.join(options)})" if options else "")))
 
-    def _config(self, pilot_id: int, place: Place | None = None) -> dict:
+    def _config(self, pilot_id: int, place: Place | None = None,
+                slot_mem_mb: int | None = None) -> dict:
         # a slot's shape: the smallest trial's; an assignment says its own trial's size
         res, ck = self.job.slot, self.job.checkpoints
         own = (place or self.places[0]).pilots  # a site's own time, nodes and slots
@@ -212,7 +219,7 @@ class Fleet:
                 "trial_tasks_per_node": res.tasks_per_node,
                 "trial_cpus": res.tasks_per_node * res.cpus_per_task,
                 "trial_cpus_per_task": res.cpus_per_task,
-                "trial_mem_mb": int(memory_mb(res.mem)) if res.mem else None,
+                "trial_mem_mb": slot_mem_mb or (int(memory_mb(res.mem)) if res.mem else None),
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
@@ -230,7 +237,7 @@ class Fleet:
     def _reattach(self, row: rows.PilotRow) -> None:
         pilot = PilotJob(row.id, row.job_name, protocol.PilotPaths(self.root / str(row.id)),
                          row.job_id, row.state, row.nodes, site=row.site,
-                         submitted=row.submitted)
+                         submitted=row.submitted, slot_mem_mb=row.slot_mem_mb)
         pilot.ran = row.state == rows.PILOT_RUNNING  # it may have run trials before the restart
         self.pilots[row.id] = pilot
         slurm = self.place(pilot).slurm
@@ -371,7 +378,7 @@ class Fleet:
                                    f"({waiting[pilot.job_id]}) while site {target.name} takes "
                                    "pilots: cancelled, one sent there"))
             self.stop(pilot)
-            self.submit(target)
+            self.submit(target, pilot.slot_mem_mb)
 
     def _pending_in_slurm(self, pilots: list[PilotJob]) -> dict[str, str]:
         """Job id -> why it waits, of those of `pilots` their site's Slurm says PENDING (a

@@ -38,7 +38,7 @@ from hpsearch.executors.base import Ended, Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import Launch, read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
-from hpsearch.pilot import protocol, warm_servers
+from hpsearch.pilot import oom, protocol, warm_servers
 from hpsearch.pilot.slots import Grant, Reservation, Slots
 from hpsearch.slurm.commands import Slurm
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
@@ -151,6 +151,8 @@ class Pilot:
         self.held_ends: list[tuple[float, str, str, Ended]] = []  # failed ends, told soon
         self.remote: set[int] = set()  # trials whose command runs on another node (srun)
         self.launch_dirs: dict[int, str] = {}  # their trial dirs
+        # trial id -> (its memory share in MiB, OOM kills in the cgroup when it started)
+        self.memory: dict[int, tuple[float | None, int | None]] = {}
         # remote trials whose ends were found with no exit code: trial dir, srun's end
         self.unread: dict[int, tuple[Path, Ended]] = {}
         self.asked: str | None = None  # a signal asked it to leave
@@ -315,6 +317,9 @@ class Pilot:
             self.runner.steps[launch.trial_id] = step
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)
+        mem = data.get("mem_mb") or self.cfg.get("trial_mem_mb")  # per node; a slot's: x width
+        share = float(mem) * (grant.width if not data.get("mem_mb") else 1) if mem else None
+        self.memory[launch.trial_id] = (share, oom.oom_kills())
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
 
     def _node_cpus(self) -> int:
@@ -343,8 +348,12 @@ class Pilot:
             return
         del self.grants[event.trial_id]
         self.slots.give_back(grant)
-        if event.trial_id in self.remote:
-            event = self._remote_end(event, grant)
+        share, kills = self.memory.pop(event.trial_id, (None, None))
+        if event.trial_id in self.remote:  # its peak memory is srun's here, not the trial's
+            event = dataclasses.replace(self._remote_end(event, grant), peak_rss_mb=None)
+        elif event.reason == "exited" and (why := oom.verdict(
+                event.exit_code, event.peak_rss_mb, share, kills, oom.oom_kills())):
+            event = dataclasses.replace(event, reason="out_of_memory", detail=why)
             if event.reason == "lost":
                 self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
         clean = (event.reason == "exited" and event.exit_code in (0, 75)) \
@@ -409,7 +418,8 @@ class Pilot:
         self.stopped_for_end.discard(event.trial_id)
         protocol.write_json(self.paths.file("ended", name), {
             "exit_code": event.exit_code, "reason": reason, "detail": detail,
-            "stopped": stopped, "nodes": nodes, "time": time.time()})
+            "stopped": stopped, "nodes": nodes, "time": time.time(),
+            "peak_rss_mb": event.peak_rss_mb})
 
     # -- the end ----------------------------------------------------------------------------
     def _wind_down(self, why: str) -> None:

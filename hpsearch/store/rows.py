@@ -154,6 +154,7 @@ class PilotRow:
     ended: float | None
     reason: str | None
     site: str | None = None  # executor.sites: where it was sent
+    slot_mem_mb: int | None = None  # memory of a slot the scouts sized; None: the ceiling
 
     @classmethod
     def from_db(cls, row: dict[str, Any]) -> PilotRow:

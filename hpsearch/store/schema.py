@@ -137,7 +137,17 @@ def _v12(db: sqlite_utils.Database) -> None:
     db["pilots"].add_column("site", str)
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12]
+def _v13(db: sqlite_utils.Database) -> None:
+    """Each attempt's peak memory, in MiB, where its executor reaped its process (the local
+    executor, a pilot's trials on its own node: hpsearch.executors.base.Ended.peak_rss_mb);
+    the scouts size memory in pilots from it. Null where not known (sacct has Slurm jobs').
+    And each pilot's memory per slot where the scouts cut it smaller than the trials'
+    ceiling (hpsearch.pilot.executor); null: the ceiling."""
+    db["attempts"].add_column("max_rss_mb", float)
+    db["pilots"].add_column("slot_mem_mb", int)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12, _v13]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

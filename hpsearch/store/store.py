@@ -353,6 +353,11 @@ class Store(Reader):
                                (_dumps(sampler_attrs), trial_id)))
         self._write_many(statements)
 
+    def set_peak_memory(self, trial_id: int, attempt: int, mib: float) -> None:
+        """An attempt's peak resident memory (Ended.peak_rss_mb), with its end's commit."""
+        self._write("update attempts set max_rss_mb = ? where trial = ? and attempt = ?",
+                    (mib, trial_id, attempt))
+
     def set_startup(self, trial_id: int, attempt: int, first_call: float) -> bool:
         """Store an attempt's start-up (hpsearch.ingest.first_call): the seconds from its
         recorded start to `first_call` (never below 0). False while its start is not
@@ -467,12 +472,13 @@ class Store(Reader):
                 " first = min(first, excluded.first), last = max(last, excluded.last)", rows)
 
     # -- pilots ----------------------------------------------------------------------------
-    def add_pilot(self, pilot_id: int, job_name: str, site: str | None = None) -> None:
+    def add_pilot(self, pilot_id: int, job_name: str, site: str | None = None,
+                  slot_mem_mb: int | None = None) -> None:
         """Write-ahead: the pilot exists before its sbatch runs (at `site`, where the search
-        has sites)."""
-        self._write("insert into pilots (id, job_name, state, submitted, site) "
-                    "values (?, ?, ?, ?, ?)",
-                    (pilot_id, job_name, PILOT_SUBMITTING, time.time(), site))
+        has sites; with `slot_mem_mb` a slot where the scouts cut it smaller)."""
+        self._write("insert into pilots (id, job_name, state, submitted, site, slot_mem_mb) "
+                    "values (?, ?, ?, ?, ?, ?)",
+                    (pilot_id, job_name, PILOT_SUBMITTING, time.time(), site, slot_mem_mb))
 
     def update_pilot(self, pilot_id: int, **fields: Any) -> None:
         """Set some of a pilot's columns (job_id, state, nodes, leaves, started, ended,

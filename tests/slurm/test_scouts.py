@@ -148,11 +148,13 @@ def test_promotion_segments_are_sized_per_rung(cli, slurm_cluster):
 
 
 def test_in_pilots_later_trials_get_the_time_limit_the_scouts_took(cli, slurm_cluster):
-    """Pilots: the run time of an attempt is its own (the store's start and end), and the
-    sized time is the trial's own limit in its assignment, which its pilot enforces."""
+    """Pilots: the run time of an attempt is its own (the store's start and end), its peak
+    memory what its pilot measured; the sized time is the trial's own limit in its
+    assignment, which its pilot enforces, and the sized memory its own `mem` there."""
     name = f"scouts-pilots-{RUN}"
     text = SPEC.format(name=name, trials=4, points="{d: 1}, {d: 2}, {d: 1}, {d: 1}")
-    text = text.replace('time: "auto 00:30:00"', 'time: "auto 00:04:00"').replace(
+    text = text.replace('time: "auto 00:30:00"', 'time: "auto 00:04:00", mem: "auto 2000M"'
+                        ).replace(
         "array: false}", "array: false,\n  pilots: {nodes: 1, time: '00:06:00', max: 1, "
         "idle_timeout: 5, heartbeat: 1}}")
     proc = cli("submit", cli.write_spec(text), "--no-tui", env=slurm_cluster.env, check=0,
@@ -160,15 +162,19 @@ def test_in_pilots_later_trials_get_the_time_limit_the_scouts_took(cli, slurm_cl
     exp, trials = read_store(cli.runs, name)
     assert [t.state for t in trials] == ["completed"] * 4, proc.stdout
     with Reader(cli.runs / name / STORE_FILE) as reader:
-        notes = [a["overrides"] for a in reader.db.query(
-            "select overrides from attempts order by trial, attempt")]
+        rows = list(reader.db.query(
+            "select overrides, max_rss_mb from attempts order by trial, attempt"))
+    notes = [a["overrides"] for a in rows]
     assert notes[:2] == [None, None], notes
     for note in notes[2:]:
         assert note.startswith("scouts: time 0-00:01:00 (p95 ") and "ceiling 00:04:00)" in note
-    # each trial's time limit as its pilot was told (claimed/: the assignments it took):
-    # the ceiling for the two scouts, the scouted minute after
+        # the shells' peaks are a few MiB: the floor, 100M
+        assert "; mem 100M (p95 " in note and "ceiling 2000M)" in note, note
+    assert all(0 < a["max_rss_mb"] < 100 for a in rows), rows  # measured by the pilot
+    # each trial's time limit and memory as its pilot was told (claimed/: the assignments
+    # it took): the ceiling for the two scouts, the scouted minute and 100M after
     told = {}
     for path in (cli.runs / name / "pilots").glob("[0-9]*/claimed/*.json"):
         data = json.loads(path.read_text())
-        told[data["trial_id"]] = data.get("time")
-    assert told == {0: 240.0, 1: 240.0, 2: 60.0, 3: 60.0}, told
+        told[data["trial_id"]] = (data.get("time"), data.get("mem_mb"))
+    assert told == {0: (240.0, 2000), 1: (240.0, 2000), 2: (60.0, 100), 3: (60.0, 100)}, told

@@ -1,0 +1,126 @@
+"""Memory in pilots (issue 40 item 3, docs/brokerage.md#scouts), without a cluster: what an
+attempt's peak memory is (the local executor's wait4, as a pilot runs its trials), the slots
+of pilots submitted once the scouts sized the trials (hpsearch.pilot.slot_memory, the pilot
+executor's supply and binding), and a trial in a pilot killed for want of memory
+(hpsearch.pilot.oom). On the emulated cluster: tests/slurm/test_scouts.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from hpsearch.launch.attempt import Launch
+from hpsearch.pilot import oom, slot_memory
+from hpsearch.pilot.executor import PilotExecutor
+from hpsearch.pilot.fleet import pilot_job_parameters
+from hpsearch.preflight import parse_spec
+from hpsearch.store.reader import Reader
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.store import Store
+
+SPEC = """\
+name: mem
+command: "true {x}"
+search: {strategy: random, trials: 8, space: {x: {low: 0.0, high: 1.0}}}
+objective: {metric: loss}
+resources: {mem: "auto 4000M", time: "auto 00:30:00", scouts: 2}
+executor:
+  type: slurm
+  pilots: {max: 3, slots_per_node: 2}
+"""
+
+
+def _job(tmp_path: Path, text: str = SPEC):
+    spec = parse_spec(text, "mem.yaml", tmp_path, tmp_path / "runs")
+    return spec, spec.slurm_job()
+
+
+def _launch(tmp_path: Path, spec, trial: int, mem: str | None) -> Launch:
+    tdir = tmp_path / "runs" / "mem" / "trials" / f"{trial:05d}"
+    own = dataclasses.replace(spec.resources, mem=mem) if mem else None
+    return Launch(trial, 1, "true", {"HPSEARCH_TRIAL_DIR": str(tdir)}, tdir, tmp_path,
+                  {"x": 0.5}, resources=own)
+
+
+def test_an_attempt_s_peak_memory_is_stored_from_the_process_that_reaped_it(cli):
+    """wait4's ru_maxrss of the trial's shell holds its waited-for python's: 150 MiB
+    touched is seen, a shell alone is a few MiB."""
+    spec = cli.write_spec(f"""
+        name: peak
+        command: >-
+          if [ {{trial_id}} = 0 ]; then {sys.executable} -c
+          'b = bytearray(150 << 20); b[::4096] = bytes(len(b[::4096]))'; fi;
+          echo "@hpsearch step=0 loss={{x}}"
+        search: {{strategy: grid, space: {{x: {{choices: [1, 2]}}}}}}
+        objective: {{metric: loss}}
+        """)
+    cli("submit", spec, "--no-tui", "-q")
+    with Reader(cli.runs / "peak" / STORE_FILE) as reader:
+        peaks = [row["max_rss_mb"] for row in reader.db.query(
+            "select max_rss_mb from attempts order by trial")]
+    assert 150 <= peaks[0] < 400 and 0 < peaks[1] < 50, peaks
+
+
+def test_new_pilots_get_slots_of_the_memory_the_ready_trials_were_sized_to(tmp_path):
+    spec, job = _job(tmp_path)
+    unsized = _launch(tmp_path, spec, 0, None)
+    small, larger = _launch(tmp_path, spec, 1, "300M"), _launch(tmp_path, spec, 2, "450M")
+    assert slot_memory.slot_mem_for([small, larger], job) == 450
+    assert slot_memory.slot_mem_for([small, unsized], job) is None  # a scout: the ceiling
+    assert slot_memory.slot_mem_for([_launch(tmp_path, spec, 3, "4000M")], job) is None
+    assert slot_memory.slot_mem_for([small], _job(tmp_path, SPEC.replace(
+        '"auto 4000M"', '"4000M"'))[1]) is None  # mem not `auto`: never cut
+    # a pilot of 450M slots holds 300M and 450M trials, not a 600M one (its estimate grew
+    # after a kill at the scouted limit) nor one at the ceiling; a pilot at the ceiling all
+    assert [slot_memory.holds(450, launch, job) for launch in
+            (small, larger, _launch(tmp_path, spec, 4, "600M"), unsized)] == [
+        True, True, False, False]
+    assert slot_memory.holds(None, _launch(tmp_path, spec, 4, "600M"), job)
+    # its job asks Slurm for slots_per_node such slots a node
+    assert pilot_job_parameters(job, "p", (), 450)["additional_parameters"]["mem"] == "900M"
+    assert pilot_job_parameters(job, "p")["additional_parameters"]["mem"] == "8000M"
+
+
+class _Slurm:  # no command runs: the supply's submits are recorded, not made
+    def config_value(self, key: str) -> None:
+        return None
+
+
+def test_the_supply_submits_sized_pilots_and_binds_no_trial_where_it_does_not_fit(tmp_path):
+    spec, job = _job(tmp_path)
+    job.experiment_dir.mkdir(parents=True)
+    Store.create(job.experiment_dir / STORE_FILE, name="mem", spec_yaml=SPEC,
+                 spec_file=str(tmp_path / "mem.yaml"), base_dir=str(tmp_path),
+                 strategy="random", directions=["minimize"], trials_requested=8).close()
+    store = Store(job.experiment_dir / STORE_FILE)
+    try:
+        executor = PilotExecutor(job, store, _Slurm())
+        asked: list[int | None] = []
+        executor.fleet.submit = lambda place=None, slot_mem_mb=None: asked.append(slot_mem_mb)
+        executor.ready = [_launch(tmp_path, spec, 1, "300M"), _launch(tmp_path, spec, 2, "300M")]
+        executor._supply()
+        assert asked == [300]  # one pilot of two 300M slots for the two sized trials
+        executor.ready = [_launch(tmp_path, spec, 0, None)]
+        asked.clear()
+        executor._supply()
+        assert asked == [None]  # a trial at its ceiling: a pilot of ceiling slots
+    finally:
+        store.close()
+
+
+def test_a_trial_in_a_pilot_killed_near_its_memory_is_out_of_memory(tmp_path):
+    assert oom.verdict(137, 290.0, 300.0, None, None).startswith("killed by SIGKILL at a peak")
+    assert oom.verdict(-9, 100.0, 300.0, 4, 5) == \
+        "killed by SIGKILL while its pilot's cgroup counted an OOM kill"
+    assert oom.verdict(137, 100.0, 300.0, 4, 4) is None  # killed, but not for memory
+    assert oom.verdict(1, 299.0, 300.0, 0, 1) is None    # not killed
+    assert oom.verdict(137, 299.0, None, None, None) is None  # no share to judge by
+    # the OOM kills of this process's cgroup (v2), from its memory.events
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/system.slice/slurmstepd.scope/job_7/step_batch\n")
+    events = tmp_path / "fs/system.slice/slurmstepd.scope/job_7/step_batch/memory.events"
+    events.parent.mkdir(parents=True)
+    events.write_text("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\n")
+    assert oom.oom_kills(tmp_path / "fs", proc) == 2
+    assert oom.oom_kills(tmp_path / "none", proc) is None
