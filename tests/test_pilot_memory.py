@@ -1,6 +1,6 @@
 """Memory in pilots (issue 40 item 3, docs/brokerage.md#scouts), without a cluster: what an
 attempt's peak memory is (the local executor's wait4, as a pilot runs its trials), the slots
-of pilots submitted once the scouts sized the trials (hpsearch.pilot.slot_memory, the pilot
+of pilots submitted once the scouts sized the trials (hpsearch.pilot.sizing, the pilot
 executor's supply and binding), and a trial in a pilot killed for want of memory
 (hpsearch.pilot.oom). On the emulated cluster: tests/slurm/test_scouts.py."""
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from hpsearch.launch.attempt import Launch
-from hpsearch.pilot import oom, slot_memory
+from hpsearch.pilot import oom, sizing
 from hpsearch.pilot.executor import PilotExecutor
 from hpsearch.pilot.fleet import pilot_job_parameters
 from hpsearch.preflight import parse_spec
@@ -36,9 +36,12 @@ def _job(tmp_path: Path, text: str = SPEC):
     return spec, spec.slurm_job()
 
 
-def _launch(tmp_path: Path, spec, trial: int, mem: str | None) -> Launch:
+def _launch(tmp_path: Path, spec, trial: int, mem: str | None,
+            time: str | None = None) -> Launch:
+    """An attempt as the scouts sized it (its own mem and time), or at the ceiling (None)."""
     tdir = tmp_path / "runs" / "mem" / "trials" / f"{trial:05d}"
-    own = dataclasses.replace(spec.resources, mem=mem) if mem else None
+    own = dataclasses.replace(spec.resources, mem=mem, time=time or spec.resources.time) \
+        if mem else None
     return Launch(trial, 1, "true", {"HPSEARCH_TRIAL_DIR": str(tdir)}, tdir, tmp_path,
                   {"x": 0.5}, resources=own)
 
@@ -62,23 +65,41 @@ def test_an_attempt_s_peak_memory_is_stored_from_the_process_that_reaped_it(cli)
     assert 150 <= peaks[0] < 400 and 0 < peaks[1] < 50, peaks
 
 
+def test_new_pilots_get_the_time_for_ten_of_the_longest_sized_trial_if_that_is_shorter(
+        tmp_path):
+    spec, job = _job(tmp_path)
+    sized = [_launch(tmp_path, spec, 1, "300M", "00:01:00"),
+             dataclasses.replace(_launch(tmp_path, spec, 2, "300M", "00:03:00"), time_factor=2)]
+    # 10 x 3 min x 2 + 30 s, in whole minutes; its pilot takes no trial with under 6 min left
+    assert sizing.time_for(sized, job, "04:00:00") == ("01:01:00", 360.0)
+    assert sizing.time_for(sized, job, "01:00:00") is None  # not shorter than the pilots'
+    assert sizing.time_for(sized + [_launch(tmp_path, spec, 3, None)], job, "04:00:00") is None
+    assert sizing.time_for([_launch(tmp_path, spec, 4, "300M", "00:30:00")], job,
+                           "04:00:00") is None  # at the ceiling again (killed at its limit)
+    cut = sizing.Cut(300, "00:21:00", 120.0)  # moved to a site of shorter pilots: theirs
+    assert sizing.within(cut, "00:15:00") == sizing.Cut(300)
+    assert sizing.within(cut, "01:00:00") == cut
+    assert pilot_job_parameters(job, "p", (), cut)["additional_parameters"]["time"] == "00:21:00"
+
+
 def test_new_pilots_get_slots_of_the_memory_the_ready_trials_were_sized_to(tmp_path):
     spec, job = _job(tmp_path)
     unsized = _launch(tmp_path, spec, 0, None)
     small, larger = _launch(tmp_path, spec, 1, "300M"), _launch(tmp_path, spec, 2, "450M")
-    assert slot_memory.slot_mem_for([small, larger], job) == 450
-    assert slot_memory.slot_mem_for([small, unsized], job) is None  # a scout: the ceiling
-    assert slot_memory.slot_mem_for([_launch(tmp_path, spec, 3, "4000M")], job) is None
-    assert slot_memory.slot_mem_for([small], _job(tmp_path, SPEC.replace(
+    assert sizing.slot_mem_for([small, larger], job) == 450
+    assert sizing.slot_mem_for([small, unsized], job) is None  # a scout: the ceiling
+    assert sizing.slot_mem_for([_launch(tmp_path, spec, 3, "4000M")], job) is None
+    assert sizing.slot_mem_for([small], _job(tmp_path, SPEC.replace(
         '"auto 4000M"', '"4000M"'))[1]) is None  # mem not `auto`: never cut
     # a pilot of 450M slots holds 300M and 450M trials, not a 600M one (its estimate grew
     # after a kill at the scouted limit) nor one at the ceiling; a pilot at the ceiling all
-    assert [slot_memory.holds(450, launch, job) for launch in
+    assert [sizing.holds(450, launch, job) for launch in
             (small, larger, _launch(tmp_path, spec, 4, "600M"), unsized)] == [
         True, True, False, False]
-    assert slot_memory.holds(None, _launch(tmp_path, spec, 4, "600M"), job)
+    assert sizing.holds(None, _launch(tmp_path, spec, 4, "600M"), job)
     # its job asks Slurm for slots_per_node such slots a node
-    assert pilot_job_parameters(job, "p", (), 450)["additional_parameters"]["mem"] == "900M"
+    assert pilot_job_parameters(job, "p", (), sizing.Cut(450))[
+        "additional_parameters"]["mem"] == "900M"
     assert pilot_job_parameters(job, "p")["additional_parameters"]["mem"] == "8000M"
 
 
@@ -97,14 +118,20 @@ def test_the_supply_submits_sized_pilots_and_binds_no_trial_where_it_does_not_fi
     try:
         executor = PilotExecutor(job, store, _Slurm())
         asked: list[int | None] = []
-        executor.fleet.submit = lambda place=None, slot_mem_mb=None: asked.append(slot_mem_mb)
-        executor.ready = [_launch(tmp_path, spec, 1, "300M"), _launch(tmp_path, spec, 2, "300M")]
+        place = executor.fleet.places[0]
+        executor.fleet.submit = lambda place=None, cut=sizing.AS_SPEC: asked.append(
+            cut(executor.fleet.places[0]) if callable(cut) else cut)
+        executor.ready = [_launch(tmp_path, spec, 1, "300M", "00:01:00"),
+                          _launch(tmp_path, spec, 2, "300M", "00:02:00")]
         executor._supply()
-        assert asked == [300]  # one pilot of two 300M slots for the two sized trials
+        # one pilot of two 300M slots for the two sized trials, with time for ten of the
+        # longer one and PILOT_RESERVE (30 s): 21 minutes, not executor.pilots.time's hour
+        assert asked == [sizing.Cut(300, "00:21:00", 120.0)]
+        assert place.pilots.time == "01:00:00"
         executor.ready = [_launch(tmp_path, spec, 0, None)]
         asked.clear()
         executor._supply()
-        assert asked == [None]  # a trial at its ceiling: a pilot of ceiling slots
+        assert asked == [sizing.AS_SPEC]  # a trial at its ceiling: a pilot as the spec says
     finally:
         store.close()
 

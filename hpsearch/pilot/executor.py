@@ -33,7 +33,7 @@ from hpsearch.executors.base import (
 )
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import Launch, prepare_trial_dir
-from hpsearch.pilot import protocol, slot_memory
+from hpsearch.pilot import protocol, sizing
 from hpsearch.pilot.fleet import TRIAL_END_BY_PILOT_STATE, Fleet, PilotJob
 from hpsearch.pilot.places import SITE_FAILED
 from hpsearch.pilot.start_failures import StartFailure, StartFailures
@@ -234,18 +234,18 @@ class PilotExecutor(Executor):
 
     # -- binding ----------------------------------------------------------------------------
     def _supply(self) -> None:
-        # free room in the pilots whose slots hold every ready attempt (slot_memory): a
-        # pilot cut to the scouts' memory does not take a trial whose estimate grew since
+        # free room in the pilots that would take every ready attempt: a pilot cut to the
+        # scouts' memory or time does not take a trial whose estimate grew since (_takes)
         live = [pilot for pilot in self.fleet.pilots.values() if pilot.accepting()
-                and all(slot_memory.holds(pilot.slot_mem_mb, launch, self.job)
-                        for launch in self.ready)]
+                and all(self._takes(pilot, launch) for launch in self.ready)]
         free = sum(self._free_in(pilot) for pilot in live)
         ready = sum(self._room(launch) for launch in self.ready)
         unstarted = sum(1 for pilot in self.fleet.pilots.values() if not pilot.ran)
-        slot_mem = slot_memory.slot_mem_for(self.ready, self.job)
+        ready_now = list(self.ready)
         for _ in range(self.starts.to_submit(
                 self.supply.to_submit(ready, free, len(self.fleet.pilots)), unstarted)):
-            if not self.fleet.may_submit() or self.fleet.submit(slot_mem_mb=slot_mem) is None:
+            if not self.fleet.may_submit() or self.fleet.submit(cut=lambda place: sizing.cut_for(
+                    ready_now, self.job, place.pilots.time)) is None:
                 break
         self._cancel_unneeded(ready, sum(self._free_in(pilot) for pilot in live
                                          if pilot.state == rows.PILOT_RUNNING))
@@ -266,6 +266,13 @@ class PilotExecutor(Executor):
                                              f"{pilot.job_id}) pending, and not needed for "
                                              f"{self.cfg.idle_timeout:g} s: cancelled"))
                 self.fleet.stop(pilot)
+
+    def _takes(self, pilot: PilotJob, launch: Launch) -> bool:
+        """Would the pilot, as the scouts cut it, hold the attempt: memory, and time (its
+        remaining time once it runs, its cut time limit before)?"""
+        limit = parse_time_limit(pilot.cut.time) if pilot.cut.time else math.inf
+        return sizing.holds(pilot.slot_mem_mb, launch, self.job) and min(
+            limit or math.inf, pilot.remaining()) > self._time(launch) * launch.time_factor
 
     def _room(self, launch: Launch) -> int:
         """Node slots the attempt takes: its width on each of its nodes."""
@@ -307,7 +314,7 @@ class PilotExecutor(Executor):
             backfills = needed > 0 and time.monotonic() + needed <= promised_at
             fits = [pilot for pilot in live if self._free_in(pilot) >= room
                     and (pilot is not promised or backfills)
-                    and slot_memory.holds(pilot.slot_mem_mb, launch, self.job)]
+                    and sizing.holds(pilot.slot_mem_mb, launch, self.job)]
             if not fits:
                 if promised is None and live:
                     promised = min(live, key=lambda pilot: (self._room_at(pilot, room),

@@ -17,12 +17,14 @@ pilot is submitted, asked about and cancelled through its place's Slurm (its clu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpsearch.executors.base import EndReason, Note
 from hpsearch.pilot import protocol
 from hpsearch.pilot.places import Broker, Place, make_places
+from hpsearch.pilot.sizing import AS_SPEC, Cut, within
 from hpsearch.slurm import sbatch as scripts
 from hpsearch.slurm.failures import TRANSIENT, Backoff, SlurmError, retrying
 from hpsearch.slurm.parse import JobRecord
@@ -37,21 +39,22 @@ TRIAL_END_BY_PILOT_STATE: dict[str, EndReason] = {
 
 
 def pilot_job_parameters(job: SlurmJob, name: str, options: tuple[str, ...] = (),
-                         slot_mem_mb: int | None = None) -> dict:
+                         cut: Cut = AS_SPEC) -> dict:
     """submitit's parameters for a pilot job of `job` named `name`: per node, the CPUs, GPUs
-    and memory of slots_per_node trials (`slot_mem_mb` a slot, where the scouts sized it);
-    the spec's partition, account and qos; then `options` (placement's --switches and
-    --nodelist, chosen at submit time), which win. Pure: `hpsearch plan` prints its script."""
+    and memory of slots_per_node trials (a slot's memory and the time limit as `cut`, where
+    the scouts sized them); the spec's partition, account and qos; then `options`
+    (placement's --switches and --nodelist, chosen at submit time), which win. Pure:
+    `hpsearch plan` prints its script."""
     from hpsearch.slurm.pilot_jobs import pilot_parameters
     res, cfg = job.slot, _pilots(job)  # a slot: the smallest trial's share of a node
     slots = cfg.slots_per_node
-    per_slot = slot_mem_mb or (memory_mb(res.mem) if res.mem else None)
+    per_slot = cut.slot_mem_mb or (memory_mb(res.mem) if res.mem else None)
     mem = f"{int(per_slot * slots)}M" if per_slot else None
     queue = {key: value for key, value in (("partition", res.partition),
                                            ("account", res.account), ("qos", res.qos))
              if value is not None}
     extra = dict(o.removeprefix("--").split("=", 1) for o in options)
-    return pilot_parameters(name, cfg.nodes, cfg.time,
+    return pilot_parameters(name, cfg.nodes, cut.time or cfg.time,
                             res.tasks_per_node * res.cpus_per_task * slots,
                             res.gpus_per_node * slots, mem, {**queue, **extra})
 
@@ -83,7 +86,11 @@ class PilotJob:
     record: JobRecord | None = None  # sacct's record of its job, once it ended
     site: str | None = None  # executor.sites: the site it was sent to
     submitted: float = field(default_factory=time.time)
-    slot_mem_mb: int | None = None  # a slot's memory, where the scouts sized it (None: ceiling)
+    cut: Cut = AS_SPEC  # its slots' memory and time limit, where the scouts sized them
+
+    @property
+    def slot_mem_mb(self) -> int | None:
+        return self.cut.slot_mem_mb
 
     def __post_init__(self) -> None:
         self.watch = protocol.Watch(self.paths.heartbeat)
@@ -135,10 +142,10 @@ class Fleet:
 
     # -- submitting -------------------------------------------------------------------------
     def submit(self, place: Place | None = None,
-               slot_mem_mb: int | None = None) -> PilotJob | None:
-        """Submit one more pilot, to `place` or where the broker says, its slots of
-        `slot_mem_mb` (the scouts'; None: the trials' ceiling); None when no Slurm can
-        take it now or the placement waits for a leaf (asked again later)."""
+               cut: Callable[[Place], Cut] | Cut = AS_SPEC) -> PilotJob | None:
+        """Submit one more pilot, to `place` or where the broker says, cut as the scouts
+        sized it (hpsearch.pilot.sizing; a function of the place chosen); None when no
+        Slurm can take it now or the placement waits for a leaf (asked again later)."""
         place = place or self.broker.choose(self.pilots.values())
         if place is None:
             return None
@@ -153,11 +160,15 @@ class Fleet:
             return None
         self.next_id += 1
         name = scripts.pilot_name(self.job.name, pilot_id, self.job.instance)
+        own = cut(place) if callable(cut) else cut
         pilot = PilotJob(pilot_id, name, protocol.PilotPaths(self.root / str(pilot_id)),
-                         site=place.name, slot_mem_mb=slot_mem_mb)
+                         site=place.name, cut=own)
         pilot.paths.make()
-        protocol.write_json(pilot.paths.config, self._config(pilot_id, place, slot_mem_mb))
-        self.store.add_pilot(pilot_id, name, place.name, slot_mem_mb)  # write-ahead
+        protocol.write_json(pilot.paths.config, self._config(pilot_id, place, own))
+        self.store.add_pilot(pilot_id, name, place.name, own.slot_mem_mb)  # write-ahead
+        if own.describe():
+            self.notes.append(Note(None, "scouts", f"pilot {pilot_id} asks for what the "
+                                                   f"scouts measured: {own.describe()}"))
         if place.name is not None:
             self.notes.append(Note(None, "brokerage", f"pilot {pilot_id} to site {place.name} "
                                                       f"(weights: {self.broker.weights()})"))
@@ -190,7 +201,7 @@ class Fleet:
         try:
             job_id = submit_pilot(place.folder(self.root),
                                   pilot_job_parameters(place.job, pilot.name, options,
-                                                       pilot.slot_mem_mb),
+                                                       pilot.cut),
                                   lambda text: place.submitter.sbatch(pilot.name, text), main,
                                   pilot.paths.root)
         except Held:
@@ -206,20 +217,20 @@ class Fleet:
                                + (f" at site {pilot.site}" if pilot.site else "")
                                + (f" ({' '.join(options)})" if options else "")))
 
-    def _config(self, pilot_id: int, place: Place | None = None,
-                slot_mem_mb: int | None = None) -> dict:
+    def _config(self, pilot_id: int, place: Place | None = None, cut: Cut = AS_SPEC) -> dict:
         # a slot's shape: the smallest trial's; an assignment says its own trial's size
         res, ck = self.job.slot, self.job.checkpoints
         own = (place or self.places[0]).pilots  # a site's own time, nodes and slots
-        trial_time = parse_time_limit(res.time) if res.time else None
+        trial_time = cut.trial_time or (parse_time_limit(res.time) if res.time else None)
         return {"pilot": pilot_id, "experiment": self.job.name,
-                "time_limit": parse_time_limit(own.time), "nodes": own.nodes,
+                "time_limit": parse_time_limit(cut.time or own.time), "nodes": own.nodes,
                 "slots_per_node": own.slots_per_node,
                 "trial_nodes": self.job.resources.nodes,
                 "trial_tasks_per_node": res.tasks_per_node,
                 "trial_cpus": res.tasks_per_node * res.cpus_per_task,
                 "trial_cpus_per_task": res.cpus_per_task,
-                "trial_mem_mb": slot_mem_mb or (int(memory_mb(res.mem)) if res.mem else None),
+                "trial_mem_mb": cut.slot_mem_mb or (int(memory_mb(res.mem)) if res.mem
+                                                    else None),
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
@@ -237,7 +248,7 @@ class Fleet:
     def _reattach(self, row: rows.PilotRow) -> None:
         pilot = PilotJob(row.id, row.job_name, protocol.PilotPaths(self.root / str(row.id)),
                          row.job_id, row.state, row.nodes, site=row.site,
-                         submitted=row.submitted, slot_mem_mb=row.slot_mem_mb)
+                         submitted=row.submitted, cut=Cut(row.slot_mem_mb))
         pilot.ran = row.state == rows.PILOT_RUNNING  # it may have run trials before the restart
         self.pilots[row.id] = pilot
         slurm = self.place(pilot).slurm
@@ -378,7 +389,7 @@ class Fleet:
                                    f"({waiting[pilot.job_id]}) while site {target.name} takes "
                                    "pilots: cancelled, one sent there"))
             self.stop(pilot)
-            self.submit(target, pilot.slot_mem_mb)
+            self.submit(target, within(pilot.cut, target.pilots.time))
 
     def _pending_in_slurm(self, pilots: list[PilotJob]) -> dict[str, str]:
         """Job id -> why it waits, of those of `pilots` their site's Slurm says PENDING (a

@@ -53,6 +53,15 @@ def _limits(cluster, runs, name):
             for a in attempts]
 
 
+def _in_pilots(text: str, ceiling: str, pilot_time: str, max_pilots: int) -> str:
+    """SPEC with time and memory `auto` (ceilings `ceiling` and 2000M), its trials in pilots
+    of one node and one slot."""
+    return text.replace('time: "auto 00:30:00"', f'time: "auto {ceiling}", mem: "auto 2000M"'
+                        ).replace("array: false}", "array: false,\n  pilots: {nodes: 1, "
+                                  f"time: '{pilot_time}', max: {max_pilots}, idle_timeout: 5, "
+                                  "heartbeat: 1}}")
+
+
 def test_trials_after_the_scouts_ask_for_what_the_scouts_took(cli, slurm_cluster):
     name = f"scouts-{RUN}"
     spec = cli.write_spec(SPEC.format(name=name, trials=4,
@@ -152,11 +161,9 @@ def test_in_pilots_later_trials_get_the_time_limit_the_scouts_took(cli, slurm_cl
     memory what its pilot measured; the sized time is the trial's own limit in its
     assignment, which its pilot enforces, and the sized memory its own `mem` there."""
     name = f"scouts-pilots-{RUN}"
-    text = SPEC.format(name=name, trials=4, points="{d: 1}, {d: 2}, {d: 1}, {d: 1}")
-    text = text.replace('time: "auto 00:30:00"', 'time: "auto 00:04:00", mem: "auto 2000M"'
-                        ).replace(
-        "array: false}", "array: false,\n  pilots: {nodes: 1, time: '00:06:00', max: 1, "
-        "idle_timeout: 5, heartbeat: 1}}")
+    points = "{d: 1}, {d: 2}, {d: 1}, {d: 1}"
+    text = _in_pilots(SPEC.format(name=name, trials=4, points=points), ceiling="00:04:00",
+                      pilot_time="00:06:00", max_pilots=1)
     proc = cli("submit", cli.write_spec(text), "--no-tui", env=slurm_cluster.env, check=0,
                timeout=240)
     exp, trials = read_store(cli.runs, name)
@@ -178,3 +185,36 @@ def test_in_pilots_later_trials_get_the_time_limit_the_scouts_took(cli, slurm_cl
         data = json.loads(path.read_text())
         told[data["trial_id"]] = (data.get("time"), data.get("mem_mb"))
     assert told == {0: (240.0, 2000), 1: (240.0, 2000), 2: (60.0, 100), 3: (60.0, 100)}, told
+
+
+def test_a_pilot_submitted_after_the_scouts_asks_for_their_time_and_memory(cli, slurm_cluster):
+    """Pilots of 21 minutes for trials of at most 20 (the ceiling); the trials take 10 s. The
+    first pilot, at the ceiling, stops taking trials once under 20 minutes are left (after
+    about 55 s); the pilot submitted then for the sized trials asks Slurm for ten of them
+    (10 x 1 min + 30 s: 11 minutes) and slots of their 100M, not 21 minutes and 2000M."""
+    name = f"scouts-cut-{RUN}"
+    text = _in_pilots(SPEC.format(name=name, trials=7, points=", ".join(["{d: 10}"] * 7)),
+                      ceiling="00:20:00", pilot_time="00:21:00", max_pilots=2)
+    proc = cli("submit", cli.write_spec(text), "--no-tui", env=slurm_cluster.env, check=0,
+               timeout=300)
+    exp, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 7, proc.stdout
+    with Reader(cli.runs / name / STORE_FILE) as reader:
+        pilots = list(reader.db.query("select id, job_id, slot_mem_mb from pilots order by id"))
+        ran = {a["job_id"] for a in reader.db.query("select job_id from attempts")}
+    assert len(pilots) >= 2 and pilots[0]["slot_mem_mb"] is None, pilots
+    later = [p for p in pilots[1:] if p["job_id"] in ran]
+    assert later and all(p["slot_mem_mb"] == 100 for p in later), pilots
+    for _ in range(20):  # slurmdbd writes a record just after its job's end
+        out = slurm_cluster.run("sacct", "-n", "-P", "-X", "-o", "JobID,Timelimit,ReqMem",
+                                "-j", ",".join(p["job_id"] for p in pilots)).stdout
+        asked = {f[0]: (f[1], f[2]) for f in (line.split("|") for line in out.split())}
+        if len(asked) == len(pilots):
+            break
+        time.sleep(0.5)
+    assert asked[pilots[0]["job_id"]] == ("00:21:00", "2000M"), asked
+    for p in later:
+        assert asked[p["job_id"]] == ("00:11:00", "100M"), asked
+    events = cli("events", name, check=0).stdout
+    assert re.search(r"pilot \d+ asks for what the scouts measured: slots of 100M, time "
+                     r"00:11:00", events), events
