@@ -156,6 +156,9 @@ class Pilot:
         # remote trials whose ends were found with no exit code: trial dir, srun's end
         self.unread: dict[int, tuple[Path, Ended]] = {}
         self.asked: str | None = None  # a signal asked it to leave
+        # seconds the last trial it claimed needed: it drains once less is left (the
+        # scouts size trials below the ceiling its trial_time says; None: trial_time)
+        self.last_needed: float | None = None
         self.warm: subprocess.Popen | None = None  # its warm servers' step (warm_servers)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -189,7 +192,7 @@ class Pilot:
             self._wind_down(f"Slurm sent {self.asked}")
         if now >= self._wind_down_at():
             self._wind_down("its time limit is near")
-        trial_time = self.cfg.get("trial_time")
+        trial_time = self.last_needed or self.cfg.get("trial_time")
         if trial_time and self.end - now < float(trial_time):
             self._drain("too little time left for another trial")  # a new pilot can come
         if now >= self.end - float(self.cfg["kill_grace"]) and not self.killed:
@@ -259,6 +262,7 @@ class Pilot:
             if not protocol.move(self.paths, name, "inbox", "claimed"):
                 self.slots.give_back(grant)  # the driver withdrew it first
                 continue
+            self.last_needed = needed or None
             self._start(name, protocol.launch_from_dict(data), grant, data)
 
     def _refused(self, message: str) -> None:

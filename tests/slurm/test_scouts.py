@@ -15,7 +15,7 @@ import pytest
 
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from tests.helpers import read_store
+from tests.helpers import read_store, wait_for_trials
 
 RUN = uuid.uuid4().hex[:6]
 
@@ -188,17 +188,27 @@ def test_in_pilots_later_trials_get_the_time_limit_the_scouts_took(cli, slurm_cl
 
 
 def test_a_pilot_submitted_after_the_scouts_asks_for_their_time_and_memory(cli, slurm_cluster):
-    """Pilots of 21 minutes for trials of at most 20 (the ceiling); the trials take 10 s. The
-    first pilot, at the ceiling, stops taking trials once under 20 minutes are left (after
-    about 55 s); the pilot submitted then for the sized trials asks Slurm for ten of them
-    (10 x 1 min + 30 s: 11 minutes) and slots of their 100M, not 21 minutes and 2000M."""
+    """Pilots of 21 minutes for trials of at most 20 (the ceiling); the trials take 3 s. Once
+    the scouts have run, the first pilot (at the ceiling) is cancelled, as a preemption
+    would end it; the pilot submitted in its place for the sized trials asks Slurm for ten
+    of them (10 x 1 min + 30 s: 11 minutes) and slots of their 100M, not 21 minutes and
+    2000M, and the sized trials run there."""
     name = f"scouts-cut-{RUN}"
-    text = _in_pilots(SPEC.format(name=name, trials=7, points=", ".join(["{d: 10}"] * 7)),
+    text = _in_pilots(SPEC.format(name=name, trials=7, points=", ".join(["{d: 3}"] * 7)),
                       ceiling="00:20:00", pilot_time="00:21:00", max_pilots=2)
-    proc = cli("submit", cli.write_spec(text), "--no-tui", env=slurm_cluster.env, check=0,
-               timeout=300)
+    driver = cli.popen("submit", cli.write_spec(text), "--no-tui", env=slurm_cluster.env)
+    try:
+        wait_for_trials(cli, name, lambda rows: sum(t.state == "completed" for t in rows) >= 3,
+                        timeout=120)
+        with Reader(cli.runs / name / STORE_FILE) as reader:
+            first = reader.db.execute("select job_id from pilots where id = 1").fetchone()[0]
+        slurm_cluster.run("scancel", first)
+        out = driver.communicate(timeout=300)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
     exp, trials = read_store(cli.runs, name)
-    assert [t.state for t in trials] == ["completed"] * 7, proc.stdout
+    assert [t.state for t in trials] == ["completed"] * 7, out
     with Reader(cli.runs / name / STORE_FILE) as reader:
         pilots = list(reader.db.query("select id, job_id, slot_mem_mb from pilots order by id"))
         ran = {a["job_id"] for a in reader.db.query("select job_id from attempts")}
