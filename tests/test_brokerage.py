@@ -308,3 +308,18 @@ resources: {nodes: 2}
         load_spec(path)
     assert caught.value.key == "executor.sites[1].pilots.nodes", caught.value
     assert "a pilot of 1 node(s) cannot hold a trial of 2 nodes" in str(caught.value)
+
+
+def test_of_two_equal_sites_the_one_whose_trials_step_faster_takes_the_next_trial():
+    """PanDA weighs sites by their power; here by the trials' own step times: b's trials
+    take 3 s a step where a's take 1, so b weighs a third and a takes the next trial,
+    although b comes first; with one site measured alone, nothing is scaled."""
+    a, b = Site("a", partition="a"), Site("b", partition="b")
+    loads = {"a": SiteLoad(running=1, seconds_per_step=1.0),
+             "b": SiteLoad(running=1, seconds_per_step=3.0)}
+    weights = {v.site.name: v.weight for v in brokerage.verdicts([b, a], loads, 0.0)}
+    assert weights["b"] == pytest.approx(weights["a"] / 3)
+    assert brokerage.choose([b, a], loads, 0.0) is a
+    loads["a"].seconds_per_step = None
+    assert brokerage.choose([b, a], loads, 0.0) is b  # b alone measured: no factor; first
+    assert "3 s a step" in brokerage.describe(brokerage.verdicts([b], loads, 0.0)[0], loads["b"])

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hpsearch.report import data as report_data
 from hpsearch.report import figures
 from hpsearch.report.html import write
 from hpsearch.store.reader import Reader
 from hpsearch.store.runs import STORE_FILE
-from hpsearch.views.sites import Speed, experiment_sites, read_site_lines, step_speeds
+from hpsearch.store.site_speeds import Speed, step_speeds
+from hpsearch.views.sites import experiment_sites, read_site_lines
 from tests.sites_store import CEILING, SCOUTS, SITES, build_sites_store, check_sites_figure
 
 
@@ -39,6 +42,43 @@ def test_site_lines_carry_each_sites_speed_from_the_store(tmp_path: Path):
     assert [ln.speed for ln in lines] == [Speed(0.5, 9), Speed(2.0, 3), None]
     assert [(ln.load.running, ln.load.pending, ln.load.ended) for ln in lines] == \
         [(1, 0, 3), (0, 1, 3), (0, 0, 0)]
+
+
+def test_the_broker_weighs_a_slower_site_by_its_speed_and_status_shows_the_same_weights(
+        tmp_path: Path):
+    """right's trials take 2 s a step, left's 0.5: right's weight is scaled by 0.25, as the
+    running driver's broker scales it (brokerage.speed_factor); idle has no speed: 1."""
+    import time
+
+    from hpsearch.executors import brokerage
+    lines = _lines(build_sites_store(tmp_path / "runs" / "sites"))
+    # the same counts, weighed without speeds (quickest None), a moment later
+    unweighed = {ln.site.name: brokerage.verdict(ln.site, ln.load, time.time()).weight
+                 for ln in lines}
+    by_name = {ln.site.name: ln for ln in lines}
+    assert by_name["right"].verdict.weight / unweighed["right"] == pytest.approx(0.25, rel=1e-3)
+    assert by_name["left"].verdict.weight / unweighed["left"] == pytest.approx(1.0, rel=1e-3)
+    assert by_name["idle"].verdict.weight / unweighed["idle"] == pytest.approx(1.0, rel=1e-3)
+    assert "2 s a step" in by_name["right"].describe(), by_name["right"].describe()
+
+
+def test_the_running_broker_reads_speeds_from_the_reports_stored_since_it_last_looked(
+        tmp_path: Path):
+    """SpeedTracker (the sites and pilots executors' broker): the same speeds as the whole
+    store's, read a few rows at a time; one site measured alone weighs nothing."""
+    from hpsearch.executors import brokerage
+    from hpsearch.store.site_speeds import SpeedTracker, read_speeds
+    exp_dir = build_sites_store(tmp_path / "runs" / "sites")
+    with Reader(exp_dir / STORE_FILE) as reader:
+        tracker = SpeedTracker(reader.db)
+        assert tracker.speeds() == read_speeds(reader) == {"left": Speed(0.5, 9),
+                                                           "right": Speed(2.0, 3)}
+        assert tracker.after > 0 and tracker.speeds() == read_speeds(reader)  # nothing new
+        loads = {"left": brokerage.SiteLoad(), "right": brokerage.SiteLoad()}
+        tracker.update(loads)
+    assert (loads["left"].seconds_per_step, loads["right"].seconds_per_step) == (0.5, 2.0)
+    assert brokerage.fastest(loads.values()) == 0.5
+    assert brokerage.fastest([loads["left"], brokerage.SiteLoad()]) is None
 
 
 def test_status_and_sites_print_the_speed_column_and_explain_it(cli):

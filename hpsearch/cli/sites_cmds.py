@@ -65,7 +65,8 @@ def sites(args) -> int:
     table(lines)
     print(f"\nweight = (running + 1) / (pending + {brokerage.OFFSET}) x the site's weight "
           "setting, halved for each failure of the site (fading with a half-life of "
-          f"{brokerage.FAILURE_HALF_LIFE:g} s); a site is skipped while pending > "
+          f"{brokerage.FAILURE_HALF_LIFE:g} s), x the fastest site's seconds per step over "
+          "its own (once two sites have a speed); a site is skipped while pending > "
           f"{brokerage.BACKLOG:g} x max(running, {brokerage.BOOTSTRAP}), or at its max. The "
           "next trial goes to the highest weight not skipped (docs/brokerage.md).")
     for line in lines:

@@ -13,21 +13,23 @@ as running a few (its bootstrap: min(nBatchJob, 20)). Here, per site, `running` 
 site's partition (JEDI's queued counts the whole queue: a partition other users keep busy
 weighs less); the site's `weight` setting scales it; each
 failure of the site itself (a launch Slurm refused, a node that failed, a job lost) halves
-it, the halving fading with FAILURE_HALF_LIFE; a site whose Slurm does not answer (its
-controller down) is skipped until it does. The next trial goes to a site where it would
-start now, if any (idle nodes in its partition beyond what waits there: JEDI's weight alone
-kept sending trials to the site already running the most while another had idle nodes, as
-benchmarks/brokerage.py measured), the highest weight first; else to the site of the
-highest weight; skipped and full (`max`) sites take none. Its pending count then grows, so
-the next one may go elsewhere: equal sites alternate, and a site whose jobs start takes
-more. Pure: the executors (hpsearch.executors.sites, hpsearch.pilot.places) keep the
-counts.
+it, the halving fading with FAILURE_HALF_LIFE; a site whose trials run slower scales it by
+the fastest site's seconds per step over its own (PanDA weighs a site's CPU power; here the
+trials' own step times, hpsearch.store.site_speeds: once two sites have them); a site whose
+Slurm does not answer (its controller down) is skipped until it does. The next trial goes
+to a site where it would start now, if any (idle nodes in its partition beyond what waits
+there: JEDI's weight alone kept sending trials to the site already running the most while
+another had idle nodes, as benchmarks/brokerage.py measured), the highest weight first;
+else to the site of the highest weight; skipped and full (`max`) sites take none. Its
+pending count then grows, so the next one may go elsewhere: equal sites alternate, and a
+site whose jobs start takes more. Pure: the executors (hpsearch.executors.sites,
+hpsearch.pilot.places) keep the counts.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hpsearch.spec.model import Site
@@ -53,6 +55,7 @@ class SiteLoad:
     unreachable: str | None = None  # why its Slurm does not answer now; None: it does
     others: int = 0  # other jobs (any user's, not this search's) pending in its partition
     idle: int | None = None  # its partition's idle nodes (None: not known)
+    seconds_per_step: float | None = None  # its trials' median step time (None: not known)
 
     def starts_now(self, nodes: int = 1) -> bool:
         """Would a job of `nodes` start there now: idle nodes beyond what waits there?"""
@@ -88,9 +91,23 @@ def failure_factor(failures: Sequence[float], now: float) -> float:
     return factor
 
 
-def verdict(site: Site, load: SiteLoad, now: float) -> Verdict:
+def speed_factor(load: SiteLoad, fastest: float | None) -> float:
+    """The fastest site's seconds per step over this site's (1: either not known)."""
+    if not fastest or not load.seconds_per_step:
+        return 1.0
+    return min(1.0, fastest / load.seconds_per_step)
+
+
+def fastest(loads: Iterable[SiteLoad]) -> float | None:
+    """The fastest site's seconds per step, where two sites or more have one; else None."""
+    known = [load.seconds_per_step for load in loads if load.seconds_per_step]
+    return min(known) if len(known) >= 2 else None
+
+
+def verdict(site: Site, load: SiteLoad, now: float, quickest: float | None = None) -> Verdict:
+    """Its weight and whether it is skipped; quickest: fastest() of the search's sites."""
     weight = (load.running + 1) / (load.pending + load.others + OFFSET) * site.weight \
-        * failure_factor(load.failures, now)
+        * failure_factor(load.failures, now) * speed_factor(load, quickest)
     if load.unreachable is not None:
         return Verdict(site, weight, f"unreachable ({load.unreachable})")
     if site.max is not None and load.in_flight >= site.max:
@@ -102,7 +119,8 @@ def verdict(site: Site, load: SiteLoad, now: float) -> Verdict:
 
 
 def verdicts(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> list[Verdict]:
-    return [verdict(site, loads[site.name], now) for site in sites]
+    quickest = fastest(loads[site.name] for site in sites)
+    return [verdict(site, loads[site.name], now, quickest) for site in sites]
 
 
 Nodes = int | Mapping[str, int]  # a job's nodes, the same at every site or each site's own
@@ -156,5 +174,6 @@ def describe(verdict_: Verdict, load: SiteLoad) -> str:
             + (f", {load.others} others' jobs pending" if load.others else "")
             + (f", {load.idle} nodes idle" if load.idle is not None else "")
             + (f", median queue wait {wait:.1f} s" if wait is not None else "")
+            + (f", {load.seconds_per_step:.3g} s a step" if load.seconds_per_step else "")
             + (f", {len(load.failures)} site failures" if load.failures else "") + ")")
     return said + (f"; skipped: {verdict_.skipped}" if verdict_.skipped else "")

@@ -51,6 +51,7 @@ from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import Launch
 from hpsearch.slurm.failures import LIMIT
 from hpsearch.spec.model import Site
+from hpsearch.store.site_speeds import SpeedTracker
 
 if TYPE_CHECKING:
     from hpsearch.spec.model import Resources, SlurmJob, Spec
@@ -107,9 +108,11 @@ def site_job(job: SlurmJob, site: Site) -> SlurmJob:
 class SitesExecutor(Executor):
     @classmethod
     def from_spec(cls, spec: Spec, store: Store | None, ask_ahead: bool) -> SitesExecutor:
-        return cls(spec.slurm_job())
+        return cls(spec.slurm_job(), speeds=SpeedTracker(store.db) if store else None)
 
-    def __init__(self, job: SlurmJob, slurms: dict[str, object] | None = None) -> None:
+    def __init__(self, job: SlurmJob, slurms: dict[str, object] | None = None,
+                 speeds: SpeedTracker | None = None) -> None:
+        """speeds: the sites' trial speeds from the store, which the broker weighs."""
         from hpsearch.slurm.commands import Slurm
         self.job = job
         self.sites = job.executor.sites
@@ -126,6 +129,7 @@ class SitesExecutor(Executor):
         self.moves: dict[int, int] = {}  # trial id -> how often its attempt was moved
         self.notes: list[Note] = []
         self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
+        self.speeds = speeds
 
     # -- the broker's view -----------------------------------------------------------------
     def _count(self) -> None:
@@ -140,6 +144,8 @@ class SitesExecutor(Executor):
             self.loads[target].pending += 1
         if time.monotonic() >= self.looked + LOOK_EVERY:
             self.looked = time.monotonic()
+            if self.speeds is not None:
+                self.speeds.update(self.loads)
             for site in self.sites:
                 ex = self.executors[site.name]
                 if self.loads[site.name].unreachable is None:

@@ -31,6 +31,7 @@ from hpsearch.slurm.parse import JobRecord
 from hpsearch.spec.durations import parse_time_limit
 from hpsearch.spec.model import Pilots, SlurmJob, memory_mb
 from hpsearch.store import rows
+from hpsearch.store.site_speeds import SpeedTracker
 
 # Slurm's end of a pilot's job -> the reason its unfinished trials ended (hpsearch.driver.retry).
 TRIAL_END_BY_PILOT_STATE: dict[str, EndReason] = {
@@ -118,7 +119,7 @@ class Fleet:
         self.cfg = _pilots(job)
         self.root = protocol.pilots_dir(job.experiment_dir)
         self.places = make_places(job, slurm, slurms)
-        self.broker = Broker(self.places, job.executor.move_after)
+        self.broker = Broker(self.places, job.executor.move_after, SpeedTracker(store.db))
         self.planner = self.places[0].planner  # the search's own, or its first site's
         self.pilots: dict[int, PilotJob] = {}
         self.notes: list[Note] = []

@@ -39,6 +39,7 @@ from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.placement.planner import Planner
 from hpsearch.spec.model import Pilots, Site, SlurmJob
 from hpsearch.store import rows
+from hpsearch.store.site_speeds import SpeedTracker
 
 # Slurm's ends of a pilot's job that are the site's failure, not the search's.
 SITE_FAILED = frozenset({"NODE_FAIL", "BOOT_FAIL"})
@@ -110,13 +111,16 @@ P = TypeVar("P", bound=PilotLike)
 class Broker:
     """Which place the next pilot goes to, and which pending pilots to move."""
 
-    def __init__(self, places: Sequence[Place], move_after: float | None) -> None:
+    def __init__(self, places: Sequence[Place], move_after: float | None,
+                 speeds: SpeedTracker | None = None) -> None:
+        """speeds: the sites' trial speeds from the store, which the broker weighs."""
         self.places = list(places)
         self.by_name = {place.name: place for place in self.places}
         self.sites = [place.site for place in self.places if place.site is not None]
         self.loads = {site.name: SiteLoad() for site in self.sites}
         self.move_after = move_after
         self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
+        self.speeds = speeds
 
     @property
     def pilot_nodes(self) -> dict[str, int]:
@@ -148,6 +152,8 @@ class Broker:
                 load.pending += 1
         if self.sites and time.monotonic() >= self.looked + LOOK_EVERY:
             self.looked = time.monotonic()
+            if self.speeds is not None:
+                self.speeds.update(self.loads)
             for place in self.places:
                 if place.site is not None and place.health.may_submit():
                     look(self.loads[place.site.name], place.slurm, place.site.partition,

@@ -32,9 +32,10 @@ from hpsearch.store.rows import (
     TrialRow,
 )
 from hpsearch.store.runs import STORE_FILE
+from hpsearch.store.site_speeds import Speed, read_speeds
 from hpsearch.tui import eta as clock
 from hpsearch.views.pilots import PilotLine, ended_count, pilot_lines
-from hpsearch.views.sites import SiteLine, Speed, experiment_sites, read_speeds, site_lines
+from hpsearch.views.sites import SiteLine, experiment_sites, site_lines
 from hpsearch.views.spec_facts import spec_facts
 
 if TYPE_CHECKING:

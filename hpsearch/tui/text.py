@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hpsearch.store import rows
+from hpsearch.store.site_speeds import Speed
 from hpsearch.views.pilots import PilotLine
-from hpsearch.views.sites import Speed
 
 
 def format_duration(seconds: float | None) -> str:
@@ -22,7 +22,7 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_speed(speed: Speed | None) -> str:
-    """A site's trial speed (hpsearch.views.sites.Speed): "0.512s/step"; "" for None."""
+    """A site's trial speed (hpsearch.store.site_speeds.Speed): "0.512s/step"; "" for None."""
     return "" if speed is None else f"{speed.seconds_per_step:.3g}s/step"
 
 

@@ -11,7 +11,6 @@ counts from the store, so it is right after a restart too, up to a poll's lag.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from hpsearch.executors import brokerage
 from hpsearch.executors.brokerage import SiteLoad
 from hpsearch.spec.model import Site
 from hpsearch.store import rows
+from hpsearch.store.site_speeds import Speed, read_speeds
 
 if TYPE_CHECKING:
     from hpsearch.store.reader import Reader
@@ -31,23 +31,6 @@ RUNNING = ("RUNNING", "COMPLETING")
 SITE_FAILURE_CLASSES = frozenset({"launch_error", "node_fail", "boot_fail", "lost"})
 # Words of a pilot's stored end that make it the site's failure (hpsearch.pilot.places).
 SITE_PILOT_FAILURES = ("NODE_FAIL", "BOOT_FAIL", "sbatch refused")
-
-# Each report (one step of one attempt: its metrics share a time) of an attempt sent to a
-# site, in order: one query for the whole store, sorted by SQLite, not one a trial.
-STEP_TIMES = ("select a.site, m.trial, m.attempt, m.step, max(m.time) from metrics m join "
-              "attempts a on a.trial = m.trial and a.attempt = m.attempt where a.site is not "
-              "null and m.time is not null group by m.trial, m.attempt, m.step "
-              "order by m.trial, m.attempt, m.step")
-
-
-@dataclass(frozen=True)
-class Speed:
-    """A site's trial speed: the median seconds per step between consecutive reports of one
-    attempt, pooled over the site's attempts, and how many such pairs it is the median of."""
-
-    seconds_per_step: float
-    pairs: int
-
 
 @dataclass(frozen=True)
 class SiteLine:
@@ -68,8 +51,8 @@ def site_lines(sites: Sequence[Site], trials: Iterable[rows.TrialRow],
                pilots: Sequence[rows.PilotRow] = ()) -> list[SiteLine]:
     """One line a site, from the trials' and attempts' rows (attempts: dicts of the
     attempts table, with site, started, finished, queue_wait, failure) and the sites'
-    speeds (step_speeds). With pilots (their rows, each with its site), the broker weighs
-    pilots, not trials: the running, pending, waits and failures are the pilots'
+    speeds (hpsearch.store.site_speeds). With pilots (their rows, each with its site), the
+    broker weighs pilots, not trials: the running, pending, waits and failures are the pilots'
     (pilot_loads); the share is still the attempts'."""
     now = time.time() if now is None else now
     if pilots:
@@ -102,8 +85,12 @@ def _with_shares(sites: Sequence[Site], loads: dict[str, SiteLoad], attempts: It
         if a.get("site") in sent:
             sent[a["site"]] += 1
     total = sum(sent.values()) or 1
-    return [SiteLine(s, loads[s.name], brokerage.verdict(s, loads[s.name], now),
-                     sent[s.name], sent[s.name] / total, speeds.get(s.name)) for s in sites]
+    for name, speed in speeds.items():  # the broker weighs them (brokerage.speed_factor)
+        if name in loads:
+            loads[name].seconds_per_step = speed.seconds_per_step
+    return [SiteLine(s, loads[s.name], v, sent[s.name], sent[s.name] / total,
+                     speeds.get(s.name)) for s, v in zip(sites, brokerage.verdicts(
+                         sites, loads, now))]
 
 
 def pilot_loads(sites: Sequence[Site], pilots: Sequence[rows.PilotRow]) -> dict[str, SiteLoad]:
@@ -126,25 +113,6 @@ def pilot_loads(sites: Sequence[Site], pilots: Sequence[rows.PilotRow]) -> dict[
         else:
             load.pending += 1
     return loads
-
-
-def step_speeds(reports: Iterable[tuple[str, int, int, int, float]]) -> dict[str, Speed]:
-    """site -> its Speed, from (site, trial, attempt, step, time) rows ordered by trial,
-    attempt and step (STEP_TIMES). Only pairs of one attempt count: a retry or a moved job
-    starts again, and the time between two attempts is no step's. A pair whose time goes
-    back (clocks of two nodes) is left out."""
-    per_step: dict[str, list[float]] = {}
-    last: tuple[int, int, int, float] | None = None
-    for site, trial, attempt, step, when in reports:
-        if last is not None and last[:2] == (trial, attempt) and when >= last[3]:
-            per_step.setdefault(site, []).append((when - last[3]) / (step - last[2]))
-        last = (trial, attempt, step, when)
-    return {site: Speed(statistics.median(each), len(each)) for site, each in per_step.items()}
-
-
-def read_speeds(reader: Reader) -> dict[str, Speed]:
-    """Every site's speed from the store, in one query (STEP_TIMES)."""
-    return step_speeds(reader.db.execute(STEP_TIMES))
 
 
 def experiment_sites(exp: rows.ExperimentRow, runs_dir: Path) -> tuple[Site, ...]:
