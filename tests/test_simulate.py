@@ -5,6 +5,7 @@ end, idle pilots exit), and that a seed fixes its result."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from hpsearch.placement.sim.cluster import (
     ring_allreduce_time,
     trial_record,
 )
+from hpsearch.placement.sim.pilots import pilot_sizes
 from hpsearch.placement.sim.simulate import POLICIES, simulate
 
 TINY = SimConfig(nodes=16, leaves=4, oversubscription=4.0)   # 4 leaves of 4 nodes
@@ -152,7 +154,7 @@ def test_pilots_never_span_leaves_and_their_trials_stay_inside_them():
     assert len(result.trials) == 200 and result.pilots
     per_leaf = config.nodes_per_leaf
     for p in result.pilots:
-        assert len(p.nodes) == config.pilot_nodes
+        assert 1 <= len(p.nodes) <= config.pilot_nodes
         assert len({n // per_leaf for n in p.nodes}) == 1 and len(p.leaves) == 1
     for r in result.trials:
         pilot = pilots[r.pilot]
@@ -189,10 +191,12 @@ def test_pilots_never_exceed_max_pilots(max_pilots):
 
 def test_supply_follows_the_ready_trials():
     config, result = _pilot_run(max_pilots=50)
-    first_trials = [r for r in result.trials if r.index < config.parallel]
-    wanted = math.ceil(sum(r.nodes for r in first_trials) / config.pilot_nodes)
+    first_trials = [r.nodes for r in result.trials if r.index < config.parallel]
     at_start = [p for p in result.pilots if p.submit == config.warmup]
-    assert len(at_start) == wanted < 50
+    assert sorted(len(p.nodes) for p in at_start) == sorted(pilot_sizes(first_trials, 16))
+    fixed = simulate("pilot", replace(config, pilot_sizing="fixed"))
+    wanted = math.ceil(sum(first_trials) / config.pilot_nodes)
+    assert len([p for p in fixed.pilots if p.submit == config.warmup]) == wanted < 50
 
 
 def test_no_trial_starts_that_would_run_past_its_pilots_end():
@@ -206,7 +210,9 @@ def test_no_trial_starts_that_would_run_past_its_pilots_end():
 
 
 def test_idle_pilots_exit_after_idle_timeout_and_held_hours_add_up():
-    config, result = _pilot_run(idle_timeout=120.0)
+    # Without pilot_shrink (the rules before issue 42) a pilot holds all its nodes until it
+    # has run no trial for idle_timeout; test_shrinking_pilots... covers the default.
+    config, result = _pilot_run(idle_timeout=120.0, pilot_shrink=False, pilot_hold="fixed")
     assert any(p.end < p.limit for p in result.pilots), "some pilots should run out of work"
     for p in result.pilots:
         ends = [r.end for r in result.trials if r.pilot == p.index]

@@ -5,7 +5,7 @@ its step time and run time. `hpsearch.placement.sim.simulate` states the model a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # (nodes, weight): other users' jobs, mostly small, a few large ones that span leaves.
 BACKGROUND_SIZES = ((1, 30), (2, 15), (4, 20), (8, 15), (16, 10), (32, 6), (64, 4))
@@ -32,11 +32,16 @@ class SimConfig:
     link_bandwidth: float = 100e9       # B: NIC and leaf downlink, bits/s
     alpha: float = 5e-6                 # per-message latency of one ring step, s
     compute_time: float = 0.2           # c: compute of one step, s (ResNet-50, batch 64, V100)
-    # `pilot` (docs/placement.md says why these defaults):
-    pilot_nodes: int = 16               # nodes a pilot holds, all under one leaf
+    # `pilot` (docs/placement.md says why these defaults; pilots.py states each rule):
+    pilot_nodes: int = 16               # nodes of a pilot at most (of every one when fixed)
     pilot_time: float = 12 * 3600.0     # a pilot's time limit
-    max_pilots: int = 10                # pilots queued and running at once, at most
-    idle_timeout: float = 300.0         # a pilot that has run no trial this long exits
+    max_pilots: int = 20                # pilots queued and running at once, at most
+    idle_timeout: float = 60.0          # a pilot gives back a node idle this long (or exits)
+    pilot_fit: str = "best"             # the pilot a trial goes to: "best" or "first"
+    pilot_sizing: str = "ready"         # pilots sized to the ready trials, or "fixed"
+    pilot_shrink: bool = True           # give back idle nodes one by one, not only all at once
+    pilot_hold: str = "queue"           # hold idle nodes as long as pilots queued, or "fixed"
+    pilot_make_room: bool = True        # give back idle nodes where a queued pilot would fit
 
     def __post_init__(self) -> None:
         if self.leaves <= 0 or self.nodes % self.leaves:
@@ -47,6 +52,17 @@ class SimConfig:
             raise ValueError("pilot_nodes, max_pilots and pilot_time must be positive")
         if self.idle_timeout < 0 or self.compute_time < 0:
             raise ValueError("idle_timeout and compute_time must be >= 0")
+        if self.pilot_fit not in ("best", "first") or self.pilot_sizing not in ("ready", "fixed"):
+            raise ValueError("pilot_fit must be best or first, pilot_sizing ready or fixed")
+        if self.pilot_hold not in ("queue", "fixed"):
+            raise ValueError("pilot_hold must be queue or fixed")
+
+    def fixed_pilots(self) -> SimConfig:
+        """This configuration with the pilot rules measured before issue 42: pilots of
+        pilot_nodes, oldest first, that exit whole after 300 s idle, 10 at most."""
+        return replace(self, max_pilots=10, idle_timeout=300.0, pilot_fit="first",
+                       pilot_sizing="fixed", pilot_shrink=False, pilot_hold="fixed",
+                       pilot_make_room=False)
 
     @property
     def nodes_per_leaf(self) -> int:

@@ -115,6 +115,23 @@ class Engine:
         if job.kind != "bg" and self._search is not None:
             self._search.ended(t, job)
 
+    def shrink(self, job: Job, nodes: list[int]) -> None:
+        """Give back `nodes` of a running job, which keeps running on the rest (Slurm's
+        `scontrol update JobId=.. NodeList=<the rest>`). Only for a job under one leaf (a
+        pilot), whose nodes load no uplink."""
+        assert len(job.per_leaf) == 1
+        per_leaf: dict[int, int] = {}
+        for n in nodes:
+            job.nodes.remove(n)
+            leaf = self.cluster.leaf_of(n)
+            per_leaf[leaf] = per_leaf.get(leaf, 0) + 1
+            job.per_leaf[leaf] -= 1
+            if not job.per_leaf[leaf]:
+                del job.per_leaf[leaf]
+        self.cluster.release(nodes, per_leaf)
+        job.size -= len(nodes)
+        self._busy_nodes -= len(nodes)
+
     def _start(self, t: float, job: Job, nodes: list[int]) -> None:
         job.nodes, job.start = nodes, t
         job.per_leaf = self.cluster.allocate(nodes)

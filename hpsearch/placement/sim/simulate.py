@@ -12,7 +12,7 @@ nodes in flight. Policies for the trials:
 - `hpsearch`: the rule of `hpsearch.placement.policy`: the best-fit leaf (single nodes too,
   so whole leaves stay free); after waiting `max_wait`, the fewest leaves, the leaves with the
   most free nodes first.
-- `pilot`: the search holds pilot jobs of `pilot_nodes` nodes under one leaf and runs its
+- `pilot`: the search holds pilot jobs of up to `pilot_nodes` nodes under one leaf and runs its
   trials inside them, back to back (`hpsearch.placement.sim.pilots`).
 
 `tree` and `hpsearch` wait the same `max_wait` (hpsearch passes it as `--switches=1@max_wait`
@@ -34,7 +34,7 @@ The pieces: `cluster` (the fat tree, the selection rules, the cost model),
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpsearch.placement.sim.cluster import (
     SimConfig,
@@ -63,6 +63,8 @@ class SimResult:
     busy_fraction: float        # of node_hours that ran trials (1 without pilots)
     trials: tuple[TrialRecord, ...] = field(repr=False)
     pilots: tuple[PilotRecord, ...] = field(default=(), repr=False)
+    # pilots only: their idle node-hours by cause (`hpsearch.placement.sim.idle`)
+    idle_node_hours: tuple[tuple[str, float], ...] = ()
 
 
 class JobPerTrial:
@@ -128,7 +130,10 @@ def simulate(policy: str, config: SimConfig = DEFAULT_CONFIG) -> SimResult:
     records = sorted(search.records, key=lambda r: r.index)
     pilots = search.pilot_records if isinstance(search, PilotSearch) else []
     pilots.sort(key=lambda p: p.index)
-    return _summarize(policy, config, records, pilots, engine)
+    result = _summarize(policy, config, records, pilots, engine)
+    if isinstance(search, PilotSearch):
+        result = replace(result, idle_node_hours=search.idle.node_hours())
+    return result
 
 
 def _percentile(values: list[float], q: float) -> float:
