@@ -62,20 +62,29 @@ AWK_QUAD = ("awk -v x={x} -v y={y} 'BEGIN { printf \"@hpsearch step=0 loss=%.17g
 
 
 def kill_driver_repeatedly(cli, spec: Path, name: str, env: dict, kills: int,
-                           delays: tuple[float, float], seed: int = 20261126) -> list[str]:
+                           delays: tuple[float, float], seed: int = 20261126,
+                           after_store: bool = False) -> list[str]:
     """Submit `spec`, SIGKILL its driver after a random delay in `delays`, resume and kill it
     again, `kills` times in all (a driver that finishes first is left done). Returns what
-    happened each time ("1.23s: killed" or "0.80s: exited 0 first")."""
+    happened each time ("1.23s: killed" or "0.80s: exited 0 first"). after_store: the first
+    delay counts from the experiment's store being there, not from the submit (a loaded
+    machine's preflight of two clusters took over 2.5 s: every kill came before it)."""
     import random
     import signal
+    import time
 
     rng = random.Random(seed)
     happened = []
+    store = cli.runs / name / "store.sqlite"
     for i in range(kills):
         # Killed before the experiment was recorded, it is not there: submit again.
-        started = (cli.runs / name / "store.sqlite").exists()
+        started = store.exists()
         args = ("resume", name) if i and started else ("submit", spec)
         driver = cli.popen(*args, env=env)
+        deadline = time.monotonic() + 120
+        while after_store and not store.exists() and driver.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
         delay = rng.uniform(*delays)
         try:
             driver.wait(timeout=delay)  # it may finish before its kill: then it is done

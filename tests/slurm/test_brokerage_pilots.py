@@ -195,7 +195,8 @@ def test_a_driver_killed_again_and_again_reattaches_each_pilot_at_its_own_cluste
     name = f"sp-crash-{RUN}"
     spec = _spec(cli, name, [f"{{partition: {LEFT}, max: 1}}", f"{{cluster: {other}}}"],
                  trials=12, sleep=2, idle=60)  # max 1: the second pilot goes to the other
-    kills = kill_driver_repeatedly(cli, spec, name, slurm_cluster.env, 6, (0.5, 2.5))
+    kills = kill_driver_repeatedly(cli, spec, name, slurm_cluster.env, 6, (0.5, 2.5),
+                                   after_store=True)
     cli("resume", name, env=slurm_cluster.env, check=0, timeout=300)
     exp, trials = read_store(cli.runs, name)
     assert [(t.state, t.attempt) for t in trials] == [("completed", 1)] * 12, kills
