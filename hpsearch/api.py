@@ -5,18 +5,19 @@
     exp.best.params, exp.best.objective_values
     df = exp.trials_dataframe()                 # pandas, the columns of Optuna's own
 
-Everything is read at load() through the store's read-only Reader; load again to see newer
-trials. Nothing here writes the store (the driver is its only writer).
+Everything is read at load() through the store's read-only Reader (typed on first use);
+load again to see newer trials. Nothing here writes the store (the driver is its only writer).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpsearch.interop import optuna_trials
-from hpsearch.interop.store_view import AttemptRow, MetricRow, StoreView, read_view
+from hpsearch.interop import optuna_trials, trials_frame
+from hpsearch.interop.store_view import AttemptRow, MetricRow, RawRows, StoreView, read_raw
 from hpsearch.search.pbt_schedule import Piece, lived_all
 from hpsearch.spec.model import Spec
 from hpsearch.store import rows, runs
@@ -30,30 +31,35 @@ if TYPE_CHECKING:
 class Experiment:
     """One experiment as stored when it was loaded (typed rows, read-only)."""
 
-    view: StoreView
+    raw: RawRows  # the rows as read at load(); typed on first use (view)
+
+    @functools.cached_property
+    def view(self) -> StoreView:
+        """The typed rows (100,000 trials: seconds to make; trials_dataframe needs none)."""
+        return self.raw.view()
 
     @property
     def name(self) -> str:
-        return self.view.experiment.name
+        return self.raw.experiment.name
 
     @property
     def status(self) -> str:
         """The experiment's status as its driver last wrote it (running, completed, ...)."""
-        return self.view.experiment.status
+        return self.raw.experiment.status
 
     @property
     def path(self) -> Path:
         """The experiment's folder (store, trial dirs)."""
-        return self.view.exp_dir
+        return self.raw.exp_dir
 
     @property
     def spec(self) -> Spec:
         """The validated spec it was submitted with (space, objectives, executor, ...)."""
-        return self.view.spec
+        return self.raw.spec
 
     @property
     def directions(self) -> tuple[str, ...]:
-        return tuple(o.direction for o in self.view.spec.objectives)
+        return tuple(o.direction for o in self.raw.spec.objectives)
 
     @property
     def trials(self) -> tuple[rows.TrialRow, ...]:
@@ -113,7 +119,10 @@ class Experiment:
         datetime_complete, duration, params_*, user_attrs_* (other metrics and hpsearch's
         own facts), state. datetime_start is the first attempt's start, datetime_complete the
         last attempt's end; user_attrs_hpsearch_run_seconds the time it ran, summed over its
-        attempts (docs/python-api.md#times)."""
+        attempts (docs/python-api.md#times). Made from the rows column by column where
+        hpsearch.interop.trials_frame covers the experiment, the same frame."""
+        if trials_frame.covers(self.raw, attrs):
+            return trials_frame.frame(self.raw, attrs, multi_index)
         return self.optuna_study().trials_dataframe(attrs=attrs, multi_index=multi_index)
 
 
@@ -122,4 +131,4 @@ def load(name: str, runs_dir: str | Path | None = None) -> Experiment:
     ./hpsearch-runs, as the command line finds it). Raises hpsearch.errors.NotFound (a
     LookupError-like HpsearchError) naming the runs dir, with close names if there are."""
     where = Path(runs_dir).absolute() if runs_dir is not None else runs.default_runs_dir()
-    return Experiment(read_view(runs.existing_experiment_dir(where, name)))
+    return Experiment(read_raw(runs.existing_experiment_dir(where, name)))

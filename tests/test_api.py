@@ -141,3 +141,95 @@ def test_load_reads_a_search_whose_strategy_needs_packages_missing_here(searched
     exp = hpsearch.load("interop", searched.runs)
     assert exp.spec.search.strategy == "grid" and len(exp.trials) == 8
     assert exp.trials_dataframe().shape[0] == 8
+
+
+ATTRS = ("number", "value", "datetime_start", "datetime_complete", "duration", "params",
+         "user_attrs", "state")
+
+
+def _optunas(exp, attrs=ATTRS, multi_index=False):
+    return exp.optuna_study().trials_dataframe(attrs=attrs, multi_index=multi_index)
+
+
+def test_trials_dataframe_is_made_by_columns_and_equals_optunas(searched):
+    """The frame made from the rows column by column (hpsearch.interop.trials_frame) is
+    the one Optuna makes of the FrozenTrials: columns, values, dtypes."""
+    import pandas as pd
+
+    from hpsearch.interop import trials_frame
+    exp = hpsearch.load("interop", searched.runs)
+    assert trials_frame.covers(exp.raw, ATTRS)  # the fast way is the one taken here
+    frame = exp.trials_dataframe()
+    assert "view" not in exp.__dict__  # and it made no typed row
+    pd.testing.assert_frame_equal(frame, _optunas(exp))
+    pd.testing.assert_frame_equal(exp.trials_dataframe(multi_index=True),
+                                  _optunas(exp, multi_index=True))
+    some = ("number", "params", "state", "duration")
+    pd.testing.assert_frame_equal(exp.trials_dataframe(some), _optunas(exp, some))
+    assert not trials_frame.covers(exp.raw, ("number", "intermediate_values"))
+
+
+def test_trials_dataframe_of_several_objectives_equals_optunas(cli):
+    import pandas as pd
+    text = write_spec(cli).read_text().replace(
+        "objective: {metric: loss, direction: minimize}",
+        "objective: [{metric: loss, direction: minimize}, {metric: acc, direction: maximize}]"
+    ).replace("  pruner: {type: threshold, upper: 50}\n", "")
+    cli("submit", cli.write_spec(text, "multi.yaml"), check=1)
+    exp = hpsearch.load("interop", cli.runs)
+    pd.testing.assert_frame_equal(exp.trials_dataframe(), _optunas(exp))
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/St_Johns"])
+def test_iso_many_gives_isos_text_and_fromtimestamps_datetimes(zone, monkeypatch):
+    """Times made in numpy (trials_frame) are the ones optuna_trials makes one by one,
+    across a daylight-saving change and in a zone half an hour off."""
+    import datetime as dt
+    import time
+
+    from hpsearch.interop.optuna_trials import iso
+    from hpsearch.interop.trials_frame import _local, iso_many
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        change = 1_774_746_000.0  # 2026-03-29 01:00 UTC: Berlin's clocks go forward
+        back = 1_792_890_000.0  # 2026-10-25 01:00 UTC: they go back (an hour twice)
+        stamps = [at + k * 599.123456 - 30_000 for at in (change, back) for k in range(100)] + [
+            None, 1_796_031_823.4959543, 0.0005, 1_800_000_000.9995]
+        assert iso_many(stamps) == [iso(s) for s in stamps]
+        assert _local(stamps).tolist() == [None if s is None else
+                                           dt.datetime.fromtimestamp(s) for s in stamps]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_export_streams_piece_by_piece_the_same_text(searched, monkeypatch):
+    """export writes its first rows before it reads the rest of the trials, and the text
+    it streams is the one made of every trial at once (csv and json, stdout and --out)."""
+    from hpsearch.interop.store_view import read_view
+    from hpsearch.report import budget, export
+    from hpsearch.report.data import collect
+    from hpsearch.store.reader import Reader
+    monkeypatch.setattr(export, "FIRST_PIECE", 2)
+    monkeypatch.setattr(export, "PIECE", 3)
+    reads = []
+    after = Reader.trials_after
+    monkeypatch.setattr(Reader, "trials_after",
+                        lambda self, last, count: reads.append(count) or after(self, last, count))
+    exp_dir = searched.runs / "interop"
+    view = read_view(exp_dir)
+    data = collect(exp_dir, use_sacct=False, view=view)
+    whole = export.records(view, {b.trial: b for b in budget.trial_budgets(
+        data.trials, data.curves, data.usage)}, data.gpu, data.timing)
+    for fmt in ("csv", "json"):
+        reads.clear()
+        pieces = export.stream(exp_dir, fmt)
+        first, count = next(pieces)
+        assert reads == [2] and count == 2  # one piece read: 2 of the 8 trials
+        assert first.startswith("trial,state" if fmt == "csv" else "[\n {")
+        text = first + "".join(t for t, _ in pieces)
+        assert reads == [2, 3, 3, 3] and text == export.render(whole, fmt)
+        out = searched.cwd / f"t.{fmt}"
+        searched("export", "interop", "--format", fmt, "--out", out, check=0)
+        assert out.read_bytes() == text.encode()

@@ -69,3 +69,40 @@ def test_watch_once_into_head_ends_quietly(ran):
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("tidy")
     assert proc.stderr == "", proc.stderr
+
+
+def test_status_of_many_trials_lists_the_last_and_says_how_to_see_all(ran, monkeypatch,
+                                                                      capsys):
+    """Past LISTED trials, status lists those in flight and the last LISTED (a listing of
+    100,000 took seconds) and names --all, which lists every one."""
+    import argparse
+
+    from hpsearch.cli import inspect_cmds
+    cli, _ = ran
+    monkeypatch.setattr(inspect_cmds, "LISTED", 1)
+
+    def listed(show_all: bool) -> tuple[list[str], str]:
+        inspect_cmds.status(argparse.Namespace(name="tidy", runs_dir=cli.runs, all=show_all))
+        out = capsys.readouterr().out
+        return [ln.split()[0] for ln in out.splitlines() if " completed " in ln], out
+
+    ids, out = listed(False)
+    assert ids == ["3"] and "3 earlier trials not listed: `hpsearch status tidy --all`" in out
+    ids, out = listed(True)
+    assert ids == ["0", "1", "2", "3"] and "not listed" not in out
+
+
+def test_best_reads_the_rows_of_the_winners_only(ran, monkeypatch, capsys):
+    import argparse
+
+    from hpsearch.cli import inspect_cmds
+    from hpsearch.store.reader import Reader
+    cli, _ = ran
+
+    def every(*args, **kwargs):
+        raise AssertionError("best read every trial's row")
+
+    monkeypatch.setattr(Reader, "trials", every)
+    assert inspect_cmds.best(argparse.Namespace(name="tidy", runs_dir=cli.runs, k=1,
+                                                json=False)) == 0
+    assert capsys.readouterr().out.startswith("1. trial 0: loss=1")

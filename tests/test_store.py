@@ -189,3 +189,32 @@ def test_opening_a_missing_store_for_reading_fails_and_creates_nothing(tmp_path)
         with pytest.raises((sqlite3.Error, StorageError)):
             opener(path)
         assert list(tmp_path.iterdir()) == [], opener.__name__
+
+
+def test_best_of_ranks_ids_and_values_as_best_does_over_every_row(tmp_path):
+    """results.best_of (SQLite ranks by the first value; the values JSON cannot hold,
+    Infinity, are ranked in Python beside its k) gives what results.best gives over every
+    trial's row; Reader's shortcuts give what the rows give."""
+    from hpsearch.store.results import best, best_of
+    path = tmp_path / "store.sqlite"
+    store = _experiment(path)
+    values = [3.0, 1.0, float("inf"), -float("inf"), 1.0, None, 2.0, 0.5]
+    for i, v in enumerate(values):
+        store.insert_trial(i, {"x": i, **({"y": i} if i in (2, 5) else {})}, f"/t/{i}", {})
+        store.finish_attempt(i, 1, "failed" if v is None else "completed", 0, None,
+                             None if v is None else [v])
+        store.add_metrics(i, 1, [{"step": 1, "loss": 1.0}, {"step": 0, "acc": 2.0}]
+                          if i == 4 else [{"step": 0, "loss": 1.0}])
+    store.close()
+    with Reader(path) as reader:
+        trials = reader.trials()
+        for directions in (["minimize"], ["maximize"]):
+            for k in (1, 3, 8):
+                assert [t.id for t in best_of(reader, directions, k)] == \
+                    [t.id for t in best(trials, directions, k)]
+        assert [t.id for t in best_of(reader, ["minimize"], 2)] == [3, 7]
+        assert reader.metric_order() == ["loss", "acc"]
+        assert reader.param_order() == ["x", "y"]
+        assert [t.id for t in reader.last_trials(3)] == [5, 6, 7]
+        assert [t.id for t in reader.trials_by_id([4, 1, 99])] == [4, 1]
+        assert [a["trial"] for a in reader.attempts_of([6, 2])] == [2, 6]

@@ -26,12 +26,12 @@ from hpsearch.search.pbt_schedule import lived, schedule_of
 from hpsearch.store import runs
 from hpsearch.store.atomic import AS_OPEN, replace_file
 from hpsearch.store.lockfile import DriverLock
-from hpsearch.store.results import best as best_trials
-from hpsearch.store.results import best_checkpoint, record
-from hpsearch.store.rows import DONE
+from hpsearch.store.results import best_checkpoint, best_of, record
+from hpsearch.store.rows import DONE, IN_FLIGHT
 from hpsearch.store.runs import STORE_FILE
 from hpsearch.views import scouts
 from hpsearch.views.pilots import pilot_lines
+from hpsearch.views.sites import experiment_sites
 
 
 def _reader(path):
@@ -42,9 +42,13 @@ def _reader(path):
 def register(sub) -> None:
     p = add_command(sub, "status", "Show every experiment, or one experiment's trials.",
                     "  hpsearch status                # one line per experiment\n"
-                    "  hpsearch status quadratic      # its trials, states, values, errors",
+                    "  hpsearch status quadratic      # its trials, states, values, errors\n"
+                    "  hpsearch status big --all      # every trial of a search of many",
                     status)
     p.add_argument("name", nargs="?")
+    p.add_argument("--all", action="store_true",
+                   help=f"list every trial (default: at most {LISTED:,}: those in flight "
+                        "and the most recent)")
     add_runs_dir(p)
     p = add_command(sub, "best", "The best trials (top-k), or the Pareto front of a "
                     "multi-objective search, with params and trial dir. Objectives may be "
@@ -83,21 +87,28 @@ def status(args) -> int:
     if args.name is None:
         return _status_all(runs_dir_of(args))
     with _open(args) as reader:
-        exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
-        attempts = reader.all_attempts()
+        exp, counts = reader.experiment(), reader.state_counts()
+        trials, every = _listed(reader, counts, args.all)
+        attempts = reader.all_attempts() if trials is every else \
+            reader.attempts_of(t.id for t in trials)
         ran, startup = _run_seconds(trials, attempts)
         trouble = reader.slurm_trouble() if exp.status == "running" else None
         pilots = pilot_lines(reader, runs_dir_of(args) / args.name)
         gpu, pilot_gpu = read_gpu_use(reader, exp.spec_yaml, pilots, time.time())
-        timing = efficiency.efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
-                                       exp.spec_yaml)  # docs/scaling.md
+        timed = reader.rank_timing()
+        if timed and every is None:  # scaling compares a trial with others (docs/scaling.md)
+            every = reader.trials()
+        timing = efficiency.efficiency(timed, {t.id: t.params for t in every or ()},
+                                       exp.spec_yaml)
         restarts = reader.events(limit=None, kind=resume_check.KIND)
-        sites = sites_cmds.read_lines(reader, runs_dir_of(args) / args.name, exp, trials,
-                                       attempts)
+        sites = _site_lines(reader, runs_dir_of(args) / args.name, exp, every, attempts
+                            if trials is every else None)
         resized = scouts.summary(scouts.read_resizes(reader))
+        if every is None and reader.db.execute(STAGED_SQL).fetchone():
+            every = reader.trials()  # the budget's summary counts every trial
     driver = DriverLock(runs_dir_of(args) / args.name).holder()
     metrics = _metric_names(exp)
-    staged = _budgets(runs_dir_of(args) / args.name, trials)  # early stopping / promotion
+    staged = _budgets(runs_dir_of(args) / args.name, every or [])  # early stopping, promotion
     shown = outcome.experiment_status(exp.status, driver)
     print(f"experiment {exp.name}: {shown}, {exp.strategy}, "
           f"{outcome.progress(counts, exp.trials_requested)}"
@@ -129,6 +140,10 @@ def status(args) -> int:
             *(["start-up"] if startup else []), "where",
             *(["gpu"] if gpu else []), *(["parallel"] if timing else []), "objective",
             "params", "error"], rows)
+    if len(trials) < sum(counts.values()):
+        print(f"{sum(counts.values()) - len(trials):,} earlier trials not listed: "
+              f"`hpsearch status {exp.name} --all` lists every trial, `hpsearch export "
+              f"{exp.name}` writes them all")
     not_resumed = resume_check.summary(restarts, exp.name)
     if not_resumed:
         print(not_resumed)
@@ -139,6 +154,36 @@ def status(args) -> int:
     if resized:
         print(resized)
     return 0
+
+
+# status lists every trial up to LISTED; beyond, those in flight and the last LISTED by id,
+# unless --all: a listing of 100,000 trials took 9 s, from reading and formatting every row.
+LISTED = 1000
+# A trial that early stopping or promotion marked: status then reads every trial, for the
+# budget's summary (_budgets tests the same, on each trial's row).
+STAGED_SQL = ("select 1 from trials where state in ('pruned', 'paused') or stop_request not in"
+              " ('', 'null') or pruner_attrs not in ('', '{}', 'null') limit 1")
+
+
+def _listed(reader, counts: dict[str, int], show_all: bool):
+    """(the trials status lists, every trial or None): every trial where there are at most
+    LISTED or with --all; else those in flight and the last LISTED by id (None: not read)."""
+    if show_all or sum(counts.values()) <= LISTED:
+        every = reader.trials()
+        return every, every
+    shown = {t.id: t for t in reader.trials(IN_FLIGHT)}
+    shown.update((t.id, t) for t in reader.last_trials(LISTED))
+    return [shown[i] for i in sorted(shown)], None
+
+
+def _site_lines(reader, exp_dir: Path, exp, every, attempts: list[dict] | None) -> list:
+    """The sites table's lines (sites_cmds.read_lines), over every trial and attempt: read
+    here where status did not (a big search lists some), and only if it has sites."""
+    if every is None or attempts is None:
+        if not experiment_sites(exp, exp_dir.parent):
+            return []
+        every, attempts = reader.trials(), reader.all_attempts()
+    return sites_cmds.read_lines(reader, exp_dir, exp, every, attempts)
 
 
 def _run_seconds(trials, attempt_rows: list[dict]
@@ -203,8 +248,8 @@ def _status_all(runs_dir: Path) -> int:
     rows = []
     for exp_dir in runs.list_experiments(runs_dir):
         with _reader(exp_dir / STORE_FILE) as reader:
-            exp, trials, counts = reader.experiment(), reader.trials(), reader.state_counts()
-        top = best_trials(trials, exp.directions, 1)
+            exp, counts = reader.experiment(), reader.state_counts()
+            top = best_of(reader, exp.directions)
         best_text = f"front of {len(top):d}" if len(exp.directions) > 1 else \
             (format_value(top[0].values[0]) if top else "")
         finished = sum(counts.get(s, 0) for s in DONE)
@@ -223,12 +268,14 @@ def _status_all(runs_dir: Path) -> int:
 
 
 def best(args) -> int:
-    with _open(args) as reader:
-        exp, trials, saved = reader.experiment(), reader.trials(), reader.checkpoints()
+    with _open(args) as reader:  # ranks ids and values; reads the winners' rows only
+        exp = reader.experiment()
+        top = reader.trials_by_id(t.id for t in best_of(reader, exp.directions, args.k))
+        checkpoint = {t.id: best_checkpoint(reader.checkpoints(t.id), exp.directions[0])
+                      for t in top}
+        pbt = any(schedule_of(t.pruner_attrs) for t in top)
+        trials = reader.trials() if pbt else top  # a schedule goes through its donors
     metrics = _metric_names(exp)
-    top = best_trials(trials, exp.directions, args.k)
-    checkpoint = {t.id: best_checkpoint([c for c in saved if c.trial == t.id],
-                                        exp.directions[0]) for t in top}
     if args.json:
         print(json.dumps([{**record(t, metrics), "checkpoint": checkpoint[t.id] and
                            checkpoint[t.id].path} for t in top], indent=1))
@@ -259,18 +306,22 @@ def best(args) -> int:
 
 
 def export(args) -> int:
-    from hpsearch.interop.store_view import read_view
+    """Streamed (hpsearch.report.export.stream): the first rows are written before the
+    store is read whole; to --out, into a temporary file renamed over it at the end."""
     from hpsearch.report import export as exporting
-    from hpsearch.report.data import collect
     exp_dir = runs.existing_experiment_dir(runs_dir_of(args), args.name)
-    view = read_view(exp_dir)
-    data = collect(exp_dir, use_sacct=False, view=view)
-    records = exporting.records(view, {b.trial: b for b in budget.trial_budgets(
-        data.trials, data.curves, data.usage)}, data.gpu, data.timing)
-    text = exporting.render(records, args.format)
+    count = [0]
+
+    def pieces():
+        for text, trials in exporting.stream(exp_dir, args.format):
+            count[0] += trials
+            yield text
+
     if args.out is None:
-        sys.stdout.write(text)
+        for text in pieces():
+            sys.stdout.write(text)
+            sys.stdout.flush()
         return 0
-    replace_file(args.out, text, AS_OPEN)  # a link planted at a temporary name is not followed
-    print(f"wrote {len(records)} trials to {args.out}", file=sys.stderr)
+    replace_file(args.out, pieces(), AS_OPEN)  # a link planted at a temporary name is not followed
+    print(f"wrote {count[0]} trials to {args.out}", file=sys.stderr)
     return 0

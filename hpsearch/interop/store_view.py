@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,7 +106,63 @@ def last_reports(metrics: list[MetricRow]) -> dict[str, tuple[int, float]]:
     return found
 
 
-def read_view(exp_dir: Path) -> StoreView:
+@dataclass(frozen=True)
+class RawRows:
+    """An experiment's rows as SQLite gave them, read at one moment (read_raw): the
+    trials, attempts and metrics tables as (column names, row tuples), by trial. view()
+    makes the typed StoreView of them; hpsearch.interop.trials_frame reads the tuples
+    column by column (100,000 trials: typed rows took seconds to make)."""
+
+    exp_dir: Path
+    experiment: rows.ExperimentRow
+    spec: Spec
+    tables: dict[str, tuple[tuple[str, ...], list[tuple]]]
+    checkpoints: tuple[rows.CheckpointRow, ...]
+    rank_timing: tuple[dict, ...]
+    staged: bool = False  # a trial is paused, or has promotion rungs or a pbt schedule
+
+    @property
+    def trials(self) -> list[tuple]:
+        return self.tables["trials"][1]
+
+    def values(self, name: str, table: str = "trials") -> list:
+        """Each row's value of column `name` (None where an older store lacks it)."""
+        header, found = self.tables[table]
+        if name not in header:
+            return [None] * len(found)
+        i = header.index(name)
+        return [row[i] for row in found]
+
+    def column(self, *names: str, table: str = "trials") -> list[tuple]:
+        """Each row's values of `names`, as a tuple (None for a column an older store
+        lacks)."""
+        header, found = self.tables[table]
+        if not all(n in header for n in names):
+            at = [header.index(n) if n in header else None for n in names]
+            return [tuple(None if i is None else row[i] for i in at) for row in found]
+        if len(names) == 1:
+            i = header.index(names[0])
+            return [(row[i],) for row in found]
+        return list(map(operator.itemgetter(*(header.index(n) for n in names)), found))
+
+    def view(self) -> StoreView:
+        """The typed StoreView of these rows (as read_view gives it)."""
+        def typed(table: str, make) -> tuple:
+            header, found = self.tables[table]
+            return tuple(make(dict(zip(header, row))) for row in found)
+
+        trials = typed("trials", rows.TrialRow.from_db)
+        timing = efficiency(list(self.rank_timing), {t.id: t.params for t in trials},
+                            self.experiment.spec_yaml)
+        return StoreView(self.exp_dir, self.experiment, self.spec, trials,
+                         typed("attempts", AttemptRow.from_db), typed("metrics", _metric_row),
+                         self.checkpoints, timing)
+
+
+TABLE_ORDER = {"trials": "id", "attempts": "trial, attempt", "metrics": "trial, step, name"}
+
+
+def read_raw(exp_dir: Path) -> RawRows:
     """Read the experiment in `exp_dir` (its store must exist) and parse its stored spec.
     Raises hpsearch.errors.NotFound / BadInput with a message meant for the user."""
     from hpsearch.store.reader import Reader
@@ -112,17 +170,46 @@ def read_view(exp_dir: Path) -> StoreView:
     exp_dir = Path(exp_dir)
     with Reader(exp_dir / STORE_FILE) as reader:
         exp = reader.experiment()
-        trials = reader.trials()
-        metrics = [MetricRow(row["trial"], row["step"], row["name"],
-                             math.nan if row["value"] is None else row["value"],
-                             row.get("attempt"), row.get("time"))
-                   for row in reader.all_metrics()]
-        attempts = [AttemptRow.from_db(row) for row in reader.all_attempts()]
+        tables = {table: reader.table_rows(table, order) for table, order in
+                  TABLE_ORDER.items()}
         checkpoints = reader.checkpoints(include_deleted=True)
-        timing = efficiency(reader.rank_timing(), {t.id: t.params for t in trials},
-                            exp.spec_yaml)
-    return StoreView(exp_dir, exp, stored_spec(exp, exp_dir.parent), tuple(trials),
-                     tuple(attempts), tuple(metrics), tuple(checkpoints), timing)
+        timing = reader.rank_timing()
+        staged = reader.db.execute(
+            "select 1 from trials where state = ? or pruner_attrs like '%\"rungs\"%' or "
+            "pruner_attrs like '%\"pbt\"%' limit 1", (rows.PAUSED,)).fetchone() is not None
+    return RawRows(exp_dir, exp, stored_spec(exp, exp_dir.parent), tables,
+                   tuple(checkpoints), tuple(timing), staged)
+
+
+def read_view(exp_dir: Path) -> StoreView:
+    """read_raw's rows, typed (see read_raw)."""
+    return read_raw(exp_dir).view()
+
+
+def read_pieces(reader, exp_dir: Path, size: int, first: int | None = None
+                ) -> Iterator[StoreView]:
+    """The experiment's trials `size` at a time by id (`first` in the first piece), each
+    piece a StoreView of those
+    trials with their attempts and metrics (no checkpoints, no timing), read from an open
+    Reader when it is asked for: `hpsearch export` writes a piece before it reads the next,
+    so its first rows come at once and its memory does not grow with the store. A trial
+    whose rows the driver changes meanwhile is read once, in its piece."""
+    exp = reader.experiment()
+    spec = stored_spec(exp, Path(exp_dir).parent)
+    last = -1
+    while trials := reader.trials_after(last, size if first is None else first):
+        low, last, first = trials[0].id, trials[-1].id, None
+        metrics = [_metric_row(row) for row in reader.rows_between("metrics", low, last)]
+        attempts = [AttemptRow.from_db(row) for row in reader.rows_between("attempts", low,
+                                                                          last)]
+        yield StoreView(Path(exp_dir), exp, spec, tuple(trials), tuple(attempts),
+                        tuple(metrics), ())
+
+
+def _metric_row(row: dict) -> MetricRow:
+    return MetricRow(row["trial"], row["step"], row["name"],
+                     math.nan if row["value"] is None else row["value"], row.get("attempt"),
+                     row.get("time"))
 
 
 def stored_spec(exp: rows.ExperimentRow, runs_dir: Path) -> Spec:

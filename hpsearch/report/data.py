@@ -66,7 +66,7 @@ class ReportData:
     brokerage: Brokerage = field(default_factory=Brokerage)  # sites and scouts
 
 
-def _pilot_share(exp: ExperimentRow, runs_dir: Path) -> PilotShare | None:
+def pilot_share(exp: ExperimentRow, runs_dir: Path) -> PilotShare | None:
     """A pilot attempt's share of each node it held, from the stored spec (as the cost
     objectives charge it: hpsearch.driver.cost); None (whole nodes) if it cannot be read."""
     from hpsearch.driver.cost import pilot_share_of
@@ -100,13 +100,13 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         metrics, executor = spec_facts(exp.spec_yaml)
         if view is not None:
             trials = list(view.trials)
-            curves = _curves((m.trial, m.step, m.value) for m in view.metrics
+            curves = curves_of((m.trial, m.step, m.value) for m in view.metrics
                               if metrics and m.name == metrics[0])
             attempts = [(a.trial, a.attempt, a.state, a.started, a.finished, a.job_id,
                          a.nodes, a.reason, a.host, a.startup_s) for a in view.attempts]
         else:
             trials = reader.trials() if trials is None else trials
-            curves = _curves(reader.db.execute(
+            curves = curves_of(reader.db.execute(
                 "select trial, step, value from metrics where name = ? order by trial, "
                 "step", (metrics[0],)).fetchall() if metrics else ())
             attempts = list(reader.db.execute(
@@ -117,11 +117,8 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         timing_rows = reader.rank_timing()
         restarts = reader.events(limit=None, kind=resume_check.KIND)
         brokerage = read_brokerage(reader, exp, Path(exp_dir).parent, trials)
-    gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
-    params_of = {t.id: t.params for t in trials}
-    share_of = _pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
+    share_of = pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
     in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
-    site_of = {row.job_id: row.site for row in pilot_rows if row.job_id}
     notes = [n for n in [resume_check.summary(restarts, exp.name)] if n]
     by_job: dict[str, JobUsage] = {}
     jobs = [a[5] for a in attempts if a[5] and a[5] not in in_pilot] + list(in_pilot)
@@ -130,24 +127,7 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
         if note:
             notes.append(note)
     now = time.time()
-    usage = []
-    spans: dict[int, list[Span]] = {}
-    for trial, attempt, state, started, finished, job_id, nodes, reason, host, startup_s \
-            in attempts:
-        kind = attempt_class(state, reason)
-        pilot = in_pilot.get(job_id) if job_id else None
-        record = by_job.get(job_id) if job_id and pilot is None else None
-        hosts = _hosts(nodes or (host if pilot is not None else None))
-        share = share_of(params_of[trial], site_of.get(job_id)) \
-            if share_of and pilot is not None else 1.0
-        used = attempt_usage(trial, attempt, kind, started, finished, now, len(hosts),
-                             gpus_of.get(trial, 0), record, pilot, share, startup_s)
-        if used is not None:
-            usage.append(used)
-        if used is not None and pilot is not None and started is not None:
-            end = finished if finished is not None else now  # nodes unknown: one of its own
-            spans.setdefault(pilot, []).append((hosts or (f"?{trial}.{attempt}",), started,
-                                                end))
+    usage, spans = attempt_usages(attempts, trials, pilot_rows, by_job, share_of, now)
     if jobs and not use_sacct:
         notes.append("sacct not asked (--no-sacct): times from the store, 1 node per attempt "
                      "unless its nodes are recorded")
@@ -173,7 +153,39 @@ def collect(exp_dir: Path, use_sacct: bool = True, slurm=None,
                                         exp.spec_yaml))
 
 
-def _curves(rows) -> dict[int, list[tuple[int, float]]]:
+def attempt_usages(attempts, trials, pilot_rows: list, by_job: dict,
+                   share_of: PilotShare | None, now: float
+                   ) -> tuple[list[AttemptUsage], dict[int, list[Span]]]:
+    """(the AttemptUsage of each attempt that counts, pilot id -> its attempts' spans), from
+    attempt tuples (trial, attempt, state, started, finished, job_id, nodes, reason, host,
+    startup_s) of `trials` (export passes them a piece at a time); by_job: sacct's JobUsage
+    by job id; share_of: a pilot attempt's share of a node (None: whole nodes)."""
+    gpus_of = {t.id: gpu_count(t.gpus) for t in trials}
+    params_of = {t.id: t.params for t in trials}
+    in_pilot = {row.job_id: row.id for row in pilot_rows if row.job_id}
+    site_of = {row.job_id: row.site for row in pilot_rows if row.job_id}
+    usage = []
+    spans: dict[int, list[Span]] = {}
+    for trial, attempt, state, started, finished, job_id, nodes, reason, host, startup_s \
+            in attempts:
+        kind = attempt_class(state, reason)
+        pilot = in_pilot.get(job_id) if job_id else None
+        record = by_job.get(job_id) if job_id and pilot is None else None
+        hosts = _hosts(nodes or (host if pilot is not None else None))
+        share = share_of(params_of[trial], site_of.get(job_id)) \
+            if share_of and pilot is not None else 1.0
+        used = attempt_usage(trial, attempt, kind, started, finished, now, len(hosts),
+                             gpus_of.get(trial, 0), record, pilot, share, startup_s)
+        if used is not None:
+            usage.append(used)
+        if used is not None and pilot is not None and started is not None:
+            end = finished if finished is not None else now  # nodes unknown: one of its own
+            spans.setdefault(pilot, []).append((hosts or (f"?{trial}.{attempt}",), started,
+                                                end))
+    return usage, spans
+
+
+def curves_of(rows) -> dict[int, list[tuple[int, float]]]:
     """(trial, step, value) rows, by trial and step, as trial -> [(step, value)]; a value
     that is not a number (NULL, NaN) is left out."""
     curves: dict[int, list[tuple[int, float]]] = {}

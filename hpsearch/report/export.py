@@ -32,6 +32,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from hpsearch.accounting.efficiency import COLUMNS as TIMING_COLUMNS
 from hpsearch.accounting.efficiency import TrialEfficiency
@@ -41,16 +44,98 @@ from hpsearch.interop.trial_times import trial_times
 from hpsearch.report import budget
 from hpsearch.report.gpu_use import GpuUse
 from hpsearch.search.pbt_schedule import as_json, lived_all
+from hpsearch.store.runs import STORE_FILE
+from hpsearch.views.spec_facts import spec_facts
+
+PIECE = 2000  # trials read, turned into records and written at a time (stream)
+FIRST_PIECE = 100  # fewer in the first piece, so that the first rows come at once
+
+
+def stream(exp_dir: Path, fmt: str) -> Iterator[tuple[str, int]]:
+    """The export of the experiment in `exp_dir` as `fmt` ("csv" or "json") text, piece by
+    piece: (text, trials in it). The columns are learnt first from the whole store in a few
+    queries (Reader.metric_order, param_order); then PIECE trials at a time are read,
+    turned into records and given out, so the first rows come before the store is read
+    whole, and memory stays flat. An experiment with pbt schedules (which go through other
+    trials), sampled GPUs or rank timing is read whole, in one piece, as before."""
+    from hpsearch.interop.store_view import read_pieces, read_view
+    from hpsearch.report.data import attempt_usages, collect, curves_of, pilot_share
+    from hpsearch.store.reader import Reader
+    with Reader(Path(exp_dir) / STORE_FILE) as reader:
+        if not _streams(reader):
+            view = read_view(exp_dir)
+            data = collect(exp_dir, use_sacct=False, view=view)
+            found = records(view, {b.trial: b for b in budget.trial_budgets(
+                data.trials, data.curves, data.usage)}, data.gpu, data.timing)
+            yield render(found, fmt), len(found)
+            return
+        exp = reader.experiment()
+        pilot_rows = reader.pilots() if reader.db["pilots"].exists() else []
+        share_of = pilot_share(exp, Path(exp_dir).parent) if pilot_rows else None
+        metric = (spec_facts(exp.spec_yaml)[0] or (None,))[0]  # collect's curves
+        columns: tuple[list[str], list[str]] | None = None
+        now, fields, count = time.time(), None, 0
+        for view in read_pieces(reader, exp_dir, PIECE, FIRST_PIECE):
+            if columns is None:
+                columns = _columns(reader, view)
+            usage, _ = attempt_usages(
+                [(a.trial, a.attempt, a.state, a.started, a.finished, a.job_id, a.nodes,
+                  a.reason, a.host, a.startup_s) for a in view.attempts],
+                view.trials, pilot_rows, {}, share_of, now)
+            curves = curves_of((m.trial, m.step, m.value) for m in view.metrics
+                             if metric is not None and m.name == metric)
+            found = records(view, {b.trial: b for b in budget.trial_budgets(
+                list(view.trials), curves, usage)}, columns=columns)
+            fields = fields or list(found[0])
+            yield _piece(found, fmt, fields, count == 0), len(found)
+            count += len(found)
+        yield ("" if count else render([], fmt)) + ("\n]\n" if count and fmt == "json"
+                                                    else ""), 0
+
+
+def _streams(reader) -> bool:
+    """Whether each trial's record can be made from its own rows (stream's pieces)."""
+    return not (reader.gpu_use() or reader.rank_timing() or reader.db.execute(
+        "select 1 from trials where pruner_attrs like '%\"pbt\"%' limit 1").fetchone())
+
+
+def _columns(reader, view: StoreView) -> tuple[list[str], list[str]]:
+    """(metric names, parameter names) of the whole experiment, as records() finds them in
+    a view of every trial: the objectives then the other metrics in the order first
+    reported; the spec's parameters then any other a trial has."""
+    objectives = [o.metric for o in view.spec.objectives]
+    names = objectives + [n for n in reader.metric_order() if n not in objectives]
+    params = list(dict.fromkeys([p.name for p in view.spec.search.space]
+                                + reader.param_order()))
+    return names, params
+
+
+def _piece(found: list[dict], fmt: str, fields: list[str], first: bool) -> str:
+    """Records as a piece of render()'s text: CSV rows (the header before the first),
+    or JSON array items (the bracket before the first; stream writes the closing one)."""
+    if fmt == "json":
+        items = ",\n".join(" " + json.dumps(r, indent=1).replace("\n", "\n ")
+                            for r in found)
+        return ("[\n" if first else ",\n") + items
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    if first:
+        writer.writeheader()
+    writer.writerows(found)
+    return buf.getvalue()
 
 
 def records(view: StoreView, budgets: dict[int, budget.TrialBudget],
             gpu: dict[int, GpuUse] | None = None,
-            timing: dict[int, TrialEfficiency] | None = None) -> list[dict]:
-    """One dict per trial, every dict with the same keys (see the module docstring)."""
+            timing: dict[int, TrialEfficiency] | None = None,
+            columns: tuple[list[str], list[str]] | None = None) -> list[dict]:
+    """One dict per trial, every dict with the same keys (see the module docstring).
+    columns: (metric names, parameter names) when the view holds some trials only (stream);
+    else they are the view's."""
     objectives = [o.metric for o in view.spec.objectives]
-    names = view.metric_names
-    params = list(dict.fromkeys([p.name for p in view.spec.search.space]  # spec order
-                                + [k for t in view.trials for k in t.params]))
+    names, params = columns or (list(view.metric_names), list(dict.fromkeys(
+        [p.name for p in view.spec.search.space]  # spec order
+        + [k for t in view.trials for k in t.params])))
     taken = set(objectives) | set(names)
 
     def own(columns: dict) -> dict:

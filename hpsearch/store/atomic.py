@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 OWNER_ONLY = 0o600
 AS_OPEN = 0o666  # what open() asks for: the umask decides, as for any file the user writes
 
 
-def replace_file(path: Path, data: str | bytes, mode: int = OWNER_ONLY,
+def replace_file(path: Path, data: str | bytes | Iterable[str], mode: int = OWNER_ONLY,
                  sync: bool = False) -> None:
     """Write `data` to `path` atomically: a reader sees the old file or the new one whole.
+    `data` may come in pieces (an iterable of str, written as they come: an export).
     mode: the new file's permission bits, before the umask (OWNER_ONLY, or AS_OPEN for a
     file the user hands on, such as a report). sync: flushed to disk before the rename."""
     path = Path(path)
-    raw = data.encode() if isinstance(data, str) else data
+    pieces = [data.encode()] if isinstance(data, str) else [data] \
+        if isinstance(data, bytes) else (piece.encode() for piece in data)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
@@ -37,7 +40,8 @@ def replace_file(path: Path, data: str | bytes, mode: int = OWNER_ONLY,
         raise FileExistsError(f"{path.parent}: no free name for a temporary file")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
+            for raw in pieces:
+                fh.write(raw)
             if sync:
                 fh.flush()
                 os.fsync(fh.fileno())

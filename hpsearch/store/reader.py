@@ -22,7 +22,14 @@ from hpsearch.errors import NotFound
 from hpsearch.store.lib import sqlite_utils
 from hpsearch.store.lock_free import open_lock_free, rollback_journal
 from hpsearch.store.read_only import hot_journal, hot_journal_wait, open_read_only, open_snapshot
-from hpsearch.store.rows import PILOT_ENDED, CheckpointRow, ExperimentRow, PilotRow, TrialRow
+from hpsearch.store.rows import (
+    COMPLETED,
+    PILOT_ENDED,
+    CheckpointRow,
+    ExperimentRow,
+    PilotRow,
+    TrialRow,
+)
 
 T = TypeVar("T")
 
@@ -96,6 +103,38 @@ class Reader:
             found = self.db["trials"].rows_where(f"state in ({marks})", states, order_by="id")
         return [TrialRow.from_db(row) for row in found]
 
+    def last_trials(self, count: int) -> list[TrialRow]:
+        """The `count` trials of the highest ids, by id (status's listing of a big search)."""
+        found = self.db["trials"].rows_where(order_by="id desc", limit=count)
+        return [TrialRow.from_db(row) for row in reversed(list(found))]
+
+    def trials_by_id(self, ids: Iterable[int]) -> list[TrialRow]:
+        """The trials of `ids`, in that order (an id with no trial is left out)."""
+        ids = list(ids)
+        found = {row["id"]: TrialRow.from_db(row) for row in self.db["trials"].rows_where(
+            "id in (select value from json_each(?))", [json.dumps(ids)])}
+        return [found[i] for i in ids if i in found]
+
+    def scored(self) -> list[tuple[int, list]]:
+        """(id, objective values) of every completed trial that has them, by id: all that
+        ranking needs (best, status), without reading and parsing every trial's row."""
+        return [(tid, values) for tid, text in self.db.execute(
+            "select id, objective_values from trials where state = ? and objective_values"
+            " is not null order by id", (COMPLETED,)) if (values := json.loads(text))]
+
+    def top_scored(self, sign: int, k: int) -> list[tuple[int, list]]:
+        """scored()'s k first by (sign * the first value, id), ranked by SQLite, with every
+        trial whose values it cannot read (NaN, Infinity: not JSON) for the caller to rank
+        among them (hpsearch.store.results.best_of)."""
+        head = ("select id, objective_values from trials where state = ? and objective_values"
+                " is not null and ")
+        found = self.db.execute(
+            head + "json_valid(objective_values) and json_array_length(objective_values) > 0"
+            " order by ? * json_extract(objective_values, '$[0]'), id limit ?",
+            (COMPLETED, sign, k)).fetchall()
+        found += self.db.execute(head + "not json_valid(objective_values)", (COMPLETED,))
+        return [(tid, values) for tid, text in found if (values := json.loads(text))]
+
     def trial(self, trial_id: int) -> TrialRow:
         rows = list(self.db["trials"].rows_where("id = ?", [trial_id]))
         if not rows:
@@ -127,6 +166,55 @@ class Reader:
     def all_attempts(self) -> list[dict]:
         """Every trial's attempts in one query, by trial and attempt."""
         return list(self.db["attempts"].rows_where(order_by="trial, attempt"))
+
+    def table_rows(self, table: str, order: str) -> tuple[tuple[str, ...], list[tuple]]:
+        """(column names, every row as a tuple) of `table` ordered by `order` (SQL): what
+        hpsearch.interop.store_view.read_raw keeps."""
+        cursor = self.db.execute(f"select * from [{table}] order by {order}")
+        return tuple(d[0] for d in cursor.description), cursor.fetchall()
+
+    def trials_after(self, last: int, count: int) -> list[TrialRow]:
+        """The first `count` trials of ids above `last`, by id (export reads them so)."""
+        found = self.db["trials"].rows_where("id > ?", [last], order_by="id", limit=count)
+        return [TrialRow.from_db(row) for row in found]
+
+    def rows_between(self, table: str, first: int, last: int) -> list[dict]:
+        """The metrics or attempts rows of trials `first` to `last`, in all_metrics' and
+        all_attempts' order."""
+        order = {"metrics": "trial, step, name", "attempts": "trial, attempt"}[table]
+        return list(self.db[table].rows_where("trial between ? and ?", [first, last],
+                                              order_by=order))
+
+    def metric_order(self) -> list[str]:
+        """Every reported metric's name, in the order first reported: of all_metrics' rows
+        (by trial, step, name), where each name first appears; one pass of the table."""
+        first = self.db.execute("select name, min(trial) from metrics group by name")
+        keys = [(trial, self.db.execute("select min(step) from metrics where trial = ? and"
+                                        " name = ?", (trial, name)).fetchone()[0], name)
+                for name, trial in first.fetchall()]
+        return [name for _, _, name in sorted(keys)]
+
+    def param_order(self) -> list[str]:
+        """Every parameter name of the trials, in the order first seen (by trial id, then in
+        its params), without parsing each trial's row in Python."""
+        try:
+            first = dict(self.db.execute("select key, min(trials.id) from trials, json_each("
+                                         "trials.params) group by key").fetchall())
+        except sqlite3.OperationalError:  # a value JSON cannot hold (NaN): parse them here
+            return list(dict.fromkeys(key for (text,) in self.db.execute(
+                "select params from trials order by id") for key in json.loads(text)))
+        order: list[str] = []
+        for trial in sorted(set(first.values())):
+            (text,) = self.db.execute("select params from trials where id = ?",
+                                      (trial,)).fetchone()
+            order += [key for key in json.loads(text) if first.get(key) == trial]
+        return order
+
+    def attempts_of(self, ids: Iterable[int]) -> list[dict]:
+        """The attempts of the trials `ids` in one query, by trial and attempt."""
+        return list(self.db["attempts"].rows_where(
+            "trial in (select value from json_each(?))", [json.dumps(list(ids))],
+            order_by="trial, attempt"))
 
     def checkpoints(self, trial_id: int | None = None,
                     include_deleted: bool = False) -> list[CheckpointRow]:
@@ -206,7 +294,9 @@ class Reader:
 TROUBLE_KINDS = ("slurm_unreachable", "slurm_limit", "slurm_reachable", "slurm_accepts")
 
 
-for _query in ("experiment", "trials", "trial", "state_counts", "metrics", "objective_curves",
+for _query in ("experiment", "trials", "last_trials", "trials_by_id", "scored", "top_scored",
+               "trial", "attempts_of", "table_rows", "trials_after", "rows_between",
+               "metric_order", "param_order", "state_counts", "metrics", "objective_curves",
                "attempts", "all_metrics", "all_attempts", "checkpoints", "checkpoint_steps",
                "reads", "last_metrics", "events", "pilots", "slurm_trouble", "gpu_use",
                "rank_timing"):

@@ -2,7 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
 from hpsearch.store import rows
+
+
+class Ranked(Protocol):
+    """What ranking reads of a trial: a TrialRow, or a Scored where only that was read."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def objective_values(self) -> list | None: ...
+    @property
+    def values(self) -> list[float]: ...
+
+
+R = TypeVar("R", bound=Ranked)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A completed trial's id and objective values (Reader.scored): ranking 100,000 trials
+    needs no more of their rows; the winners' rows are read after (Reader.trials_by_id)."""
+
+    id: int
+    objective_values: list
+    state: str = rows.COMPLETED
+
+    @property
+    def values(self) -> list[float]:
+        return self.objective_values
 
 
 def _signed(values: list[float], directions: list[str]) -> list[float]:
@@ -10,21 +43,21 @@ def _signed(values: list[float], directions: list[str]) -> list[float]:
     return [v if d == "minimize" else -v for v, d in zip(values, directions)]
 
 
-def completed(trials: list[rows.TrialRow]) -> list[rows.TrialRow]:
+def completed(trials: list[R]) -> list[R]:
     return [t for t in trials if t.state == rows.COMPLETED and t.objective_values]
 
 
-def top_k(trials: list[rows.TrialRow], directions: list[str], k: int) -> list[rows.TrialRow]:
+def top_k(trials: list[R], directions: list[str], k: int) -> list[R]:
     """The k best completed trials by the first objective (ties: lower trial id first)."""
     done = completed(trials)
     return sorted(done, key=lambda t: (_signed(t.values, directions)[0], t.id))[:k]
 
 
-def pareto_front(trials: list[rows.TrialRow], directions: list[str]) -> list[rows.TrialRow]:
+def pareto_front(trials: list[R], directions: list[str]) -> list[R]:
     """Completed trials that no other completed trial dominates, by trial id."""
     done = completed(trials)
     points = [(_signed(t.values, directions), t) for t in done]
-    front = []
+    front: list[R] = []
     for p, t in points:
         dominated = any(all(a <= b for a, b in zip(q, p)) and any(a < b for a, b in zip(q, p))
                         for q, _ in points)
@@ -33,11 +66,22 @@ def pareto_front(trials: list[rows.TrialRow], directions: list[str]) -> list[row
     return front
 
 
-def best(trials: list[rows.TrialRow], directions: list[str], k: int = 1) -> list[rows.TrialRow]:
+def best(trials: list[R], directions: list[str], k: int = 1) -> list[R]:
     """Top-k for one objective; the whole Pareto front for several."""
     if len(directions) > 1:
         return pareto_front(trials, directions)
     return top_k(trials, directions, k)
+
+
+def best_of(reader, directions: list[str], k: int = 1) -> list[Scored]:
+    """best() of the trials in a store (an open hpsearch.store.reader.Reader), from their ids
+    and values only: for one objective SQLite ranks them (Reader.top_scored; best() then
+    ranks its few), so 100,000 trials are not parsed in Python."""
+    if len(directions) > 1:
+        found = reader.scored()
+    else:
+        found = reader.top_scored(1 if directions[0] == "minimize" else -1, k)
+    return best([Scored(*s) for s in found], directions, k)
 
 
 def record(trial: rows.TrialRow, metrics: list[str]) -> dict:

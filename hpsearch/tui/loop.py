@@ -53,9 +53,8 @@ def render_once(exp_dir: Path, width: int | None = None, height: int | None = No
     console = console or _console()
     source = SnapshotSource(exp_dir)
     try:
-        source.snapshot(rows=1)  # learns whether the trials run as Slurm jobs
         cluster = ClusterWatch(topology_file=topology_file(exp_dir))._query() \
-            if source.on_slurm else None
+            if source.learn_on_slurm() else None
         width = width or console.width
         height = height or (console.height if console.is_terminal else 200)
         snap = source.snapshot(cluster or (None, None), rows=max(1, height))
