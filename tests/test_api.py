@@ -71,13 +71,18 @@ def test_frozen_trials_carry_intermediate_values_and_distributions(searched):
     assert exp.optuna_study().best_trial.number == exp.best.id
 
 
-def test_multi_objective_dataframe_has_values_columns(cli):
+def _two_objectives(cli):
+    """The interop search with a second objective (acc, maximized), run; its Experiment."""
     text = write_spec(cli).read_text().replace(
         "objective: {metric: loss, direction: minimize}",
         "objective: [{metric: loss, direction: minimize}, {metric: acc, direction: maximize}]"
     ).replace("  pruner: {type: threshold, upper: 50}\n", "")
     cli("submit", cli.write_spec(text, "multi.yaml"), check=1)
-    exp = hpsearch.load("interop", cli.runs)
+    return hpsearch.load("interop", cli.runs)
+
+
+def test_multi_objective_dataframe_has_values_columns(cli):
+    exp = _two_objectives(cli)
     df = exp.trials_dataframe()
     assert {"values_0", "values_1"} <= set(df.columns) and "value" not in df.columns
     assert "user_attrs_acc" not in df.columns  # acc is an objective here, not a user attr
@@ -171,12 +176,7 @@ def test_trials_dataframe_is_made_by_columns_and_equals_optunas(searched):
 
 def test_trials_dataframe_of_several_objectives_equals_optunas(cli):
     import pandas as pd
-    text = write_spec(cli).read_text().replace(
-        "objective: {metric: loss, direction: minimize}",
-        "objective: [{metric: loss, direction: minimize}, {metric: acc, direction: maximize}]"
-    ).replace("  pruner: {type: threshold, upper: 50}\n", "")
-    cli("submit", cli.write_spec(text, "multi.yaml"), check=1)
-    exp = hpsearch.load("interop", cli.runs)
+    exp = _two_objectives(cli)
     pd.testing.assert_frame_equal(exp.trials_dataframe(), _optunas(exp))
 
 
