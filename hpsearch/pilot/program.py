@@ -355,11 +355,11 @@ class Pilot:
         share, kills = self.memory.pop(event.trial_id, (None, None))
         if event.trial_id in self.remote:  # its peak memory is srun's here, not the trial's
             event = dataclasses.replace(self._remote_end(event, grant), peak_rss_mb=None)
+            if event.reason == "lost":
+                self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
         elif event.reason == "exited" and (why := oom.verdict(
                 event.exit_code, event.peak_rss_mb, share, kills, oom.oom_kills())):
             event = dataclasses.replace(event, reason="out_of_memory", detail=why)
-            if event.reason == "lost":
-                self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
         clean = (event.reason == "exited" and event.exit_code in (0, 75)) \
             or event.reason in ("cancelled", "timeout")
         if clean or event.trial_id in self.stopped_for_end:
