@@ -263,8 +263,17 @@ def timed_step(step: int, sync: Any = None, report: bool = True) -> Iterator[Ste
 
 
 def result(**metrics: float) -> None:
-    """Record the final metrics (objective values) atomically in result.json."""
+    """Record the final metrics (objective values) atomically in result.json. A checkpoint
+    signal (SIGUSR1, SIGUSR2) that comes after it asks for nothing: it is ignored from then
+    on. Python puts its signals back to their default as it exits, so one that came while
+    the process exited killed it (exit 140) and its finished attempt counted as failed."""
     write_json_atomic(trial_dir() / "result.json", _clean(metrics))
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        try:
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
 
 
 def write_json_atomic(path: Path, data: dict, sync: bool = True) -> None:

@@ -79,6 +79,26 @@ def test_trial_module_imports_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_checkpoint_signal_after_the_result_does_not_kill_the_finished_trial(tmp_path):
+    """Python puts its signal handlers back to the default as it exits: a SIGUSR2 that came
+    then killed a trial that had written its result (exit 140, its attempt counted failed;
+    seen in CI). After trial.result() a checkpoint signal asks for nothing: ignored. Here a
+    shell sends the trial SIGUSR2 without a pause from before its result until it is gone;
+    before the result, the signal still asks it to stop (should_stop)."""
+    import os
+    code = ("import os, subprocess, sys, time; from hpsearch import trial; trial.should_stop(); "
+            "spam = subprocess.Popen(['sh', '-c', f'while kill -USR2 {os.getpid()} "
+            "2>/dev/null; do :; done'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+            "time.sleep(0.2); print(trial.should_stop(), "
+            "flush=True); trial.result(loss=1.0)")
+    for _ in range(5):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "HPSEARCH_TRIAL_DIR": str(tmp_path)},
+                              timeout=30)
+        assert (proc.returncode, proc.stdout) == (0, "True\n"), proc.stderr
+    assert json.loads((tmp_path / "result.json").read_text()) == {"loss": 1.0}
+
+
 def test_trial_module_refuses_bad_metrics(tmp_path, monkeypatch):
     from hpsearch import trial
     monkeypatch.setenv("HPSEARCH_TRIAL_DIR", str(tmp_path))
