@@ -410,7 +410,7 @@ class PilotExecutor(Executor):
                      self.fleet.leaves(pilot, nodes) if pilot else self.fleet.planner.leaves(nodes),
                      job_id, stopped_as=stopped,
                      peak_rss_mb=float(peak) if isinstance(peak, (int, float))
-                     and not isinstance(peak, bool) and peak >= 0 else None)
+                     and not isinstance(peak, bool) and 0 <= peak < math.inf else None)
 
     def _start_failed(self, pilot: PilotJob) -> list:
         """A pilot that ended before it ran a trial, neither stopped by the driver nor gone
