@@ -12,7 +12,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any
 
-from hpsearch.spec import checks, durations
+from hpsearch.spec import checks, durations, own_options
 from hpsearch.spec.model import Executor, Pilots, Site, SitePilots
 from hpsearch.spec.space import is_int
 from hpsearch.spec.yamlpos import KeyPath
@@ -29,15 +29,17 @@ SITE_KEYS = ("name", "partition", "cluster", "account", "qos", "max", "weight", 
 
 
 def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
-    """A name (`slurm`) or a mapping of EXECUTOR_KEYS."""
+    """A name (`slurm`) or a mapping of EXECUTOR_KEYS and the options of its type."""
     if isinstance(value, str):
         value = {"type": value}
-    d = v.mapping(value, path, EXECUTOR_KEYS)
+    d = v.mapping(value, path, EXECUTOR_KEYS + v.vocabulary.executor_option_names())
     kind = d.get("type", "local")
     types = v.vocabulary.executor_types()
     if kind not in types:
         raise v.fail(path + ("type",), f"unknown executor {checks.shown(kind)}; "
                                        f"expected one of {', '.join(types)}")
+    own = own_options.options(v, d, path, "executor", kind,
+                              [(e.name, e.options) for e in v.vocabulary.executors])
     gpus = d.get("gpus")
     if gpus is not None and gpus != "auto":
         v.typed(gpus, path + ("gpus",), lambda x: isinstance(x, list) and x and all(
@@ -65,7 +67,8 @@ def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
                             else v.duration(x, p), Executor.move_after)
     return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
                     array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
-                    pilots=pilots, warm=warm, sites=sites, move_after=move_after)
+                    pilots=pilots, warm=warm, sites=sites, move_after=move_after,
+                    options=own)
 
 
 def _sites(v: _Validator, value: Any, path: KeyPath) -> tuple[Site, ...]:

@@ -397,6 +397,12 @@ class Executor:
     # cancelled there and sent to that one; sooner (brokerage.QUICK_MOVE) to a site with
     # idle nodes for it (None: never moved).
     move_after: float | None = 120.0
+    # The options of its type's own (ExecutorFacts.options: an executor from a plugin's
+    # settings), defaults filled in, as (name, value).
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def option(self, name: str) -> Any:
+        return dict(self.options)[name]
 
 
 @dataclass(frozen=True)

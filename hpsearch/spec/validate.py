@@ -16,7 +16,7 @@ from hpsearch.spec import (
     durations,
     known_points,
     limits,
-    strategy_options,
+    own_options,
     trial_resources,
 )
 from hpsearch.spec.cost import cost_problem
@@ -304,8 +304,9 @@ class _Validator:
                                  lambda v, p: limits.max_failures(self, v, p),
                                  MaxFailures())
         budget = self.optional(d, "timeout", path, lambda v, p: limits.timeout(self, v, p))
-        own = () if strategy is FAILED else strategy_options.options(
-            self, d, path, self.vocabulary.strategy(strategy),
+        own = () if strategy is FAILED else own_options.options(
+            self, d, path, "strategy", strategy,
+            [(s.name, s.options) for s in self.vocabulary.strategies],
             FAILED if broken(path + ("space",)) else space)
         if strategy is FAILED or space is FAILED or broken(path + ("space",)):
             return FAILED  # enqueue, warm_start and the rest read them

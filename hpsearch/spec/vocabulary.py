@@ -15,14 +15,15 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Option:
-    """A setting of one strategy, written under `search:` beside the common keys (a
-    strategy's settings are its own: adding one touches its registry entry, not the spec).
-    kind: int (>= low) | float (low < x <= high, or low <= x with `closed`) | floats (a
-    non-empty list of numbers > low) | choice (one of choices) | names (a list of the
-    space's searched parameters; the default () means all of them) | schedule (a list of
-    {from_step, params}: from step 0 on, steps increasing, parameters of the space; the
-    default () means none). A `required` option
-    has no default: a spec naming the strategy must give it."""
+    """A setting of one strategy, written under `search:` beside the common keys, or of one
+    executor, under `executor:` (a piece's settings are its own: adding one touches its
+    registry entry, not the spec).
+    kind: int (>= low, <= high where set) | float (low < x <= high, or low <= x with
+    `closed`) | floats (a non-empty list of numbers > low) | choice (one of choices) | names
+    (a list of the space's searched parameters; the default () means all of them) |
+    schedule (a list of {from_step, params}: from step 0 on, steps increasing, parameters
+    of the space; the default () means none); names and schedule are a strategy's only. A
+    `required` option has no default: a spec naming the piece must give it."""
 
     name: str
     kind: str
@@ -66,6 +67,7 @@ class ExecutorFacts:
     job_per_attempt: bool = False  # each attempt is a Slurm job (or array task) of its own
     section: str | None = None     # chosen where this key of `executor:` is set (pilots)
     refines: str | None = None     # ... and executor.type is this one (slurm)
+    options: tuple[Option, ...] = ()  # its own settings under `executor:` (for its type)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,10 @@ class Vocabulary:
     def option_names(self) -> tuple[str, ...]:
         """Every strategy's option names, once each, in registry order."""
         return tuple(dict.fromkeys(o.name for s in self.strategies for o in s.options))
+
+    def executor_option_names(self) -> tuple[str, ...]:
+        """Every executor's option names, once each, in registry order."""
+        return tuple(dict.fromkeys(o.name for e in self.executors for o in e.options))
 
     def executor_types(self) -> tuple[str, ...]:
         """What `executor.type` may say."""

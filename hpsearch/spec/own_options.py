@@ -1,15 +1,17 @@
-"""A strategy's own settings under `search:` (spec/vocabulary.py Option): each checked as its
-registry entry declares it, defaults filled in; one that belongs to another strategy is named
-as such, not as an unknown key; a required one missing is named with its strategy."""
+"""A piece's own settings (spec/vocabulary.py Option): a strategy's under `search:`, an
+executor's under `executor:`. Each is checked as its registry entry declares it, defaults
+filled in; one that belongs to another piece of the seam is named as such, not as an unknown
+key; a required one missing is named with its piece."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hpsearch.errors import shown
 from hpsearch.spec.problems import FAILED
-from hpsearch.spec.vocabulary import Option, StrategyFacts
+from hpsearch.spec.vocabulary import Option
 from hpsearch.spec.yamlpos import KeyPath
 
 if TYPE_CHECKING:
@@ -17,23 +19,25 @@ if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator
 
 
-def options(v: _Validator, d: dict, path: KeyPath, facts: StrategyFacts,
-            space: tuple[Param, ...] | Any) -> tuple[tuple[str, Any], ...]:
-    """(name, value) of each of `facts`' options, as given in `d` or by default. `space`:
-    the checked space (FAILED where it had a problem: names in it are not checked then)."""
-    own = {o.name for o in facts.options}
+def options(v: _Validator, d: dict, path: KeyPath, seam: str, name: str,
+            pieces: Sequence[tuple[str, tuple[Option, ...]]],
+            space: tuple[Param, ...] | Any = FAILED) -> tuple[tuple[str, Any], ...]:
+    """(name, value) of each option of the piece `name` (a `seam`: "strategy", "executor"),
+    as given in `d` or by default. `pieces`: (name, options) of every piece of the seam.
+    `space`: the checked space (FAILED where it had a problem or there is none: names in it
+    are not checked then)."""
+    own = dict(pieces)[name]
+    mine = {o.name for o in own}
     for key in d:
-        if key in v.vocabulary.option_names() and key not in own:
-            owners = [s.name for s in v.vocabulary.strategies
-                      if any(o.name == key for o in s.options)]
-            v.problems.note(v.fail(path + (key,), f"'{key}' is a setting of strategy "
-                                                  f"{' or '.join(owners)}, not of "
-                                                  f"{facts.name}"))
+        owners = [n for n, opts in pieces if any(o.name == key for o in opts)]
+        if owners and key not in mine:
+            v.problems.note(v.fail(path + (key,), f"'{key}' is a setting of {seam} "
+                                                  f"{' or '.join(owners)}, not of {name}"))
     out = []
-    for o in facts.options:
+    for o in own:
         if o.required and d.get(o.name) is None:
-            v.problems.note(v.fail(path, f"missing required key '{o.name}' for strategy "
-                                         f"{facts.name} ({o.doc})"))
+            v.problems.note(v.fail(path, f"missing required key '{o.name}' for {seam} "
+                                         f"{name} ({o.doc})"))
             v.problems.skip(path + (o.name,))
         out.append((o.name, v.optional(d, o.name, path,
                                        lambda x, p, o=o: _value(v, o, x, p, space), o.default)))
@@ -42,7 +46,11 @@ def options(v: _Validator, d: dict, path: KeyPath, facts: StrategyFacts,
 
 def _value(v: _Validator, option: Option, value: Any, path: KeyPath, space: Any) -> Any:
     if option.kind == "int":
-        return v.integer(value, path, int(option.low))
+        number = v.integer(value, path, int(option.low))
+        if option.high is not None and number > option.high:
+            raise v.fail(path, f"expected an integer from {option.low:g} to {option.high:g}; "
+                               f"got {number}")
+        return number
     if option.kind == "float":
         return _number(v, option, value, path)
     if option.kind == "floats":
