@@ -431,9 +431,17 @@ def register_checkpoint(step: int, path: str | Path) -> None:
         os.close(fd)
 
 
+_STOP_SIGNALS = {int(s): s.name.removeprefix("SIG")
+                 for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)}
+
+
 def _on_signal(signum: int, frame: Any) -> None:
+    # A lookup, no call: Python runs a signal that comes while a handler runs inside it,
+    # at the handler's next call. The handler that built the name through signal.Signals
+    # (a dozen calls into enum) nested under a flood of SIGUSR2 until RecursionError killed
+    # the trial (tests/test_trial_contract.py, seen in the quick tier under load).
     global _stop_signal
-    _stop_signal = signal.Signals(signum).name.removeprefix("SIG")
+    _stop_signal = _STOP_SIGNALS.get(signum, "signal")
 
 
 def _install_handlers() -> None:
@@ -441,7 +449,7 @@ def _install_handlers() -> None:
     if _handlers_installed:
         return
     _handlers_installed = True
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+    for sig in _STOP_SIGNALS:
         try:
             if signal.getsignal(sig) in (signal.SIG_DFL, None):
                 signal.signal(sig, _on_signal)
