@@ -190,7 +190,7 @@ def plan(args) -> int:
     search.rebuild([], {})
     print(f"runs in: {spec.experiment_dir}   workdir: {spec.workdir}   executor: "
           f"{spec.executor.type}")
-    pilots = facts(spec.executor).section == "pilots"
+    pilots = facts(spec.executor).in_pilots
     if pilots:
         print(_pilot_line(spec) if args.brief else _pilot_script(spec), end="")
     split = _sites_split(spec, shown)

@@ -54,7 +54,7 @@ def pilot_share(resources: Resources, slot: Resources, slots_per_node: int,
 def pilot_share_of(spec: Spec) -> PilotShare | None:
     """Where trials run in pilots, the share of each node a trial's attempt holds (the
     cost objectives' node_hours and the report's); else None."""
-    pilots = spec.executor.pilots if facts(spec.executor).section == "pilots" else None
+    pilots = spec.executor.pilots if facts(spec.executor).in_pilots else None
     if pilots is None:
         return None
     at_site = {site.name: site.pilots.over(pilots).slots_per_node

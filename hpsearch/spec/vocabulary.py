@@ -65,6 +65,8 @@ class ExecutorFacts:
     name: str
     on_slurm: bool = False         # trials run as Slurm jobs or steps, not on this machine
     job_per_attempt: bool = False  # each attempt is a Slurm job (or array task) of its own
+    in_pilots: bool = False        # trials share long-lived pilot jobs (executor.pilots'
+                                   # settings apply; cost counts a trial's share of a node)
     section: str | None = None     # chosen where this key of `executor:` is set (pilots)
     refines: str | None = None     # ... and executor.type is this one (slurm)
     options: tuple[Option, ...] = ()  # its own settings under `executor:` (for its type)
