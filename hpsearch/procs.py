@@ -6,6 +6,7 @@ stopping a whole process group; and how hpsearch starts its own Python programs
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 # `python -m MODULE` puts the folder it starts in first on sys.path. hpsearch starts its own
@@ -157,3 +158,37 @@ def kill(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
         except OSError:
             pass
+
+
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def tree_rss_kib(roots: Iterable[int]) -> dict[int, int]:
+    """The resident memory, in KiB, of each root process and all its descendants (found by
+    their parents, so a descendant in a session of its own counts: torchrun's workers), read
+    in one pass over /proc, as Slurm's jobacct_gather/linux sums a task's processes. A root
+    that is gone counts 0."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            data = Path(entry.path, "stat").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        fields = data[data.rindex(b")") + 2:].split()  # after the command name, as start_time
+        parent[int(entry.name)] = int(fields[1])
+        rss[int(entry.name)] = int(fields[21]) * _PAGE_KIB
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {}
+    for root in roots:
+        total, todo = 0, [root]
+        while todo:
+            pid = todo.pop()
+            total += rss.get(pid, 0)
+            todo.extend(children.get(pid, ()))
+        out[root] = total
+    return out

@@ -1,5 +1,6 @@
 """Memory in pilots (issue 40 item 3, docs/brokerage.md#scouts), without a cluster: what an
-attempt's peak memory is (the local executor's wait4, as a pilot runs its trials), the slots
+attempt's peak memory is (the local executor's wait4 and its samples of the trial's processes
+summed, as a pilot runs its trials), the slots
 of pilots submitted once the scouts sized the trials (hpsearch.pilot.sizing, the pilot
 executor's supply and binding), and a trial in a pilot killed for want of memory
 (hpsearch.pilot.oom). On the emulated cluster: tests/slurm/test_scouts.py."""
@@ -63,6 +64,25 @@ def test_an_attempt_s_peak_memory_is_stored_from_the_process_that_reaped_it(cli)
         peaks = [row["max_rss_mb"] for row in reader.db.query(
             "select max_rss_mb from attempts order by trial")]
     assert 150 <= peaks[0] < 400 and 0 < peaks[1] < 50, peaks
+
+
+def test_an_attempt_s_peak_memory_sums_the_processes_it_runs_at_once(cli):
+    """Three pythons holding 80 MiB each at the same time, one in a session of its own (as
+    torchrun's workers are): the stored peak is their sum, as Slurm's MaxRSS sums a task's
+    processes; the largest process alone (wait4) would be about 90 MiB."""
+    hold = (f"{sys.executable} -c 'import time; b = bytearray(80 << 20); "
+            "b[::4096] = bytes(len(b[::4096])); time.sleep(2.5)'")
+    spec = cli.write_spec(f"""
+        name: tree
+        command: >-
+          {hold} & setsid {hold} & {hold}; wait; echo "@hpsearch step=0 loss={{x}}"
+        search: {{strategy: grid, space: {{x: {{choices: [1]}}}}}}
+        objective: {{metric: loss}}
+        """)
+    cli("submit", spec, "--no-tui", "-q")
+    with Reader(cli.runs / "tree" / STORE_FILE) as reader:
+        peak = reader.db.execute("select max_rss_mb from attempts").fetchone()[0]
+    assert 240 <= peak < 400, peak
 
 
 def test_new_pilots_get_the_time_for_ten_of_the_longest_sized_trial_if_that_is_shorter(

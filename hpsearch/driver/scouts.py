@@ -13,12 +13,13 @@ a failure is known to be the scouts' (also after a restart).
 
 In pilots (`in_pilots`) a trial has no job of its own for sacct to measure: its run time is
 its attempt's, as the store has it (started to finished), and its peak memory what its
-pilot measured (wait4's ru_maxrss of the trial's shell, which holds its largest waited-for
-process's: attempts.max_rss_mb; not known for a trial on a pilot's other nodes, run through
-srun). The sized time becomes the trial's own time limit in its assignment, which the pilot
-enforces and binds by (a trial fits in a pilot's remaining time sooner); the sized memory
-its own `mem`, by which later pilots' slots are cut (hpsearch.pilot.executor). The local
-executor's limit is executor.timeout: no scouts.
+pilot measured (attempts.max_rss_mb: its processes' memory summed at samples each second,
+or wait4's ru_maxrss of its shell where more, hpsearch.executors.local; not known for a
+trial on a pilot's other nodes, run through srun). The sized time becomes the trial's
+own time limit in its assignment, which the pilot enforces and binds by (a trial fits in a
+pilot's remaining time sooner); the sized memory its own `mem`, by which later pilots'
+slots are cut (hpsearch.pilot.executor). The local executor's limit is executor.timeout:
+no scouts.
 
 Promotion segments are sized per rung: a segment to step budget B asks for what the
 completed segments to B took (the first `scouts` of them at the ceiling), as each rung of

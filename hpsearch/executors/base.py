@@ -73,9 +73,10 @@ class Ended:
     # When the executor saw it end (time.time()); None: when the driver records it. With the
     # start's `at`, the attempt's stored run time is the process's, however late the poll.
     at: float | None = None
-    # The peak resident memory of its largest process, in MiB (wait4's ru_maxrss of the
-    # shell it started, which holds its waited-for descendants'), where the executor reaped
-    # it: the local executor, and a pilot for the trials on its own node. None: not known.
+    # Its peak resident memory in MiB: the most its processes held together at a sample
+    # (each second), or its largest process's (wait4's ru_maxrss) where more, where the
+    # executor ran it: the local executor, and a pilot for the trials on its own node.
+    # None: not known.
     peak_rss_mb: float | None = None
 
 

@@ -5,7 +5,8 @@ pilot has no job: the kernel's OOM killer (the pilot job's cgroup is over its --
 SIGKILL to its largest process, and the pilot sees an exit by SIGKILL. The pilot calls that
 out_of_memory (so a trial sized by the scouts runs again at the ceiling, not counted as a
 failure) when it died by SIGKILL and either its cgroup counted an OOM kill while it ran
-(memory.events' oom_kill, cgroup v2), or its peak memory (wait4's ru_maxrss) reached
+(memory.events' oom_kill, cgroup v2), or its peak memory (its processes' sum at a
+sample, or wait4's ru_maxrss) reached
 NEAR of its memory share. Emulated test clusters do not confine memory; the second rule
 is what can be seen there.
 """
