@@ -233,3 +233,42 @@ def test_export_streams_piece_by_piece_the_same_text(searched, monkeypatch):
         out = searched.cwd / f"t.{fmt}"
         searched("export", "interop", "--format", fmt, "--out", out, check=0)
         assert out.read_bytes() == text.encode()
+
+
+def test_numeric_params_read_by_arrow_are_the_columns_json_gives(searched, monkeypatch):
+    """pyarrow's JSON reader (trials_frame._numeric_params) gives the params columns that
+    json.loads and the split per value give: the same frame either way; anything but
+    numbers (a string, a bool, a list, a number no double holds) is left to the split."""
+    import pandas as pd
+
+    from hpsearch.interop import trials_frame
+    exp = hpsearch.load("interop", searched.runs)
+    fast, numeric = exp.trials_dataframe(), trials_frame._numeric_params
+    monkeypatch.setattr(trials_frame, "_numeric_params", lambda texts: None)
+    pd.testing.assert_frame_equal(fast, exp.trials_dataframe())
+    texts = ['{"a": 1, "b": 0.5}', '{"a": 2}', '{"b": 3, "a": null}', '{"c": 7, "a": 4}']
+    got = numeric(texts)
+    want = {"a": [1, 2, None, 4], "b": [0.5, math.nan, 3, math.nan],
+            "c": [math.nan, math.nan, math.nan, 7]}
+    pd.testing.assert_frame_equal(pd.DataFrame({k: got["params", k] for k in want}),
+                                  pd.DataFrame(want))
+    assert numeric(['{"a": 1}', '{"a": 2}'])["params", "a"].dtype == "int64"
+    for other in ('{"a": "x"}', '{"a": true}', '{"a": [1]}', '{"a": 1e400}'):
+        assert numeric(['{"a": 1}', other]) is None, other
+
+
+def test_gc_paused_gives_the_collector_back_as_it_found_it():
+    import gc
+
+    from hpsearch.interop.store_view import gc_paused
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
