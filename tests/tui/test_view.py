@@ -4,10 +4,13 @@ and one snapshot + render over a store of 10,000 trials."""
 from __future__ import annotations
 
 import io
+import sqlite3
 from pathlib import Path
 
 from rich.console import Console
 
+from hpsearch.store.rows import IN_FLIGHT
+from hpsearch.store.runs import STORE_FILE
 from hpsearch.tui.model import ClusterWatch, LeafLine, SnapshotSource, pareto_size
 from hpsearch.tui.text import format_duration
 from hpsearch.tui.view import render
@@ -93,6 +96,25 @@ def test_10000_trials_one_snapshot_and_render(tmp_path: Path):
     assert snap.finished == 10_000 - 8
     assert snap.counts["failed"] == 199 and snap.counts["running"] == 8
     assert snap.best is not None
+    source.close()
+
+
+def test_the_trials_shown_are_those_in_flight_then_the_most_recently_finished(tmp_path):
+    """_shown_trials sorts without a condition on the state and drops the trials in flight
+    after: the rows the one query with that condition gave (finished out of id order)."""
+    exp_dir = build_store(tmp_path / "exp", 300, running=5)
+    with sqlite3.connect(exp_dir / STORE_FILE) as db:
+        db.execute("update trials set finished = 2e9 - id * 7 % 300 where finished not null")
+    source = SnapshotSource(exp_dir)
+    db = source.reader.db
+    marks = ",".join("?" * 3)
+    for limit in (1, 5, 6, 40, 400):
+        flying = [i for (i,) in db.execute(f"select id from trials where state in ({marks}) "
+                                           "order by id limit ?", (*IN_FLIGHT, limit))]
+        recent = [i for (i,) in db.execute(
+            f"select id from trials where state not in ({marks}) order by finished desc, "
+            "id desc limit ?", (*IN_FLIGHT, max(0, limit - len(flying))))]
+        assert [t.id for t in source._shown_trials(limit)] == flying + recent, limit
     source.close()
 
 
