@@ -401,8 +401,13 @@ class SlurmExecutor(Executor):
             queued = queue.get(job_id)
             if runs:
                 events.extend(self._requeues(job, runs.get(job_id, [])))
+                if job.trial_id not in self.jobs:  # a node failure's requeue, cancelled
+                    continue
             if rec is not None and rec.state in _MAY_REQUEUE and queued is not None \
                     and queued.state != "COMPLETING":
+                if rec.state == "NODE_FAIL":
+                    events.append(self._resubmit(job, rec))
+                    continue
                 self._soon()  # Slurm requeues it: its next run's record is on its way
                 continue
             try:  # a failure here must not lose the requeues found above: ask next time
@@ -480,11 +485,14 @@ class SlurmExecutor(Executor):
         return any(rec.job_id in (task[0], job_id) and rec.state == "CANCELLED"
                    and not rec.nodes for rec in arrays[task[0]])
 
-    def _requeues(self, job: _Job, runs: list[parse.JobRecord]) -> list[Requeued]:
+    def _requeues(self, job: _Job, runs: list[parse.JobRecord]) -> list[Requeued | Ended]:
         """A Requeued for each run of the job that ended since the last look, the job moved
         on to the attempt of its newest run. `runs`: its sacct records, oldest first."""
-        events = []
+        events: list[Requeued | Ended] = []
         for run in runs[job.runs - 1:-1]:
+            if run is runs[-2] and run.state == "NODE_FAIL" and runs[-1].state == "PENDING":
+                events.append(self._resubmit(job, run))
+                return events
             nodelist = compress(list(run.nodes)) if run.nodes else job.nodes
             detail = (f"Slurm job {job.job_id} {run.raw_state}"
                       + (f" on {nodelist}" if nodelist else "") + ", requeued by Slurm")
@@ -497,6 +505,21 @@ class SlurmExecutor(Executor):
             job.state, job.reason, job.nodes, job.short_since = "PENDING", None, None, None
             self._soon()
         return events
+
+    def _resubmit(self, job: _Job, run: parse.JobRecord) -> Ended:
+        """A run that ended NODE_FAIL, which Slurm requeues (JobRequeue=1, its default): the
+        requeued job waits out a BeginTime (cred_expire: 120 s by default, 30 s on the test
+        cluster) before it may start, and on the same nodes if they come back. It is
+        cancelled instead and its attempt ends node_fail, so that the retry rules submit a
+        new job at once, away from the failed node (issue 42: after a node crash a job per
+        trial reached the target 30 s late, waiting for its requeue)."""
+        job.nodes = (compress(list(run.nodes)) if run.nodes else None) or job.nodes
+        job.cancel_requested = True
+        self._scancel([job.job_id])
+        return self._end(job, None, "node_fail", f"Slurm job {job.job_id} {run.raw_state}"
+                         + (f" on {job.nodes}" if job.nodes else "") + "; Slurm would "
+                         "requeue it to wait out its BeginTime: cancelled, to run again now "
+                         "as a new job")
 
     def _replan(self, job: _Job) -> list[Note]:
         placement = self.planner.replan(job.trial_id, job.attempt)

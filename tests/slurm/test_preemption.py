@@ -303,8 +303,9 @@ def _slurmd_pid(slurm_cluster, node: str) -> int:
 def test_ddp_trial_on_a_node_whose_slurmd_dies_resumes_on_other_nodes(
         cli, slurm_cluster, baseline):
     """kill -9 of one slurmd under a running trial: after SlurmdTimeout the node is DOWN,
-    the job NODE_FAILs and Slurm requeues it (JobRequeue=1, --requeue): the next run is a new
-    attempt of the same job, on other nodes, and resumes from the checkpoint."""
+    the job NODE_FAILs and Slurm requeues it (JobRequeue=1, --requeue); hpsearch cancels the
+    requeued job rather than wait out its BeginTime, and the next attempt, a new job on
+    other nodes, resumes from the checkpoint (tests/slurm/test_node_crash.py)."""
     # The job's processes on the node live on without their slurmd: the training must
     # outlast SlurmdTimeout (60 s) and Slurm's next check after it.
     spec, name, env = _setup(cli, slurm_cluster, "pre-nodefail", 24, 5, "00:10:00", "")
