@@ -134,8 +134,7 @@ class RawRows:
             return [None] * len(found)
         made = self.__dict__.setdefault("_columns", {})  # read once: trials_dataframe
         if (table, name) not in made:                    # asks for some columns twice
-            i = header.index(name)
-            made[table, name] = [row[i] for row in found]
+            made[table, name] = list(map(operator.itemgetter(header.index(name)), found))
         return list(made[table, name])
 
     def column(self, *names: str, table: str = "trials") -> list[tuple]:
