@@ -197,6 +197,9 @@ def test_iso_many_gives_isos_text_and_fromtimestamps_datetimes(zone, monkeypatch
         stamps = [at + k * 599.123456 - 30_000 for at in (change, back) for k in range(100)] + [
             None, 1_796_031_823.4959543, 0.0005, 1_800_000_000.9995]
         assert iso_many(stamps) == [iso(s) for s in stamps]
+        dense = [back - 1000 + k * 1.0007 for k in range(2000)]  # 2,000 s across the change
+        assert iso_many(dense) == [iso(s) for s in dense]
+        assert _local(dense).tolist() == [dt.datetime.fromtimestamp(s) for s in dense]
         assert _local(stamps).tolist() == [None if s is None else
                                            dt.datetime.fromtimestamp(s) for s in stamps]
     finally:
@@ -272,3 +275,12 @@ def test_gc_paused_gives_the_collector_back_as_it_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_ints_gives_numpy_the_columns_pandas_would_make_of_the_list():
+    import pandas as pd
+
+    from hpsearch.interop.trials_frame import _ints
+    for values in ([1, 2, 3], [1, None], [2**70, 1], [True, 1], [1, 2.5], []):
+        pd.testing.assert_series_equal(pd.Series(_ints(values)), pd.Series(values))
+    assert _ints([1, None]) == [1, None] and _ints([True]) == [True]

