@@ -249,6 +249,8 @@ def test_numeric_params_read_by_arrow_are_the_columns_json_gives(searched, monke
     fast, numeric = exp.trials_dataframe(), trials_frame._numeric_params
     monkeypatch.setattr(trials_frame, "_numeric_params", lambda texts: None)
     pd.testing.assert_frame_equal(fast, exp.trials_dataframe())
+    monkeypatch.setattr(trials_frame, "_numeric_values", lambda texts, states, n: None)
+    pd.testing.assert_frame_equal(fast, exp.trials_dataframe())  # values: json's way too
     texts = ['{"a": 1, "b": 0.5}', '{"a": 2}', '{"b": 3, "a": null}', '{"c": 7, "a": 4}']
     got = numeric(texts)
     want = {"a": [1, 2, None, 4], "b": [0.5, math.nan, 3, math.nan],
@@ -284,3 +286,23 @@ def test_ints_gives_numpy_the_columns_pandas_would_make_of_the_list():
     for values in ([1, 2, 3], [1, None], [2**70, 1], [True, 1], [1, 2.5], []):
         pd.testing.assert_series_equal(pd.Series(_ints(values)), pd.Series(values))
     assert _ints([1, None]) == [1, None] and _ints([True]) == [True]
+
+
+def test_numeric_values_read_by_arrow_are_the_columns_json_gives(cli, monkeypatch):
+    """trials_frame._numeric_values: each objective's column as json.loads gives it (two
+    objectives here), NaN where a trial is not COMPLETE; anything else is left to json."""
+    import pandas as pd
+
+    from hpsearch.interop import trials_frame
+    exp = _two_objectives(cli)
+    fast, numeric = exp.trials_dataframe(), trials_frame._numeric_values
+    monkeypatch.setattr(trials_frame, "_numeric_values", lambda texts, states, n: None)
+    pd.testing.assert_frame_equal(fast, exp.trials_dataframe())
+    done = ["COMPLETE", "COMPLETE"]
+    assert numeric(["[1]", "[2]"], done, 1)[0].dtype == "int64"
+    got = numeric(["[1, 0.5]", "[2, 3]", "null"], [*done, "FAIL"], 2)
+    assert [c.tolist()[:2] for c in got] == [[1, 2], [0.5, 3]] and math.isnan(got[0][2])
+    for texts, states in ((["[1]", "[]"], done), (["[1, 2]", "[3]"], done),
+                          (["[1]", None], done), (["[1]", '["a"]'], done),
+                          (["[1]", "[2]"], ["FAIL", "WAITING"])):
+        assert numeric(texts, states, len(texts[0].split(","))) is None, texts

