@@ -262,6 +262,27 @@ def test_a_site_where_a_trial_would_start_now_goes_first_and_others_jobs_weigh()
     assert "3 others' jobs pending, 0 nodes idle" in line, line
 
 
+def test_pending_jobs_that_idle_nodes_take_weigh_as_running():
+    """benchmarks/brokerage.py's busy scenario (2026-11-30): at the start right had 4 idle
+    nodes and left none, 2 of the other user's jobs queued ahead there. Right's first 4 jobs
+    not yet seen running, the weight counted them as pending and sent 3 of the next 4 trials
+    to left, where they waited behind the other user's jobs while right's nodes idled 1-3 s
+    each at the end of its first wave. Counted as running (its idle nodes take them), right
+    takes them all, and its backlog is what waits beyond its idle nodes."""
+    loads = {"a": SiteLoad(idle=0, others=2), "b": SiteLoad(idle=4)}
+    assert _split([A, B], loads, 8) == ["b"] * 8
+    assert loads["b"].starting() == 4
+    assert brokerage.verdict(B, loads["b"], 0).weight == pytest.approx(5 / 14)
+    assert brokerage.verdict(B, SiteLoad(pending=12, idle=4), 0).skipped is None
+    assert brokerage.verdict(B, SiteLoad(pending=13, idle=4), 0).skipped == (
+        "backlog (9 pending against 4 running or starting)")
+    assert SiteLoad(pending=3, idle=5, others=1).starting(nodes=2) == 2  # 2 jobs of 2 nodes
+    assert SiteLoad(pending=3).starting() == 0  # idle nodes not known
+    # where both start it now, the one with more idle nodes first: equal sites alternate
+    both = {"a": SiteLoad(idle=4), "b": SiteLoad(idle=4)}
+    assert _split([A, B], both, 8) == ["a", "b"] * 4
+
+
 def test_a_pending_job_moves_at_once_to_a_site_with_idle_nodes_and_else_after_move_after():
     """benchmarks/brokerage.py's busy scenario: Slurm's own `--partition=a,b` starts a job
     wherever a node is idle, while moves after move_after alone left jobs pending at a site

@@ -9,7 +9,8 @@ JEDI weighs each queue by what it runs against what waits there,
 defined + 10) x manyAssigned)"), and skips a queue whose backlog is over twice what it runs
 ("activated + starting > 2 x running"), counting a queue that has not started anything yet
 as running a few (its bootstrap: min(nBatchJob, 20)). Here, per site, `running` and
-`pending` are this search's own jobs there, and `others` every other job pending in the
+`pending` are this search's own jobs there (a pending one that the site's idle nodes take
+at once counts as running: SiteLoad.starting), and `others` every other job pending in the
 site's partition (JEDI's queued counts the whole queue: a partition other users keep busy
 weighs less); the site's `weight` setting scales it; each
 failure of the site itself (a launch Slurm refused, a node that failed, a job lost) halves
@@ -61,6 +62,17 @@ class SiteLoad:
         """Would a job of `nodes` start there now: idle nodes beyond what waits there?"""
         return self.idle is not None and self.idle - self.others - self.pending >= nodes
 
+    def starting(self, nodes: int = 1) -> int:
+        """Its pending jobs of `nodes` that its idle nodes take at once (beyond the others'
+        pending jobs, which come first): running by its executor's next poll, so weighed
+        as running. Without it, a site whose first jobs had not yet been seen running
+        weighed as one that queues: in benchmarks/brokerage.py's busy scenario 3 of the
+        first 8 trials went to the partition the other user's queued jobs kept full, and
+        right's nodes idled 1-3 s each at the end of its first wave (2026-11-30)."""
+        if self.idle is None:
+            return 0
+        return max(0, min(self.pending, (self.idle - self.others) // max(1, nodes)))
+
     def has_room_for_own(self, nodes: int = 1) -> bool:
         """Would one of its own pending jobs start there now: idle nodes for it and what
         waits there (itself counted among the pending)?"""
@@ -81,6 +93,14 @@ class Verdict:
     site: Site
     weight: float
     skipped: str | None
+
+
+Nodes = int | Mapping[str, int]  # a job's nodes, the same at every site or each site's own
+
+
+def _at(nodes: Nodes, site: str) -> int:
+    """The nodes a job asks for at `site` (pilots may be of another size at each site)."""
+    return nodes if isinstance(nodes, int) else nodes.get(site, 1)
 
 
 def failure_factor(failures: Sequence[float], now: float) -> float:
@@ -104,42 +124,48 @@ def fastest(loads: Iterable[SiteLoad]) -> float | None:
     return min(known) if len(known) >= 2 else None
 
 
-def verdict(site: Site, load: SiteLoad, now: float, quickest: float | None = None) -> Verdict:
-    """Its weight and whether it is skipped; quickest: fastest() of the search's sites."""
-    weight = (load.running + 1) / (load.pending + load.others + OFFSET) * site.weight \
+def verdict(site: Site, load: SiteLoad, now: float, quickest: float | None = None,
+            nodes: int = 1) -> Verdict:
+    """Its weight and whether it is skipped; quickest: fastest() of the search's sites;
+    nodes: a job's nodes there (its pending jobs that idle nodes take count as running)."""
+    starting = load.starting(nodes)
+    running, pending = load.running + starting, load.pending - starting
+    weight = (running + 1) / (pending + load.others + OFFSET) * site.weight \
         * failure_factor(load.failures, now) * speed_factor(load, quickest)
     if load.unreachable is not None:
         return Verdict(site, weight, f"unreachable ({load.unreachable})")
     if site.max is not None and load.in_flight >= site.max:
         return Verdict(site, weight, f"full ({load.in_flight} of max {site.max} in flight)")
-    if load.pending > BACKLOG * max(load.running, BOOTSTRAP):
-        return Verdict(site, weight, f"backlog ({load.pending} pending against "
-                                     f"{load.running} running)")
+    if pending > BACKLOG * max(running, BOOTSTRAP):
+        return Verdict(site, weight, f"backlog ({pending} pending against {running} "
+                                     "running" + (" or starting" if starting else "") + ")")
     return Verdict(site, weight, None)
 
 
-def verdicts(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float) -> list[Verdict]:
+def verdicts(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float,
+             nodes: Nodes = 1) -> list[Verdict]:
     quickest = fastest(loads[site.name] for site in sites)
-    return [verdict(site, loads[site.name], now, quickest) for site in sites]
-
-
-Nodes = int | Mapping[str, int]  # a job's nodes, the same at every site or each site's own
-
-
-def _at(nodes: Nodes, site: str) -> int:
-    """The nodes a job asks for at `site` (pilots may be of another size at each site)."""
-    return nodes if isinstance(nodes, int) else nodes.get(site, 1)
+    return [verdict(site, loads[site.name], now, quickest, _at(nodes, site.name))
+            for site in sites]
 
 
 def choose(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float,
            nodes: Nodes = 1) -> Site | None:
     """The site that may take a trial where it would start now (idle nodes beyond what
-    waits there), the highest weight first; else the site of the highest weight (the first
-    of equal ones); None if every site is full or skipped."""
-    open_ = [v for v in verdicts(sites, loads, now) if v.skipped is None]
-    return max(open_, key=lambda v: (loads[v.site.name].starts_now(_at(nodes, v.site.name)),
+    waits there), the one with the most such nodes first (equal sites alternate: the
+    weight, which counts the jobs idle nodes take as running, would fill one first), then
+    the highest weight; else the site of the highest weight (the first of equal ones);
+    None if every site is full or skipped."""
+    open_ = [v for v in verdicts(sites, loads, now, nodes) if v.skipped is None]
+    return max(open_, key=lambda v: (_room(loads[v.site.name], _at(nodes, v.site.name)),
                                      v.weight)).site \
         if open_ else None
+
+
+def _room(load: SiteLoad, nodes: int) -> int:
+    """Idle nodes beyond what waits there, where a job of `nodes` would start now; else 0."""
+    return load.idle - load.others - load.pending if load.idle is not None \
+        and load.starts_now(nodes) else 0
 
 
 def move_target(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float, home: str,
@@ -154,7 +180,7 @@ def move_target(sites: Sequence[Site], loads: dict[str, SiteLoad], now: float, h
     Never with move_after None, never to a skipped or full site."""
     if move_after is None:
         return None
-    open_ = [v for v in verdicts(sites, loads, now)
+    open_ = [v for v in verdicts(sites, loads, now, nodes)
              if v.skipped is None and v.site.name != home]
     quick = [v for v in open_ if loads[v.site.name].starts_now(_at(nodes, v.site.name))]
     if quick and waited >= min(QUICK_MOVE, move_after) \

@@ -129,7 +129,9 @@ def test_pilots_over_a_partition_and_a_second_cluster_run_trials_at_their_own_si
         assert len(beside) <= (0 if s["site"] == LEFT else 1), (s, beside)
     events = cli("events", name, check=0).stdout
     assert f"pilot 1 to site {LEFT} (weights: {LEFT} 0.1, {other} 0.1)" in events, events
-    assert f"pilot 2 to site {other} (weights: {LEFT} 0.0909, {other} 0.1)" in events, events
+    # left's pending pilot, which its idle nodes take, weighs as running (0.2); the other
+    # site, with more idle nodes beyond what waits there, goes first
+    assert f"pilot 2 to site {other} (weights: {LEFT} 0.2, {other} 0.1)" in events, events
     assert "ended before it ran a trial" not in events, events
     # `sites` weighs pilots, as the broker did: each site's pilots ended, none in flight
     explained = cli("sites", name, check=0).stdout

@@ -142,6 +142,38 @@ def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, s
     assert set(_partitions(slurm_cluster, jobs).values()) == {LEFT}
 
 
+def test_a_site_whose_idle_nodes_take_the_first_jobs_takes_the_next_ones_too(cli,
+                                                                            slurm_cluster):
+    """benchmarks/brokerage.py's busy scenario (2026-11-30): left full of another user's
+    jobs with more queued there, right idle. Right's first 4 jobs, not yet seen running,
+    weighed as pending, so the next trials went to left, behind the queued jobs, while
+    right's nodes idled at the end of its first wave. The jobs right's idle nodes take count
+    as running (brokerage.SiteLoad.starting): all 6 first attempts go to right."""
+    name = f"sites-starting-{RUN}"
+    text = SPEC.format(name=name, trials=6, left=LEFT, right=RIGHT)
+    spec = cli.write_spec(text.replace("parallel: 4", "parallel: 6"))
+    common = [f"--partition={LEFT}", "--time=5", "--output=/dev/null", "--chdir=/tmp"]
+    hold = slurm_cluster.sbatch(*common, "--nodes=4", "--exclusive", "--job-name=sites-hold",
+                                "--wrap=sleep 300")
+    queued = [slurm_cluster.sbatch(*common, "--nodes=1", "--job-name=sites-queued",
+                                   "--wrap=sleep 1") for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 30
+        while slurm_cluster.run("squeue", "-h", "-j", hold, "-o", "%T").stdout.strip() \
+                != "RUNNING":
+            assert time.monotonic() < deadline, "the job holding left did not start"
+            time.sleep(0.3)
+        proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
+    finally:
+        slurm_cluster.run("scancel", hold, *queued, check=False)
+    exp, trials = read_store(cli.runs, name)
+    assert [(t.state, t.attempt, t.site) for t in trials] == [("completed", 1, RIGHT)] * 6, \
+        proc.stdout
+    events = cli("events", name, check=0).stdout
+    assert events.count("attempt 1 to site right") == 6 and "to site left" not in events, \
+        events
+
+
 def test_a_search_over_two_clusters_tracks_each_job_on_its_own(cli, slurm_cluster):
     """A site on the second cluster (`cluster:`, every Slurm command with -M): its jobs run
     on that cluster's nodes, whose job ids overlap the first's, and each is followed, ended
