@@ -399,16 +399,7 @@ class SlurmExecutor(Executor):
         for job_id, job in by_id.items():
             rec = seen.get(job_id)
             queued = queue.get(job_id)
-            if runs:
-                events.extend(self._requeues(job, runs.get(job_id, [])))
-                if job.trial_id not in self.jobs:  # a node failure's requeue, cancelled
-                    continue
-            if rec is not None and rec.state in _MAY_REQUEUE and queued is not None \
-                    and queued.state != "COMPLETING":
-                if rec.state == "NODE_FAIL":
-                    events.append(self._resubmit(job, rec))
-                    continue
-                self._soon()  # Slurm requeues it: its next run's record is on its way
+            if self._requeued(job, runs, rec, queued, events):
                 continue
             try:  # a failure here must not lose the requeues found above: ask next time
                 if rec is None and queued is None and runs is None:
@@ -484,6 +475,25 @@ class SlurmExecutor(Executor):
             arrays[task[0]] = self.slurm.sacct([task[0]]) or []
         return any(rec.job_id in (task[0], job_id) and rec.state == "CANCELLED"
                    and not rec.nodes for rec in arrays[task[0]])
+
+    def _requeued(self, job: _Job, runs: dict[str, list[parse.JobRecord]] | None,
+                  rec: parse.JobRecord | None, queued: parse.QueueRecord | None,
+                  events: list) -> bool:
+        """Adds to `events` the job's runs that Slurm requeued since the last look; True
+        where nothing more is to be read of the job now: Slurm is requeuing it (its next
+        run's record is on its way), or it was cancelled instead (_resubmit)."""
+        if runs:
+            events.extend(self._requeues(job, runs.get(job.job_id, [])))
+            if job.trial_id not in self.jobs:  # a node failure's requeue, cancelled
+                return True
+        if rec is not None and rec.state in _MAY_REQUEUE and queued is not None \
+                and queued.state != "COMPLETING":
+            if rec.state == "NODE_FAIL":
+                events.append(self._resubmit(job, rec))
+            else:
+                self._soon()
+            return True
+        return False
 
     def _requeues(self, job: _Job, runs: list[parse.JobRecord]) -> list[Requeued | Ended]:
         """A Requeued for each run of the job that ended since the last look, the job moved
