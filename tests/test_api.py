@@ -288,6 +288,19 @@ def test_ints_gives_numpy_the_columns_pandas_would_make_of_the_list():
     assert _ints([1, None]) == [1, None] and _ints([True]) == [True]
 
 
+def test_trials_dataframe_without_pyarrow_is_the_same_frame(searched, monkeypatch):
+    """pyarrow is not a dependency of hpsearch (mlflow's extra brings it): where it cannot
+    be imported, the frame is made the json way, and is the same."""
+    import sys
+
+    import pandas as pd
+    exp = hpsearch.load("interop", searched.runs)
+    fast = exp.trials_dataframe()
+    for name in ("pyarrow", "pyarrow.json", "pyarrow.compute"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import pyarrow` raises ImportError
+    pd.testing.assert_frame_equal(fast, exp.trials_dataframe())
+
+
 def test_numeric_values_read_by_arrow_are_the_columns_json_gives(cli, monkeypatch):
     """trials_frame._numeric_values: each objective's column as json.loads gives it (two
     objectives here), NaN where a trial is not COMPLETE; anything else is left to json."""

@@ -119,9 +119,12 @@ def _numeric_values(texts: list, states: list[str], objectives: int) -> list | N
     import io
 
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json
+    try:  # not a dependency of hpsearch (mlflow's extra brings it): without it, _values
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json
+    except ImportError:
+        return None
 
     complete = np.array([state == "COMPLETE" for state in states], dtype=bool)
     if None in texts or not complete.any():
@@ -300,8 +303,11 @@ def _numeric_params(texts: list[str]) -> dict | None:
     something else (a string, a list...), or too big for a double: _params' own way."""
     import io
 
-    import pyarrow as pa
-    import pyarrow.json
+    try:  # not a dependency of hpsearch (mlflow's extra brings it): without it, _params
+        import pyarrow as pa
+        import pyarrow.json
+    except ImportError:
+        return None
 
     try:
         table = pyarrow.json.read_json(io.BytesIO("\n".join(texts).encode()))

@@ -63,9 +63,9 @@ def _rows(runs, name, query):
 
 
 def _sacct(cluster, job_ids, cluster_name=None):
-    """JobID -> (Partition, State, NodeList, Timelimit, AllocCPUS) of each job, asked again for up to
-    a minute while a record lacks its partition (slurmdbd writes a short job's record late)
-    or a job still runs (a pilot told to leave as the driver ended may take a while)."""
+    """JobID -> (Partition, State, NodeList, Timelimit, AllocCPUS) of each job, asked again
+    for up to a minute while a record lacks its partition (slurmdbd writes a short job's
+    record late) or a job still runs (a pilot told to leave as the driver ended may take a while)."""
     where = ["-M", cluster_name] if cluster_name else []
     for _ in range(120):
         out = cluster.run("sacct", *where, "-n", "-P", "-X", "-j", ",".join(job_ids),
