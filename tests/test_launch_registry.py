@@ -9,7 +9,7 @@ same host programs as the branches on names they replaced.
 from __future__ import annotations
 
 import re
-from importlib.metadata import EntryPoint
+from importlib.metadata import EntryPoint, EntryPoints
 from pathlib import Path
 
 import pytest
@@ -185,7 +185,8 @@ def test_a_plugin_by_entry_point_is_found(fresh_registries, monkeypatch):
                                                "hpsearch.runtimes")],
               "hpsearch.launchers": [EntryPoint("prun", f"{__name__}:PrunLauncher",
                                                 "hpsearch.launchers")]}
-    monkeypatch.setattr(registry, "entry_points", lambda group: points.get(group, []))
+    monkeypatch.setattr(registry, "_entry_points",
+                        lambda: EntryPoints([p for group in points.values() for p in group]))
     for seam in (LAUNCHERS, RUNTIMES):
         monkeypatch.setattr(seam, "_plugins_read", False)
     _check_plugins_found()
