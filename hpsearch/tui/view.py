@@ -78,10 +78,13 @@ _FLEXIBLE = ("params", "job", "nodes")
 _GAP = 3  # between two columns: a space of padding either side of a blank separator
 
 
-def _columns(width: int, slurm: bool) -> list[tuple]:
+def _columns(width: int, slurm: bool, id_width: int = 4) -> list[tuple]:
     """The columns that fit `width` (each costs its width plus 3 between columns: padding
-    and the separator), most important first; the table keeps their natural order."""
-    candidates = [c for c in _COLUMNS if slurm or c[0] not in ("job", "nodes")]
+    and the separator), most important first; the table keeps their natural order.
+    id_width: the id column's, as wide as the longest id shown (a search of 100,000
+    trials has 5-digit ids, which 4 columns cut to "999…")."""
+    candidates = [c if c[0] != "id" else (*c[:3], max(c[3], id_width), *c[4:])
+                  for c in _COLUMNS if slurm or c[0] not in ("job", "nodes")]
     kept, used = set(), -_GAP
     for col in sorted(candidates, key=lambda c: c[2]):
         if used + col[3] + _GAP <= width:
@@ -103,7 +106,9 @@ def _cell(line: TrialLine, key: str) -> Text | str:
 
 
 def trial_table(snap: Snapshot, width: int, rows: int) -> Table:
-    columns = _columns(width, snap.on_slurm)
+    shown = snap.trials[:max(0, rows)]
+    columns = _columns(width, snap.on_slurm,
+                       max((len(str(line.id)) for line in shown), default=0))
     widths = {c[0]: c[3] for c in columns}
     spare = width - (sum(widths.values()) + _GAP * (len(columns) - 1))
     flexible = [k for k in _FLEXIBLE if k in widths]
@@ -118,7 +123,7 @@ def trial_table(snap: Snapshot, width: int, rows: int) -> Table:
     for key, header, _, _, justify in columns:
         table.add_column(header, justify=justify, no_wrap=True, overflow="ellipsis",
                          width=widths[key])
-    for line in snap.trials[:max(0, rows)]:
+    for line in shown:
         table.add_row(*(_cell(line, c[0]) for c in columns))
     return table
 

@@ -198,3 +198,16 @@ def test_sites_panel_shows_what_status_counts_of_each_site(tmp_path: Path):
     assert len(small) <= 10 and "sites" not in small and any(" running " in line
                                                              for line in small), small
     source.close()
+
+
+def test_ids_of_six_digits_are_shown_whole(tmp_path: Path):
+    """A search of 100,000 trials has 5- and 6-digit ids: the id column widens to the
+    longest shown (4 columns cut 12345 to '123…'), and the screen still fits 80 columns."""
+    import dataclasses
+    source = SnapshotSource(build_store(tmp_path / "exp", 20, running=2))
+    snap = source.snapshot(rows=24)
+    source.close()
+    lines = [dataclasses.replace(line, id=123456 + i) for i, line in enumerate(snap.trials)]
+    screen = _screen(dataclasses.replace(snap, trials=lines), 80, 24)
+    assert any(" 123456 " in f" {row} " for row in screen), "\n".join(screen)
+    assert all(len(row) <= 80 for row in screen)
