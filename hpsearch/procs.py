@@ -175,20 +175,23 @@ def tree_rss_kib(roots: Iterable[int]) -> dict[int, int]:
             continue
         try:
             data = Path(entry.path, "stat").read_bytes()
-        except OSError:  # ended meanwhile
+            fields = data[data.rindex(b")") + 2:].split()  # after the command name
+            parent[int(entry.name)], rss[int(entry.name)] = \
+                int(fields[1]), int(fields[21]) * _PAGE_KIB
+        except (OSError, ValueError, IndexError):  # ended meanwhile (an empty or short read)
             continue
-        fields = data[data.rindex(b")") + 2:].split()  # after the command name, as start_time
-        parent[int(entry.name)] = int(fields[1])
-        rss[int(entry.name)] = int(fields[21]) * _PAGE_KIB
     children: dict[int, list[int]] = {}
     for pid, ppid in parent.items():
         children.setdefault(ppid, []).append(pid)
     out = {}
     for root in roots:
-        total, todo = 0, [root]
-        while todo:
+        total, todo, seen = 0, [root], {root}
+        while todo:  # `seen`: the scan is not atomic, a reused pid could close a loop
             pid = todo.pop()
             total += rss.get(pid, 0)
-            todo.extend(children.get(pid, ()))
+            for child in children.get(pid, ()):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
         out[root] = total
     return out

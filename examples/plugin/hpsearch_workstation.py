@@ -15,6 +15,7 @@ and the settings, `validate` checks them at their line, `plan` and the driver us
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import zlib
@@ -43,7 +44,6 @@ class NiceExecutor(LocalExecutor):
         return executor
 
     def submit(self, launch):
-        import dataclasses
         # `renice N -p PID` sets N itself in util-linux, BusyBox and the BSDs alike (`-n N`
         # adds N in some of them). Raising a priority needs privileges: a trial of a
         # search already niced further stays where it is, the refusal in its stderr.log.

@@ -524,7 +524,6 @@ class SlurmExecutor(Executor):
         new job at once, away from the failed node (issue 42: after a node crash a job per
         trial reached the target 30 s late, waiting for its requeue)."""
         job.nodes = (compress(list(run.nodes)) if run.nodes else None) or job.nodes
-        job.cancel_requested = True
         self._scancel([job.job_id])
         return self._end(job, None, "node_fail", f"Slurm job {job.job_id} {run.raw_state}"
                          + (f" on {job.nodes}" if job.nodes else "") + "; Slurm would "
