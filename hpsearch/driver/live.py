@@ -62,6 +62,10 @@ class LiveTrial:
         if ended.reason == "exited" and ended.exit_code == 0:
             last = {name: value for name, (step, value) in self.last.items()}
             result = self.files.result()
+            if ended.stopped_as and not result:  # stopped from outside before its result:
+                # its last report is where it was, not its end (a shell trial's `trap exit
+                # TERM` between two commands exits 0); it runs again from its checkpoint
+                return None, f"stopped before its result; {ended.detail}", ended.stopped_as
             if measure is not None:
                 measured = measure(set(last) | set(result or ()))
                 last.update(measured)

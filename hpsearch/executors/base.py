@@ -66,9 +66,9 @@ class Ended:
     leaves: str | None = None  # leaf switches of those nodes, comma-separated, where known
     job_id: str | None = None  # the scheduler's job id, where there is one
     # Set when the trial was stopped from outside while it ran (its pilot given up by the
-    # driver, or sent away by Slurm): an exit 0 without the objective then is that stop,
-    # not the trial's failure; the failure class it counts as (lost, preempted), `detail`
-    # saying why.
+    # driver, or sent away by Slurm): an exit 0 without a final result (result.json or an
+    # `@hpsearch result` line) then is that stop, not the trial's end, even where it
+    # reported steps; the failure class it counts as (lost, preempted), `detail` saying why.
     stopped_as: FailureClass | None = None
     # When the executor saw it end (time.time()); None: when the driver records it. With the
     # start's `at`, the attempt's stored run time is the process's, however late the poll.
