@@ -34,7 +34,8 @@ word to it (Syne Tune's LocalBackend SIGKILLs it), so their lost column is `-`.
 
 Goals (issue 24 item 1, local part): hpsearch's time to target is no worse than any peer's
 (its best mode against each peer's), and hpsearch's makespan is within 10% of in-process
-Optuna's (its best mode). One `ok:`/`MISS:` line per goal.
+Optuna's (its best mode). Issue 42 item 3, the same two for the ASHA (stop) row alone
+(lines `stop mode: ...`). One `ok:`/`MISS:` line per goal.
 
 Each row runs in its own process. Ray Tune and Syne Tune are taken from the running
 interpreter if it has them, else from benchmarks/.venv-peers (benchmarks/peers-setup.sh
@@ -349,7 +350,23 @@ def goal_lines(results: list[tuple[str, str, str, dict]]) -> list[str]:
     else:
         lines.append("MISS: hpsearch's makespan is within 10% of in-process Optuna's "
                      "(Optuna not run)")
-    return lines
+    return lines + _stop_mode_lines(ours, optuna[0] if optuna else None)
+
+
+def _stop_mode_lines(ours: list[tuple[str, dict]], optuna: dict | None) -> list[str]:
+    """Issue 42 item 3: hpsearch in stop mode (a process per trial, stopped when rejected)
+    against in-process Optuna, which stops a trial the moment should_prune() says so."""
+    stop = next((r for text, r in ours if text == "ASHA (stop)"), None)
+    if stop is None or optuna is None:
+        return []
+    ratio = stop["makespan"] / optuna["makespan"]
+    return [f"{'ok' if stop['to_target'] <= optuna['to_target'] else 'MISS'}: stop mode: "
+            f"hpsearch ASHA (stop)'s time to target is no worse than in-process Optuna's "
+            f"({_fmt(stop['to_target'])} s, Optuna {_fmt(optuna['to_target'])} s)",
+            f"{'ok' if ratio <= 1 + MAKESPAN_SLACK else 'MISS'}: stop mode: hpsearch ASHA "
+            f"(stop)'s makespan is within 10% of in-process Optuna's ({stop['makespan']:.1f}"
+            f" s, Optuna {optuna['makespan']:.1f} s: {ratio:.2f}x; goal <= "
+            f"{1 + MAKESPAN_SLACK:.2f}x)"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

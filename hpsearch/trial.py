@@ -27,6 +27,8 @@ Files in $HPSEARCH_TRIAL_DIR:
                      ends there: docs/trial.md#start-up), written once, by its first process
     STOP             asks the trial to stop early: written when search.pruner rejects it
                      (obeyed only if it is a regular file of this user's, not a link)
+    JUDGED           "ATTEMPT STEP": the driver read this attempt's reports through STEP and
+                     its pruner let it go on (should_stop() waits for it: _await_verdict)
     stdout.log, stderr.log, exit_code
 
 A trial in another language reports by appending the same JSON lines to metrics.jsonl, or
@@ -182,6 +184,10 @@ def report(step: int, **metrics: float) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+    global _awaiting, _last_report
+    now = time.monotonic()
+    _awaiting = (step, now, None if _last_report is None else now - _last_report)
+    _last_report = now
 
 
 def rank() -> int:
@@ -463,7 +469,68 @@ def should_stop() -> bool:
     and exit. The first call installs the signal handlers; call it once early."""
     _first_call()
     _install_handlers()
+    if _awaiting is not None:
+        _await_verdict()
     return _stop_signal is not None or _stop_file()
+
+
+# The verdict on a report, before the next step (Optuna's `report(); should_prune()` has it
+# at once, in process). Where the driver reads reports as they are written and a pruner
+# judges them, it sets HPSEARCH_VERDICT_WAIT (seconds): the first should_stop() after a
+# report then waits, that long at most from the report and never more than VERDICT_SHARE
+# of the time between the last two reports, for the driver's verdict: STOP, or JUDGED
+# naming this attempt and a step at least the reported one. Without it, a rejected trial
+# ran its next step before it saw STOP (benchmarks/peers.py, ASHA in stop mode). After
+# VERDICT_MISSES waits in a row that timed out (the driver is gone or stalled) it waits no
+# more, until a verdict is there again when it looks.
+VERDICT_SHARE = 0.5
+VERDICT_MISSES = 2
+_awaiting: tuple[int, float, float | None] | None = None  # (step, when, since the last)
+_last_report: float | None = None  # when the last report was written (time.monotonic)
+_missed = 0  # waits in a row that timed out
+
+
+def _await_verdict() -> None:
+    global _awaiting, _missed
+    assert _awaiting is not None
+    step, at, interval = _awaiting
+    _awaiting = None
+    try:
+        most = float(os.environ.get("HPSEARCH_VERDICT_WAIT") or 0)
+    except ValueError:
+        return
+    if most <= 0:
+        return
+    if interval is not None:
+        most = min(most, VERDICT_SHARE * interval)
+    deadline, pause = at + (most if _missed < VERDICT_MISSES else 0.0), 0.0005
+    while _stop_signal is None and not _stop_file() and not _judged(step):
+        rest = deadline - time.monotonic()
+        if rest <= 0:
+            _missed += 1
+            return
+        time.sleep(min(pause, rest))
+        pause = min(2 * pause, 0.004)
+    _missed = 0
+
+
+def _judged(step: int) -> bool:
+    """Whether JUDGED names this attempt and `step` or a later one: read only if it is a
+    small regular file of this user's (no link followed, no FIFO waited on)."""
+    try:
+        fd = os.open(trial_dir() / "JUDGED", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            return False
+        words = os.read(fd, 64).split()
+        return len(words) == 2 and int(words[0]) == attempt() and int(words[1]) >= step
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
 
 
 _refused_stop: str | None = None  # why a STOP file was not obeyed, told once on stderr

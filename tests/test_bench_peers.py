@@ -188,7 +188,7 @@ def test_a_tiny_run_prints_what_its_step_log_says_and_goal_lines_its_numbers_giv
         started = 0 if tool == "optuna" else len(log.pids)
         assert int(row["processes"]) == started and len(log.pids) >= 1, (text, row)
     goals = [ln for ln in done.stdout.splitlines() if ln.startswith(("ok: ", "MISS: "))]
-    assert len(goals) == 2, done.stdout
+    assert len(goals) == 4, done.stdout
     hpsearch = {text: row for text, row in rows.items() if row["tool"] == "hpsearch"}
     optuna = next(row for row in rows.values() if row["tool"] == "optuna")
 
@@ -210,3 +210,14 @@ def test_a_tiny_run_prints_what_its_step_log_says_and_goal_lines_its_numbers_giv
     assert (ours_s - 0.05) / (theirs_s + 0.05) <= ratio <= (ours_s + 0.05) / max(
         theirs_s - 0.05, 1e-3), goals[1]  # the ratio of the two makespans (as rounded)
     check_goal(goals[1], ratio, 1.10, strict=False)
+
+    # issue 42 item 3: the ASHA (stop) row alone against in-process Optuna
+    stop = hpsearch["ASHA (stop)"]
+    assert goals[2].endswith(f"stop mode: hpsearch ASHA (stop)'s time to target is no worse "
+                             f"than in-process Optuna's ({stop['to_target']} s, Optuna "
+                             f"{optuna['to_target']} s)"), goals[2]
+    check_goal(goals[2], seconds(stop["to_target"]), seconds(optuna["to_target"]),
+               strict=False)
+    stop_ratio = float(re.search(r": (\d+\.\d\d)x;", goals[3]).group(1))
+    assert f"({stop['makespan']} s, Optuna {optuna['makespan']} s: " in goals[3], goals[3]
+    check_goal(goals[3], stop_ratio, 1.10, strict=False)

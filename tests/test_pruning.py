@@ -95,6 +95,18 @@ def test_median_pruner_stops_worse_trials_early_and_never_retries_them(cli):
     assert "pruned" in shown and "4 pruned" in shown, shown
 
 
+def test_a_pruned_trial_runs_no_step_after_the_report_it_was_pruned_at(cli):
+    """Its should_stop() after that report waits for the driver's verdict (as Optuna's
+    in-process `report(); should_prune()`): it reports steps 0 and 1, not a third, though
+    it looks for its stop only once a step (tests/test_verdict_wait.py). Steps of 0.5 s:
+    it waits up to half of that, time enough for the driver on a loaded machine."""
+    cli("submit", _spec(cli, name="v", xs=(0, 1, 2), steps=3, pause=0.5), check=0)
+    _, trials = read_store(cli.runs, "v")
+    assert [t.state for t in trials] == ["completed", "completed", "pruned"]
+    assert trials[2].stop_request["step"] == 1
+    assert _steps(cli, "v")[2] == [0, 1]
+
+
 @pytest.mark.slow  # over 7 s in the quick tier (docs/testing.md#tiers)
 def test_a_trial_that_ignores_stop_and_sigterm_is_killed_after_the_grace_period(cli):
     spec = _spec(cli, name="stub", xs=(0, 1, 2), steps=40, pause=0.1, stubborn="true")

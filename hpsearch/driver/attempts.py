@@ -90,7 +90,7 @@ class Attempts:
         return Verdict(False, f"trial {tid} failed: {first} ({failure}; "
                               f"{decision.describe()})")
 
-    def requeued(self, event: Requeued, ingest: Callable[[], None]) -> Verdict:
+    def requeued(self, event: Requeued, ingest: Callable[[], object]) -> Verdict:
         """The scheduler requeued the job of a trial's attempt (same job id): that attempt
         ended, and the job's next run is a new attempt, stored before it is watched (no job
         is submitted). Without a retry left for this class the trial failed: the driver

@@ -124,10 +124,13 @@ class LiveTrials:
         if self.output_watch is None:
             return
         reported = [live[tid] for tid in sorted(self.output_watch.changed()) if tid in live]
-        for trial in reported:
-            self.ingest(trial)
+        steps = {trial.trial_id: self.ingest(trial) for trial in reported}
         if reported:
             self.tell_stops(live)
+        for trial in reported:  # the others go on: their should_stop() waits for that
+            step = steps[trial.trial_id]
+            if self.stopper and step is not None:
+                self.stopper.go_on(trial.trial_dir, trial.trial_id, trial.attempt, step)
 
     def ingest_all(self, live: dict[int, LiveTrial]) -> None:
         """The driver's read of every trial in flight (`live`), every INGEST_INTERVAL: then
@@ -153,7 +156,9 @@ class LiveTrials:
         if self.output_watch:
             self.output_watch.add(live.trial_id, live.trial_dir)
 
-    def ingest(self, live: LiveTrial, final: bool = False) -> None:
+    def ingest(self, live: LiveTrial, final: bool = False) -> int | None:
+        """Read what `live` wrote since the last read, and store it (one commit); the
+        highest step of its new reports, or None."""
         records = credited(live, live.files.read_new(final=final))
         restarted = self._restarted(live, records)
         found = live.ckpts.new()
@@ -200,6 +205,7 @@ class LiveTrials:
             self.checkpoints.remove(self.checkpoints.mark(live.trial_id))
         for warning in warnings + ([restarted] if restarted else []):
             self.on_event(f"trial {live.trial_id}: {warning}")
+        return max((rec["step"] for rec in records), default=None)
 
     def _restarted(self, live: LiveTrial, records: list[dict]) -> str | None:
         """The warning, once per attempt, that `live`'s attempt began below the step of the

@@ -8,6 +8,7 @@ whole spec, and the driver sees none of it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +27,7 @@ from hpsearch.executors.registry import facts
 from hpsearch.ingest.output_watch import OutputWatch, open_watch
 from hpsearch.launch.attempt import build_launch
 from hpsearch.pruning.promoter import Promoter, Segments
-from hpsearch.pruning.stopper import Stopper
+from hpsearch.pruning.stopper import VERDICT_WAIT, Stopper
 from hpsearch.registry import load
 from hpsearch.search.base import Search
 from hpsearch.search.registry import strategy
@@ -55,17 +56,21 @@ class Policies:
 def policies(spec: Spec, store: Store, executor: Executor, search: Search,
              on_event: Callable[[str], None]) -> Policies:
     """Build each policy from its own section of the spec."""
-    launches = partial(build_launch, spec.trial_recipe(facts(spec.executor).on_slurm))
     objective, study = spec.objectives[0], f"hpsearch-{spec.name}"
     pruner = spec.search.pruner
     stopper = (Stopper(pruner, objective, study, store, executor, search, on_event)
                if pruner.enabled and not pruner.promotion else None)
     promoter = _segments(spec, store, search, on_event)
     # early stopping: a rejected trial runs on until the driver reads its report, so the
-    # executor's wait ends when one is written (where inotify can tell)
+    # executor's wait ends when one is written (where inotify can tell), and the trial's
+    # should_stop() waits a moment for the verdict (hpsearch.trial._await_verdict)
     watch, reading = open_watch(store.filesystem) if stopper else (None, "")
+    recipe = spec.trial_recipe(facts(spec.executor).on_slurm)
     if watch:
         executor.wake_on(watch.fileno())
+        recipe = dataclasses.replace(recipe, env=(*recipe.env,
+                                                  ("HPSEARCH_VERDICT_WAIT", VERDICT_WAIT)))
+    launches = partial(build_launch, recipe)
     return Policies(
         name=spec.name,
         metrics=[o.metric for o in spec.objectives],

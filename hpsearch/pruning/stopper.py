@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from hpsearch.faults import fault_point
 from hpsearch.pruning.policy import EarlyStopping
 from hpsearch.store import rows
+from hpsearch.store.atomic import replace_file
 
 if TYPE_CHECKING:
     from hpsearch.executors.base import Ended, Executor
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
     from hpsearch.store.store import Store
 
 STOP_FILE = "STOP"
+# "ATTEMPT STEP": the attempt's reports were read through STEP and it goes on (no stop);
+# written only where reports are read as written (trial.should_stop() waits for it then)
+JUDGED_FILE = "JUDGED"
+# in the trials' environment then: how long should_stop() may wait for it after a report
+VERDICT_WAIT = "0.5"
 
 
 class Stopper:
@@ -77,6 +83,16 @@ class Stopper:
             except OSError:
                 pass  # the executor's stop still reaches it
             self.executor.stop(trial_id)
+
+    def go_on(self, trial_dir: Path, trial_id: int, attempt: int, step: int) -> None:
+        """The verdict on a running trial's reports through `step`, once committed and any
+        stop told (tell): go on, unless its stop is decided (its STOP file says it)."""
+        if trial_id in self.requests:
+            return
+        try:
+            replace_file(trial_dir / JUDGED_FILE, f"{attempt} {step}\n")
+        except OSError:
+            pass  # the trial waits its HPSEARCH_VERDICT_WAIT out, then goes on
 
     def finished(self, ended: Ended, last: tuple[int, float] | None) -> bool:
         """Record the end of a trial told to stop, as `pruned` (whatever its exit), and say
