@@ -32,6 +32,7 @@ from hpsearch.executors.base import (
     Update,
     nap,
 )
+from hpsearch.executors.end_hints import HINT_EVERY, EndHints
 from hpsearch.executors.slurm_health import SlurmHealth
 from hpsearch.executors.slurm_submit import Submitter
 from hpsearch.launch.attempt import Launch, prepare_trial_dir
@@ -104,6 +105,7 @@ class SlurmExecutor(Executor):
         self.notes: list[Note] = []
         self.pending: list = []  # events found while adopting, for the next poll()
         self.health = SlurmHealth(self.interval)
+        self.hints = EndHints()  # ends its jobs' trial dirs show: ask Slurm at once
         self.submitter = Submitter(job, slurm, self.health)
         self.to_cancel: list[tuple[str, bool]] = []  # (job id or name, by name): scancel
                                                     # failed, sent again by poll()
@@ -344,9 +346,11 @@ class SlurmExecutor(Executor):
             return events
         now = time.monotonic()
         next_query = max(self.next_query, self.query_after)
-        if now < next_query:
-            nap(self.wake_fd, min(timeout, next_query - now))  # a trial's report wakes it
-            if time.monotonic() < next_query:
+        if now < next_query:  # a trial's report wakes it; an end its trial dir shows
+            nap(self.wake_fd, min(timeout, next_query - now, HINT_EVERY))  # asks now
+            hinted = time.monotonic() >= self.query_after and self.hints.new_end(
+                self.jobs.values())
+            if not hinted and time.monotonic() < next_query:
                 return []
         try:
             self._retry_cancels()
@@ -359,7 +363,8 @@ class SlurmExecutor(Executor):
                 job.last_seen = time.monotonic()
         # Back off while nothing happens; come back quickly after a change, and while a job
         # we cancelled has yet to show its end (sacct can list it pending for seconds more).
-        waiting_end = any(job.cancel_requested for job in self.jobs.values())
+        waiting_end = any(job.cancel_requested for job in self.jobs.values()) \
+            or self.hints.awaited(self.jobs.values())
         self.wait = self.interval if events or waiting_end else min(self.wait * 1.5,
                                                                     MAX_BACKOFF)
         self.next_query = min(time.monotonic() + self.wait, self.ctld_asked + CTLD_PROBE)
