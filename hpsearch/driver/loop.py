@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from hpsearch.driver import recovery
+from hpsearch.driver.bookkeeping import Bookkeeping
 from hpsearch.driver.ending import finish, handle_signals, leave, restore_signals, stopped_with
 from hpsearch.driver.extent import ENQUEUED
 from hpsearch.driver.live import LiveTrial, LiveTrials
@@ -54,7 +55,7 @@ class Driver:
         self.stop_reason: str | None = None
         self.stop_now = False  # a second Ctrl-C/SIGTERM: stop without waiting for trials
         self.stop_signal: int | None = None  # the signal that stopped it (ending.stopped_with)
-        self.bookkeeping: list[tuple[int, float]] = []  # (trial id, seconds of driver work)
+        self.bookkeeping = Bookkeeping()  # seconds of driver work, by trial
         self.unsaved_starts: list[Started] = []  # stored with the next end (_handle)
         self.checkpoints, self.attempts = policies.checkpoints, policies.attempts
         self.stopper, self.promoter = policies.stopper, policies.promoter
@@ -221,7 +222,7 @@ class Driver:
         self.trials.watch(self.live[launch.trial_id])  # submit() made its trial dir
         if started is not None:
             self._record_started(started)
-        self.bookkeeping.append((launch.trial_id, time.perf_counter() - began))
+        self.bookkeeping.add(launch.trial_id, time.perf_counter() - began)
         self.on_event(f"trial {launch.trial_id} started (attempt {launch.attempt}): "
                       + " ".join(f"{k}={v}" for k, v in launch.params.items()))
 
@@ -303,7 +304,7 @@ class Driver:
                 error = with_stderr_tail(error, live.trial_dir)
             self._failed(ended, error, failure or "other")
         self.checkpoints.doomed += self.checkpoints.mark(tid)
-        self.bookkeeping.append((tid, time.perf_counter() - began))
+        self.bookkeeping.add(tid, time.perf_counter() - began)
 
     def _requeued(self, event: Requeued) -> None:
         """The scheduler requeued a trial's job: its next run is the next attempt, or the

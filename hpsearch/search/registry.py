@@ -63,13 +63,15 @@ class Sampling:
 class SamplerStrategy(Strategy):
     """An Optuna sampler asked and told (optuna_search.OptunaSearch). `sampler(samplers,
     sampling)` makes it from optuna.samplers; `fixed_seed`: a sequence (QMC) whose seed must
-    stay the same at every ask of a reproducible search, where others take one per ask."""
+    stay the same at every ask of a reproducible search, where others take one per ask.
+    `forgets`: its sampler uses no past trial (random), so the search keeps only the trials
+    in flight in its study (optuna_search.OptunaSearch._compact)."""
 
     def __init__(self, facts: StrategyFacts, sampler: Callable[[Any, Sampling], Any],
                  needs: tuple[tuple[str, str], ...] = (), fixed_seed: bool = False,
-                 segments: str | None = None) -> None:
+                 segments: str | None = None, forgets: bool = False) -> None:
         super().__init__(facts, needs, segments)
-        self._sampler, self.fixed_seed = sampler, fixed_seed
+        self._sampler, self.fixed_seed, self.forgets = sampler, fixed_seed, forgets
 
     def sampler(self, seed: int | None, section: SearchSection) -> Any:
         from hpsearch.search.optuna_search import _optuna
@@ -117,7 +119,7 @@ _add(GridStrategy(StrategyFacts("grid", enumerates=True, learns=False, count=_gr
                                 optuna_class="GridSampler")))
 _add(SamplerStrategy(StrategyFacts("random", learns=False, seeded_order=True,
                                    optuna_class="RandomSampler"),
-                     lambda s, a: s.RandomSampler(seed=a.seed)))
+                     lambda s, a: s.RandomSampler(seed=a.seed), forgets=True))
 # constant_liar keeps parallel workers from sampling next to each other; group models each
 # set of parameters that occur together (a conditional space), where plain multivariate TPE
 # would fall back to independent sampling.
