@@ -196,11 +196,15 @@ def test_a_seeded_one_slot_search_killed_anywhere_resumes_to_the_same_history(cl
         assert crashed.returncode == -9, (fault, crashed.stdout, crashed.stderr)
         cli("resume", name, "--no-tui", check=0, timeout=120)
         assert _history(cli.runs, name) == once, fault
-    kills = kill_driver_repeatedly(cli, _spec(cli, "killed", parallel=1), "killed", {},
-                                   kills=8, delays=(0.5, 2.0))
+    # 96 steps (24 segments a member): one slot ran 24 steps' search in 1.7 s here, and CI's
+    # driver outran six of eight kills (2026-11-30); 96 take about 5 s, so every kill lands.
+    longer = _spec(cli, "longer", parallel=1, steps=96)
+    cli("submit", longer, "--no-tui", check=0, timeout=120)
+    kills = kill_driver_repeatedly(cli, _spec(cli, "killed", parallel=1, steps=96), "killed",
+                                   {}, kills=8, delays=(0.5, 2.0))
     assert sum("killed" in k for k in kills) >= 4, kills
     cli("resume", "killed", "--no-tui", check=0, timeout=120)
-    assert _history(cli.runs, "killed") == once
+    assert _history(cli.runs, "killed") == _history(cli.runs, "longer")
 
 
 BAD = """\
