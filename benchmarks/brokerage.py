@@ -7,10 +7,12 @@ alternating), every trial a whole node (4 CPUs) so that a partition of 4 nodes h
   stream in every row), whose jobs come first: every row's trials go with `--nice` (the
   test cluster's priority/basic is first come, first served, and without it the trials,
   which ask for one node, take every node that frees before a job of the stream that wants
-  more). Rows: one search over both sites (`executor.sites`), each site alone, and the
-  same trials as plain jobs with Slurm's own `--partition=left,right`, kept `parallel` in
-  the queue as a user's loop would. Goals: the search over both ends in at most 0.8 x the
-  better single site's makespan, and no later than the plain jobs.
+  more). Rows: one search over both sites (`executor.sites`, `bind: late`: each job waits
+  in both partitions), the same with `bind: early` (each job at the broker's pick), each
+  site alone, and the same trials as plain jobs with Slurm's own
+  `--partition=left,right`, kept `parallel` in the queue as a user's loop would. Goals:
+  the search over both ends in at most 0.8 x the better single site's makespan, and no
+  later than the plain jobs.
 - clusters: one search over left and the second cluster (hpsearch2, `cluster:`); once its
   first trial completed, hpsearch2's slurmctld is stopped, and started again once
   every other trial completed (only the trials it ran are left; at most `--down` s later).
@@ -172,11 +174,14 @@ def cluster_of(site: str | None) -> str | None:
 def busy_rows(args: argparse.Namespace, runs_dir: Path) -> list[Row]:
     n, p, sleep = args.busy_trials, args.parallel, args.busy_sleep
     base = f"{{type: slurm, poll_interval: {args.poll}, array: false"
-    both = (base + f", move_after: {args.move_after}, sites: [{{partition: left}}, "
-            "{partition: right}]}")
+    both = (base + f", move_after: {args.move_after}, bind: late, sites: "
+            "[{partition: left}, {partition: right}]}")
+    early = both.replace("bind: late", "bind: early")
     nice = f", sbatch_extra: ['--nice={args.nice}']" if args.nice else ""
     rows = {"sites left+right": lambda: run_search(args, runs_dir, "sites left+right", n, p,
                                                    sleep, BUSY_TIME, both, nice),
+            "sites, bind early": lambda: run_search(args, runs_dir, "sites, bind early", n, p,
+                                                    sleep, BUSY_TIME, early, nice),
             "left alone": lambda: run_search(args, runs_dir, "left alone", n, p, sleep,
                                              BUSY_TIME, base + "}",
                                              ", partition: left" + nice, where="left"),
@@ -254,7 +259,7 @@ def partitions(job_ids: list[str]) -> dict[str, str]:
 def busy_goals(rows: list[Row]) -> None:
     def median(prefix: str) -> float:
         return statistics.median(r.makespan for r in rows if r.label.startswith(prefix))
-    sites, left, right = median("sites"), median("left alone"), median("right alone")
+    sites, left, right = median("sites left+right"), median("left alone"), median("right alone")
     plain = median("plain")
     better = min(left, right)
     print(f"{'ok' if sites <= GOAL_SITES * better else 'MISS'}: sites left+right makespan "
@@ -262,6 +267,9 @@ def busy_goals(rows: list[Row]) -> None:
           f"(goal <= {GOAL_SITES} x)")
     print(f"{'ok' if sites <= plain else 'MISS'}: sites left+right makespan {sites:.0f} s "
           f"against plain --partition=left,right {plain:.0f} s (goal: no later)")
+    early = median("sites, bind early")
+    print(f"(bind: early, the broker's pick alone: {early:.0f} s, {early / better:.2f} x the "
+          "better single site)")
 
 
 # -- clusters: one cluster's controller stopped midway ----------------------------------

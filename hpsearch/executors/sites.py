@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hpsearch.executors import brokerage
+from hpsearch.executors import brokerage, late_binding
 from hpsearch.executors.base import (
     Adoptable,
     Ended,
@@ -50,6 +50,7 @@ from hpsearch.executors.base import (
 from hpsearch.executors.slurm import SlurmExecutor
 from hpsearch.launch.attempt import Launch
 from hpsearch.slurm.failures import LIMIT
+from hpsearch.slurm.hostlist import expand
 from hpsearch.spec.model import Site
 from hpsearch.store.site_speeds import SpeedTracker
 
@@ -130,27 +131,39 @@ class SitesExecutor(Executor):
         self.notes: list[Note] = []
         self.looked = -LOOK_EVERY  # monotonic: when the sites' queues were last asked
         self.speeds = speeds
+        # bind: late (hpsearch.executors.late_binding): the other sites each trial's job
+        # may start at, the site it ran at where not the one that holds it, and each
+        # cluster's node -> partitions
+        self.spread: dict[int, list[Site]] = {}
+        self.ran_at: dict[int, str] = {}
+        self.sent: dict[int, Started] = {}
+        self.node_maps: dict[str | None, late_binding.NodePartitions] = {}
 
     # -- the broker's view -----------------------------------------------------------------
     def _count(self) -> None:
         """Each site's running and pending jobs now, from its executor."""
         for name, ex in self.executors.items():
             load = self.loads[name]
-            running = sum(1 for j in ex.jobs.values() if j.state in RUNNING_STATES)
+            running = sum(1 for j in ex.jobs.values() if j.state in RUNNING_STATES
+                          and self.ran_at.get(j.trial_id, name) == name)
             load.running = running
-            load.pending = len(ex.jobs) - running + len(ex.waiting) + len(ex.held)
+            load.pending = sum(1 for j in ex.jobs.values() if j.state not in RUNNING_STATES) \
+                + len(ex.waiting) + len(ex.held)
             load.unreachable = unreachable(ex)
+        for tid, name in self.ran_at.items():  # bound late: running where it ran
+            if tid in self.where:
+                self.loads[name].running += 1
         for target in self.moving.values():  # cancelled to move there: soon pending there
             self.loads[target].pending += 1
         if time.monotonic() >= self.looked + LOOK_EVERY:
             self.looked = time.monotonic()
             if self.speeds is not None:
                 self.speeds.update(self.loads)
-            for site in self.sites:
+            ours = {j.job_id for ex in self.executors.values() for j in ex.jobs.values()}
+            for site in self.sites:  # (a job of ours may wait in several partitions)
                 ex = self.executors[site.name]
                 if self.loads[site.name].unreachable is None:
-                    look(self.loads[site.name], ex.slurm, site.partition,
-                         {j.job_id for j in ex.jobs.values()})
+                    look(self.loads[site.name], ex.slurm, site.partition, ours)
 
     def verdicts(self) -> list[brokerage.Verdict]:
         self._count()
@@ -183,13 +196,53 @@ class SitesExecutor(Executor):
                          for v in brokerage.verdicts(self.sites, self.loads, now))
 
     def _send(self, launch: Launch, site: Site) -> Started | None:
-        self.where[launch.trial_id] = site.name
-        self.submitted[launch.trial_id] = time.time()
+        tid = launch.trial_id
+        self.where[tid] = site.name
+        self.submitted[tid] = time.time()
         self.loads[site.name].pending += 1
-        own = replace(launch, resources=site_resources(launch.resources or self.job.resources,
-                                                       site))
-        started = self.executors[site.name].submit(own)
-        return self._named(started, site.name) if started is not None else None
+        self.ran_at.pop(tid, None)
+        resources = site_resources(launch.resources or self.job.resources, site)
+        others = self._partners(site, resources.nodes)
+        if others:
+            self.spread[tid] = others
+            resources = replace(resources,
+                                partition=late_binding.partition_list(site, others))
+        else:
+            self.spread.pop(tid, None)
+        started = self.executors[site.name].submit(replace(launch, resources=resources))
+        if started is None:
+            return None
+        self.sent[tid] = self._named(started, site.name)
+        return self.sent[tid]
+
+    def _partners(self, site: Site, nodes: int) -> list[Site]:
+        """bind: late: the other open sites a single-node job sent to `site` names too."""
+        if self.job.executor.bind != "late" or nodes != 1:
+            return []
+        open_ = [v.site for v in brokerage.verdicts(self.sites, self.loads, time.time())
+                 if v.skipped is None]
+        return late_binding.partners(site, open_)
+
+    def _bound(self, name: str, event: Update | Ended) -> Started | None:
+        """A job named several sites' partitions runs (or ran) on a node of another site's
+        partition than the one that holds it: the attempt's site becomes that one (a
+        Started the store keeps, its start unchanged). None: nothing to tell."""
+        tid = event.trial_id
+        if tid not in self.spread or tid not in self.sent or not event.nodes \
+                or tid in self.ran_at:
+            return None
+        node = expand(event.nodes)[0]
+        home = next(s for s in self.sites if s.name == name)
+        cluster_map = self.node_maps.setdefault(
+            home.cluster, late_binding.NodePartitions(self.executors[name].slurm))
+        site = cluster_map.site_of(node, home, self.spread[tid])
+        if site is None or site.name == name:
+            return None
+        self.ran_at[tid] = site.name
+        self.notes.append(Note(tid, "brokerage", f"job {self.sent[tid].job_id}, sent to "
+                               f"{'/'.join([name] + [s.name for s in self.spread[tid]])}, "
+                               f"started at site {site.name} (node {node})"))
+        return replace(self.sent[tid], site=site.name)
 
     def _move_stuck(self) -> None:
         """Cancel jobs pending where another site would start them (brokerage.move_target:
@@ -211,8 +264,8 @@ class SitesExecutor(Executor):
                 nodes = (self.launches[tid].resources or self.job.resources).nodes
                 target = brokerage.move_target(self.sites, self.loads, now, name, waited,
                                                after, nodes)
-                if target is None:
-                    continue
+                if target is None or target in self.spread.get(tid, ()):
+                    continue  # (a job that waits there too starts there without a move)
                 why = ("has idle nodes for it" if self.loads[target.name].starts_now(nodes)
                        else "starts what it gets")
                 self.moving[tid] = target.name
@@ -259,6 +312,11 @@ class SitesExecutor(Executor):
                     if moved is not None:
                         events.append(moved)
                     continue
+                if isinstance(event, (Update, Ended)) and (
+                        isinstance(event, Ended) or event.sched_state in RUNNING_STATES):
+                    bound = self._bound(name, event)
+                    if bound is not None:
+                        events.append(bound)
                 events.append(self._seen(name, event))
         self._move_stuck()
         events[:0], self.notes = self.notes, []
@@ -279,8 +337,8 @@ class SitesExecutor(Executor):
 
     def _seen(self, name: str, event):
         """Learn from one site's event (a start's queue wait, a site failure)."""
-        load = self.loads[name]
         tid = getattr(event, "trial_id", None)
+        load = self.loads[self.ran_at.get(tid, name) if tid is not None else name]
         ran = isinstance(event, Update) and event.sched_state in RUNNING_STATES
         if tid is not None and (ran or isinstance(event, Ended)) and tid in self.submitted:
             if ran or (isinstance(event, Ended) and event.nodes):
@@ -290,8 +348,8 @@ class SitesExecutor(Executor):
             load.ended += 1
             if event.reason in brokerage.SITE_FAILURES:
                 load.failures.append(time.time())
-            self.where.pop(event.trial_id, None)
-            self.launches.pop(event.trial_id, None)
+            for kept in (self.where, self.launches, self.spread, self.ran_at, self.sent):
+                kept.pop(event.trial_id, None)
         if isinstance(event, Requeued) and event.reason == "node_fail":
             load.failures.append(time.time())
         if isinstance(event, Started):
@@ -343,7 +401,14 @@ class SitesExecutor(Executor):
         outcome = self.executors[name].adopt(known)
         if isinstance(outcome, Ended) or outcome is None:
             self.where.pop(known.trial_id, None)
-        return self._named(outcome, name) if isinstance(outcome, Started) else outcome
+        if not isinstance(outcome, Started):
+            return outcome
+        site = next((s for s in self.sites if s.name == name), None)
+        others = self._partners(site, 1) if site is not None else []
+        if others:  # it may wait in their partitions too (bound late before the restart)
+            self.spread[known.trial_id] = others
+            self.sent[known.trial_id] = self._named(outcome, name)
+        return self._named(outcome, name)
 
     def _newer_jobs(self, known: Adoptable) -> list[tuple[str, str]]:
         """(site, job id) of a job of this attempt other than the stored one, on each

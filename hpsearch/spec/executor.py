@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from hpsearch.spec.validate import _Validator
 
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
-                 "lost_after", "pilots", "warm", "sites", "move_after")
+                 "lost_after", "pilots", "warm", "sites", "move_after", "bind")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
 SITE_PILOT_KEYS = ("time", "nodes", "slots_per_node")  # what a site's pilots may have of their own
@@ -65,10 +65,25 @@ def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
                                         f"executor.type: slurm (it is {kind})")
     move_after = v.optional(d, "move_after", path, lambda x, p: None if x is False
                             else v.duration(x, p), Executor.move_after)
+    bind = v.optional(d, "bind", path, lambda x, p: _bind(v, x, p, sites, pilots), "early")
     return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
                     array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
                     pilots=pilots, warm=warm, sites=sites, move_after=move_after,
-                    options=own)
+                    bind=bind, options=own)
+
+
+def _bind(v: _Validator, value: Any, path: KeyPath, sites: tuple[Site, ...],
+          pilots: Pilots | None) -> str:
+    """`early` or `late`; late only over sites, and not with pilots (which bind late)."""
+    if value not in ("early", "late"):
+        raise v.fail(path, f"expected early or late; got {checks.shown(value)}")
+    if value == "late" and not sites:
+        raise v.fail(path, "bind: late sends a job to several sites' partitions at once: "
+                           "it needs executor.sites")
+    if value == "late" and pilots is not None:
+        raise v.fail(path, "pilots bind trials late already (a trial goes to the first "
+                           "pilot that starts); bind: late is for jobs: leave it out")
+    return str(value)
 
 
 def _sites(v: _Validator, value: Any, path: KeyPath) -> tuple[Site, ...]:

@@ -397,6 +397,10 @@ class Executor:
     # cancelled there and sent to that one; sooner (brokerage.QUICK_MOVE) to a site with
     # idle nodes for it (None: never moved).
     move_after: float | None = 120.0
+    # With sites: "late", a single-node job names every open site of its cluster, account
+    # and qos (`--partition=a,b`) and Slurm starts it where a node frees first
+    # (hpsearch.executors.late_binding); "early", the broker's site alone.
+    bind: str = "early"
     # The options of its type's own (ExecutorFacts.options: an executor from a plugin's
     # settings), defaults filled in, as (name, value).
     options: tuple[tuple[str, Any], ...] = ()

@@ -250,6 +250,7 @@ def _tail(text: str | bytes | None) -> str:
 BESIDE = frozenset({
     "test_brokerage_pilots.py", "test_brokerage_preempt.py", "test_cluster.py",
     "test_clusters.py", "test_commands.py", "test_crash_loop.py", "test_driver_job.py",
+    "test_late_binding.py",
     "test_pilot_crash.py", "test_pilot_remote_stop.py",
     "test_pilot_views.py", "test_placement.py", "test_pruning_slurm.py", "test_report_usage.py",
     "test_scouts.py", "test_sites.py", "test_slurm_env.py", "test_slurm_faults.py",
