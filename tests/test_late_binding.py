@@ -81,3 +81,22 @@ def test_the_site_of_a_node_is_the_one_sent_to_where_its_partition_has_it():
     assert sinfo.calls == 1
     nodes.asked -= late_binding.REFRESH_AFTER  # later: a node it does not know is asked for
     assert nodes.site_of("node9", A, [B]) is None and sinfo.calls == 2
+
+
+def test_plan_shows_each_job_waiting_in_its_site_s_partition_first_then_the_others(cli):
+    """`plan` prints the batch scripts the jobs would have: with bind: late, the partitions
+    of the sites of one cluster (its site's first); a site of another cluster stays alone."""
+    spec = cli.write_spec(SPEC.replace("trials: 2", "trials: 3, parallel: 3") + """\
+  bind: late
+  sites:
+    - {partition: left}
+    - {partition: right}
+    - {name: far, cluster: c2, partition: gpu}
+""")
+    out = cli("plan", spec, "--limit", "3", check=0).stdout
+    assert "bind: late: a single-node job waits in the partitions" in out, out
+    sites = [line for line in out.splitlines() if line.startswith("  site: ")]
+    assert [s.split()[1] for s in sites] == ["left", "right", "far"], sites
+    assert [line for line in out.splitlines() if line.startswith("#SBATCH --partition=")] \
+        == ["#SBATCH --partition=left,right", "#SBATCH --partition=right,left",
+            "#SBATCH --partition=gpu"], out

@@ -204,10 +204,13 @@ def plan(args) -> int:
             break
         launch = build_launch(recipe, asked.trial_id, 1, asked.params)
         if split:  # executor.sites: the site the broker would send it to, and its job
-            from hpsearch.executors.sites import site_resources
+            from hpsearch.executors.late_binding import partners
+            from hpsearch.executors.sites import sent_resources
             site = split[asked.trial_id % len(split)]
-            launch = dataclasses.replace(launch, resources=site_resources(
-                launch.resources or spec.resources, site))
+            resources = launch.resources or spec.resources
+            late = spec.executor.bind == "late" and resources.nodes == 1
+            launch = dataclasses.replace(launch, resources=sent_resources(
+                resources, site, partners(site, spec.executor.sites) if late else []))
         print(f"{'' if args.brief else chr(10)}trial {asked.trial_id}: "
               f"{format_params(asked.params)}")
         resources = launch.resources or spec.resources
@@ -269,7 +272,10 @@ def _sites_split(spec, shown: int) -> list:
         loads[site.name].pending += 1
         order.append(site)
     print(f"\nsites: {len(sites)}, each {unit[:-1]} to the best weight (docs/brokerage.md)"
-          + ("; trials run in whichever pilot starts first" if pilots else ""))
+          + ("; trials run in whichever pilot starts first" if pilots else "")
+          + ("; bind: late: a single-node job waits in the partitions of its site's cluster "
+             "too, and its site is where Slurm starts it" if spec.executor.bind == "late"
+             else ""))
     for site in sites:
         where = ", ".join(f"{k} {getattr(site, k)}" for k in ("partition", "cluster",
                                                                "account", "qos", "max")

@@ -69,6 +69,14 @@ def site_resources(res: Resources, site: Site) -> Resources:
                            if getattr(site, k) is not None})
 
 
+def sent_resources(res: Resources, site: Site, others: Sequence[Site]) -> Resources:
+    """A trial's resources as its job asks for them: its site's, and with `others` (bind:
+    late, late_binding.partners) their partitions after the site's own."""
+    own = site_resources(res, site)
+    return replace(own, partition=late_binding.partition_list(site, others)) if others \
+        else own
+
+
 def unreachable(ex: SlurmExecutor) -> str | None:
     """Why a site's Slurm does not answer now (its queries fail, or sbatch failed for a
     reason other than a limit and its back-off has not passed), or None."""
@@ -201,15 +209,14 @@ class SitesExecutor(Executor):
         self.submitted[tid] = time.time()
         self.loads[site.name].pending += 1
         self.ran_at.pop(tid, None)
-        resources = site_resources(launch.resources or self.job.resources, site)
+        resources = launch.resources or self.job.resources
         others = self._partners(site, resources.nodes)
         if others:
             self.spread[tid] = others
-            resources = replace(resources,
-                                partition=late_binding.partition_list(site, others))
         else:
             self.spread.pop(tid, None)
-        started = self.executors[site.name].submit(replace(launch, resources=resources))
+        started = self.executors[site.name].submit(replace(
+            launch, resources=sent_resources(resources, site, others)))
         if started is None:
             return None
         self.sent[tid] = self._named(started, site.name)
