@@ -47,7 +47,7 @@ if [ -n "$quick" ]; then
   step "mypy" .venv/bin/mypy
   step "lint-imports" .venv/bin/lint-imports
   # -n 2 --dist loadfile: two workers, each taking whole files (module fixtures run once).
-  step "pytest (quick tier)" .venv/bin/python -m pytest -q -rs -n 2 --dist loadfile \
+  step "pytest (quick tier)" .venv/bin/python -m pytest -q -rfEs -n 2 --dist loadfile \
     -m "not cluster and not external and not slow" "$@"
   if [ ${#failed[@]} -gt 0 ]; then
     echo "scripts/test.sh --quick: FAILED: ${failed[*]}" >&2
@@ -98,7 +98,7 @@ status=0
 run() {  # [nice -n N] pytest ARGS...: exit 5 (no test selected, e.g. with -k) is no failure
   local rc=0 prefix=()
   if [ "$1" = nice ]; then prefix=("$1" "$2" "$3"); shift 3; fi
-  "${prefix[@]}" .venv/bin/python -m pytest -q -rs --durations=15 "$@" || rc=$?
+  "${prefix[@]}" .venv/bin/python -m pytest -q -rfEs --durations=15 "$@" || rc=$?
   if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then status=1; fi
 }
 clock_log=$(mktemp)
@@ -107,7 +107,7 @@ trap 'rm -f "$clock_log" "$clock_log.rc" "$beside_log" "$beside_log.rc"' EXIT
 beside() {  # LOG MARKERS CLUSTER_ENV...: one pytest run in the background, its rc in LOG.rc
   local log=$1 markers=$2 rc=0
   shift 2
-  env "$@" .venv/bin/python -m pytest -q -rs -p no:cacheprovider --durations=15 \
+  env "$@" .venv/bin/python -m pytest -q -rfEs -p no:cacheprovider --durations=15 \
     -m "$markers" "${args[@]}" >"$log" 2>&1 || rc=$?
   echo "$rc" >"$log.rc"
 }
