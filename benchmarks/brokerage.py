@@ -180,7 +180,7 @@ def busy_rows(args: argparse.Namespace, runs_dir: Path) -> list[Row]:
     nice = f", sbatch_extra: ['--nice={args.nice}']" if args.nice else ""
     rows = {"sites left+right": lambda: run_search(args, runs_dir, "sites left+right", n, p,
                                                    sleep, BUSY_TIME, both, nice),
-            "sites, bind early": lambda: run_search(args, runs_dir, "sites, bind early", n, p,
+            "sites bind early": lambda: run_search(args, runs_dir, "sites bind early", n, p,
                                                     sleep, BUSY_TIME, early, nice),
             "left alone": lambda: run_search(args, runs_dir, "left alone", n, p, sleep,
                                              BUSY_TIME, base + "}",
@@ -267,7 +267,7 @@ def busy_goals(rows: list[Row]) -> None:
           f"(goal <= {GOAL_SITES} x)")
     print(f"{'ok' if sites <= plain else 'MISS'}: sites left+right makespan {sites:.0f} s "
           f"against plain --partition=left,right {plain:.0f} s (goal: no later)")
-    early = median("sites, bind early")
+    early = median("sites bind early")
     print(f"(bind: early, the broker's pick alone: {early:.0f} s, {early / better:.2f} x the "
           "better single site)")
 

@@ -150,17 +150,16 @@ class SitesExecutor(Executor):
     # -- the broker's view -----------------------------------------------------------------
     def _count(self) -> None:
         """Each site's running and pending jobs now, from its executor."""
+        for load in self.loads.values():
+            load.running = 0
         for name, ex in self.executors.items():
             load = self.loads[name]
-            running = sum(1 for j in ex.jobs.values() if j.state in RUNNING_STATES
-                          and self.ran_at.get(j.trial_id, name) == name)
-            load.running = running
+            for job in ex.jobs.values():  # bound late: running where it runs
+                if job.state in RUNNING_STATES:
+                    self.loads[self.ran_at.get(job.trial_id, name)].running += 1
             load.pending = sum(1 for j in ex.jobs.values() if j.state not in RUNNING_STATES) \
                 + len(ex.waiting) + len(ex.held)
             load.unreachable = unreachable(ex)
-        for tid, name in self.ran_at.items():  # bound late: running where it ran
-            if tid in self.where:
-                self.loads[name].running += 1
         for target in self.moving.values():  # cancelled to move there: soon pending there
             self.loads[target].pending += 1
         if time.monotonic() >= self.looked + LOOK_EVERY:
@@ -359,6 +358,8 @@ class SitesExecutor(Executor):
                 kept.pop(event.trial_id, None)
         if isinstance(event, Requeued) and event.reason == "node_fail":
             load.failures.append(time.time())
+        if isinstance(event, Requeued):  # its next run may start in another partition
+            self.ran_at.pop(event.trial_id, None)
         if isinstance(event, Started):
             return self._named(event, name)
         return event

@@ -19,7 +19,7 @@ BENCH = Path(__file__).resolve().parent.parent.parent / "benchmarks"
 pytestmark = pytest.mark.slurm_clock
 ROW = re.compile(r"^(?P<label>\S.*?) +(?P<trials>\d+) +(?P<done>\d+) +(?P<attempts>\d+) "
                  r"+(?P<makespan>\d+) +(?P<wait>\d+\.\d)  (?P<where>\S.*)$")
-LABELS = ["sites left+right", "sites, bind early", "left alone", "right alone",
+LABELS = ["sites left+right", "sites bind early", "left alone", "right alone",
           "plain --partition=left,right", "clusters left+hpsearch2", "scouts (auto 00:30:00)",
           "no scouts (00:30:00)"]
 GOALS = {"busy": 2, "clusters": 3, "scouts": 2}

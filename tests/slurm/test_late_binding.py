@@ -91,3 +91,8 @@ def test_jobs_sent_to_a_full_partition_start_in_the_one_that_frees_first(cli, sl
     assert "moved there" not in events, events
     assert set(pending) <= {f"{LEFT},{RIGHT}", f"{RIGHT},{LEFT}"} and len(pending) == 4, \
         pending
+    status = cli("status", name, check=0).stdout  # each site's attempts: where they ran
+    rows = {site: next(line.split() for line in status.splitlines()
+                       if line.startswith(site + " ")) for site in (LEFT, RIGHT)}
+    assert rows[RIGHT][:5] == [RIGHT, RIGHT, "0", "0", "4"], status
+    assert rows[LEFT][:5] == [LEFT, LEFT, "0", "0", "0"], status
