@@ -37,10 +37,11 @@ def _load(tmp_path, tail):
     return load_spec(path)
 
 
-def test_bind_defaults_to_early_and_takes_late_over_sites(tmp_path):
+def test_bind_defaults_to_late_and_takes_early(tmp_path):
     sites = "sites: [{partition: left}, {partition: right}]\n"
-    assert _load(tmp_path, sites).executor.bind == "early"
-    assert _load(tmp_path, sites + "bind: late\n").executor.bind == "late"
+    assert _load(tmp_path, sites).executor.bind == "late"
+    assert _load(tmp_path, sites + "bind: early\n").executor.bind == "early"
+    assert _load(tmp_path, "pilots: {nodes: 1}\n" + sites).executor.pilots is not None
 
 
 @pytest.mark.parametrize("tail, key, message", [

@@ -65,7 +65,7 @@ def executor(v: _Validator, value: Any, path: KeyPath) -> Executor:
                                         f"executor.type: slurm (it is {kind})")
     move_after = v.optional(d, "move_after", path, lambda x, p: None if x is False
                             else v.duration(x, p), Executor.move_after)
-    bind = v.optional(d, "bind", path, lambda x, p: _bind(v, x, p, sites, pilots), "early")
+    bind = v.optional(d, "bind", path, lambda x, p: _bind(v, x, p, sites, pilots), "late")
     return Executor(type=kind, gpus=gpus, timeout=timeout, grace=grace, array=array,
                     array_throttle=throttle, poll_interval=poll, lost_after=lost_after,
                     pilots=pilots, warm=warm, sites=sites, move_after=move_after,

@@ -400,7 +400,7 @@ class Executor:
     # With sites: "late", a single-node job names every open site of its cluster, account
     # and qos (`--partition=a,b`) and Slurm starts it where a node frees first
     # (hpsearch.executors.late_binding); "early", the broker's site alone.
-    bind: str = "early"
+    bind: str = "late"
     # The options of its type's own (ExecutorFacts.options: an executor from a plugin's
     # settings), defaults filled in, as (name, value).
     options: tuple[tuple[str, Any], ...] = ()

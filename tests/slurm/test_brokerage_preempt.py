@@ -65,7 +65,10 @@ def test_a_trial_preempted_at_a_scavenger_site_resumes_elsewhere_not_counted(
         f"scripts/slurm-cluster.sh configures scavenger and urgent (has {sorted(parts)}): " \
         "stop the cluster, then start it"
     name = f"preempt-{mode}-{RUN}"
-    spec = cli.write_spec(SPEC.format(name=name, pilots=PILOTS if mode == "pilots" else ""))
+    # jobs: bind: early, each attempt at its site alone: the first at scavenger, as the
+    # broker sends it (late, Slurm could start it at left: both are idle)
+    spec = cli.write_spec(SPEC.format(name=name, pilots=PILOTS if mode == "pilots"
+                                      else "  bind: early\n"))
     driver = cli.popen("submit", spec, "--no-tui", env=slurm_cluster.env)
     urgent = None
     try:

@@ -121,7 +121,8 @@ def test_jobs_pending_at_a_site_that_starts_nothing_move_to_one_that_does(cli, s
     there; a job cancelled to move it is no failure."""
     name = f"sites-move-{RUN}"
     text = SPEC.format(name=name, trials=6, left=LEFT, right=RIGHT)
-    text = text.replace("  array: false\n", "  array: false\n  move_after: 3\n")
+    # bind: early: each job at its site alone (late, Slurm would start them at left itself)
+    text = text.replace("  array: false\n", "  array: false\n  move_after: 3\n  bind: early\n")
     spec = cli.write_spec(text.replace(f"    - {{partition: {LEFT}}}\n",
                                        f"    - {{partition: {LEFT}, max: 2}}\n"))
     slurm_cluster.run("scontrol", "update", f"PartitionName={RIGHT}", "MaxTime=1")
