@@ -20,7 +20,7 @@ from typing import Any
 from hpsearch.procs import module_argv
 from hpsearch.spec.model import Resources, TrialRecipe
 from hpsearch.store import runs
-from hpsearch.store.trusted import Untrusted, read_trusted
+from hpsearch.store.trusted import read_attempt_value
 from hpsearch.template import render
 
 _WARM = "\0python\0"  # stands for {python} until the warm client's command line replaces it
@@ -41,19 +41,7 @@ def read_exit_code(trial_dir: Path, attempt: int,
     stale cache of the trial dir shows it: never read as this attempt's end); or if it is
     not a small regular file of this user's (a trial may have put a FIFO or a link to
     /dev/zero there), which on_refused(message naming it) is told."""
-    path = trial_dir / "exit_code"
-    try:
-        raw = read_trusted(path, 64)
-        words = raw.split() if raw is not None else []
-        if not words or (len(words) > 1 and int(words[1]) != attempt):
-            return None
-        return int(words[0])
-    except Untrusted as exc:
-        if on_refused is not None:
-            on_refused(f"refused {path}: {exc}")
-    except (OSError, ValueError):
-        pass
-    return None
+    return read_attempt_value(trial_dir / "exit_code", attempt, on_refused)
 
 
 @dataclass(frozen=True)

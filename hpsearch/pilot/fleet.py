@@ -235,6 +235,9 @@ class Fleet:
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
+                # the scouts size memory: a trial on another node is measured there
+                # (hpsearch.pilot.tree_watch)
+                "measure_memory": "mem" in self.job.resources.auto,
                 "signal_before": ck.signal_before, "kill_grace": self.job.executor.grace,
                 # its warm servers, one per node (hpsearch.pilot.warm_servers)
                 "warm": None if self.job.executor.warm is None

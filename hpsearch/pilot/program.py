@@ -38,7 +38,7 @@ from hpsearch.executors.base import Ended, Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import Launch, read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
-from hpsearch.pilot import oom, protocol, warm_servers
+from hpsearch.pilot import oom, protocol, tree_watch, warm_servers
 from hpsearch.pilot.slots import Grant, Reservation, Slots
 from hpsearch.slurm.commands import Slurm
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
@@ -310,13 +310,16 @@ class Pilot:
             # exec: only the shell on that node writes the exit code; srun's own would hide
             # a node that failed under it (srun exited 0 when its node's slurmd died)
             step = f"hpsearch-trial-{launch.trial_id}.{launch.attempt}"  # StepSignals finds it
+            shell = ["/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)]
+            if self.cfg.get("measure_memory"):  # its memory, which srun's process is not
+                shell = tree_watch.argv(sys.executable, launch.trial_dir, launch.attempt, shell)
             command = "exec " + shell_join([
                 "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
                 f"--job-name={step}",
                 # an overlapping step is bound to the job's lowest cores on the node, whatever
                 # other steps hold: it takes all of the pilot's there, and narrows itself
                 f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1",
-                "/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)])
+                *shell])
             self.remote.add(launch.trial_id)
             self.runner.steps[launch.trial_id] = step
             self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
@@ -353,8 +356,11 @@ class Pilot:
         del self.grants[event.trial_id]
         self.slots.give_back(grant)
         share, kills = self.memory.pop(event.trial_id, (None, None))
-        if event.trial_id in self.remote:  # its peak memory is srun's here, not the trial's
-            event = dataclasses.replace(self._remote_end(event, grant), peak_rss_mb=None)
+        if event.trial_id in self.remote:  # its peak memory is srun's here, not the trial's:
+            trial_dir = self.launch_dirs.get(event.trial_id)  # the trial's, from its watch
+            event = dataclasses.replace(self._remote_end(event, grant), peak_rss_mb=(
+                tree_watch.read_peak_mb(Path(trial_dir), event.attempt, self._refused)
+                if trial_dir and self.cfg.get("measure_memory") else None))
             if event.reason == "lost":
                 self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
         elif event.reason == "exited" and (why := oom.verdict(

@@ -103,3 +103,25 @@ def _is_link(path: str | os.PathLike[str]) -> bool:
         return stat.S_ISLNK(os.lstat(Path(path)).st_mode)
     except OSError:
         return False
+
+
+def read_attempt_value(path: Path, attempt: int,
+                       on_refused: Callable[[str], None] | None = None,
+                       named: bool = False) -> int | None:
+    """The number in a file of one attempt, "VALUE ATTEMPT" (an exit code, a peak; named:
+    the attempt must be written, else "VALUE" alone is anyone's). None if there is none,
+    it names another attempt, or it is not a small regular file of this user's (on_refused
+    is told)."""
+    try:
+        raw = read_trusted(path, 64)
+        words = raw.split() if raw is not None else []
+        if not words or (len(words) > 1 and int(words[1]) != attempt) \
+                or (named and len(words) < 2):
+            return None
+        return int(words[0])
+    except Untrusted as exc:
+        if on_refused is not None:
+            on_refused(f"refused {path}: {exc}")
+    except (OSError, ValueError):
+        pass
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 import uuid
 
@@ -230,3 +231,41 @@ def test_a_pilot_submitted_after_the_scouts_asks_for_their_time_and_memory(cli, 
     events = cli("events", name, check=0).stdout
     assert re.search(r"pilot \d+ asks for what the scouts measured: slots of 100M, time "
                      r"00:11:00", events), events
+
+
+HOLD = """\
+import sys, time
+x = b"\\x01" * (150 << 20)  # resident: written, not just reserved
+time.sleep(2)
+print(f"@hpsearch step=0 loss={sys.argv[1]}")
+"""
+
+
+def test_in_pilots_a_trial_on_the_pilot_s_other_node_has_its_memory_measured(cli,
+                                                                             slurm_cluster):
+    """Memory sized by the scouts (`mem: auto`), a pilot of 2 nodes of one slot each: the
+    two trials run one on each node, the second through `srun --overlap`, whose process the
+    pilot sees is srun's. Both have their 150 MiB measured (hpsearch.pilot.tree_watch
+    measures the other node's trial there); before, that one had none."""
+    name = f"scouts-remote-{RUN}"
+    (cli.cwd / "hold.py").write_text(HOLD)
+    spec = cli.write_spec(f"""
+name: {name}
+command: "{sys.executable} hold.py {{d}}"
+search: {{strategy: random, trials: 2, parallel: 2, seed: 1, space: {{d: {{low: 1, high: 2}}}}}}
+objective: {{metric: loss}}
+resources: {{nodes: 1, time: "00:05:00", mem: "auto 2000M", scouts: 2}}
+executor:
+  type: slurm
+  poll_interval: 0.5
+  array: false
+  pilots: {{nodes: 2, slots_per_node: 1, time: "00:06:00", max: 1, idle_timeout: 5,
+           heartbeat: 1}}
+""")
+    proc = cli("submit", spec, "--no-tui", env=slurm_cluster.env, check=0, timeout=240)
+    exp, trials = read_store(cli.runs, name)
+    assert [t.state for t in trials] == ["completed"] * 2, proc.stdout
+    with Reader(cli.runs / name / STORE_FILE) as reader:
+        attempts = list(reader.db.query("select trial, nodes, max_rss_mb from attempts"))
+    assert len({a["nodes"] for a in attempts}) == 2, attempts  # one on each node
+    assert all(a["max_rss_mb"] and 150 <= a["max_rss_mb"] < 600 for a in attempts), attempts
