@@ -218,8 +218,11 @@ class SitesExecutor(Executor):
             launch, resources=sent_resources(resources, site, others)))
         if started is None:
             return None
-        self.sent[tid] = self._named(started, site.name)
-        return self.sent[tid]
+        # kept to tell the store where it runs, its start (the submit: its queue wait counts
+        # from there) unchanged
+        self.sent[tid] = replace(self._named(started, site.name),
+                                 at=started.at or self.submitted[tid])
+        return self._named(started, site.name)
 
     def _partners(self, site: Site, nodes: int) -> list[Site]:
         """bind: late: the other open sites a single-node job sent to `site` names too."""

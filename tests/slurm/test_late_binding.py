@@ -66,6 +66,7 @@ def test_jobs_sent_to_a_full_partition_start_in_the_one_that_frees_first(cli, sl
             ids = [r["job_id"] for r in reader.db.query("select job_id from attempts")]
         pending = slurm_cluster.run("squeue", "-h", "-t", "PD", "-j", ",".join(ids), "-o",
                                     "%P", check=False).stdout.split()
+        time.sleep(1.0)  # they wait a second at least
         slurm_cluster.run("scancel", holds[RIGHT])
         out, err = driver.communicate(timeout=120)
     finally:
@@ -74,8 +75,10 @@ def test_jobs_sent_to_a_full_partition_start_in_the_one_that_frees_first(cli, sl
     exp, trials = read_store(cli.runs, name)
     assert [(t.state, t.attempt, t.site) for t in trials] == [("completed", 1, RIGHT)] * 4, out
     with Reader(cli.runs / name / STORE_FILE) as reader:
-        attempts = list(reader.db.query("select site, job_id, nodes from attempts"))
+        attempts = list(reader.db.query("select site, job_id, nodes, queue_wait from attempts"))
     assert {int(a["nodes"].removeprefix("node")) > 4 for a in attempts} == {True}, attempts
+    # each waited from its submit until right was freed: its start was not moved to then
+    assert all(a["queue_wait"] >= 1.0 for a in attempts), attempts
     jobs = ",".join(a["job_id"] for a in attempts)
     for _ in range(20):  # slurmdbd writes a short job's record after its end
         parts = slurm_cluster.run("sacct", "-n", "-P", "-X", "-j", jobs,
