@@ -71,3 +71,18 @@ def test_the_wait_between_samples_ends_when_the_shell_does(monkeypatch):
         tree_watch._waiter(pid)(30.0)
         assert time.monotonic() - began < 10, has_pidfd  # not the 30 s asked
         os.waitpid(pid, 0)
+
+
+def test_a_hostile_peak_file_gives_no_peak_and_a_too_large_one_is_refused(tmp_path):
+    """Bytes that are not UTF-8, no attempt, empty, a truncated line, a digit string of 60
+    digits: no peak or a finite one, never an exception; a file of many MB is refused
+    unread (read_trusted's size limit), and the refusal said."""
+    path = tmp_path / tree_watch.PEAK_FILE
+    for raw in (b"\xff\xfe 1\n", b"4096\n", b"", b"40", b"12 x\n", b"\x00\x01\x02"):
+        path.write_bytes(raw)
+        assert tree_watch.read_peak_mb(tmp_path, 1) is None, raw
+    path.write_bytes(b"9" * 60 + b" 1\n")
+    assert tree_watch.read_peak_mb(tmp_path, 1) == int("9" * 60) / 1024  # finite
+    path.write_bytes(b"1" * (8 << 20))
+    refused = []
+    assert tree_watch.read_peak_mb(tmp_path, 1, refused.append) is None and refused
