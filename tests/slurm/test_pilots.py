@@ -260,15 +260,15 @@ def test_a_trial_outlasting_its_pilot_resumes_in_the_next_from_its_checkpoint(
     it again from its checkpoint, and the result equals an uninterrupted run's."""
     shutil.copy(TRAIN, cli.cwd / "train.py")
     name = f"pl-end-{RUN}"
-    # 12 epochs of 3.2 s after 11-17 s of start-up: more than a pilot's 45 s (it stopped the
-    # trial after 6 epochs), and the rest fits in the next pilot (which ran 8). With 20, three
-    # pilots were needed as often as two (158 s against 126 s).
-    spec = cli.write_spec(DDP.format(name=name, epochs=12, sleep=3, parallel=1, max=1,
+    # 15 epochs of 3.2 s: more than a pilot's 45 s whatever the start-up (12 fitted in one
+    # pilot in a fresh-clone run of 2026-11-30, start-up quicker than 7 s), and the rest fits
+    # in the next pilot. With 20, three pilots were needed as often as two (158 s against 126 s).
+    spec = cli.write_spec(DDP.format(name=name, epochs=15, sleep=3, parallel=1, max=1,
                                      lrs="[0.01]", time="", pilot_time="00:01:00"), "end.yaml")
     tdir = cli.runs / name / "trials" / "00000"
     (tmp_path / "baseline").mkdir()
     proc, baseline = _submit_beside(cli, spec, _env(slurm_cluster), tdir,
-                                    lambda: _baseline(tmp_path / "baseline", 12), timeout=600)
+                                    lambda: _baseline(tmp_path / "baseline", 15), timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     attempts = _attempts(cli.runs, name)[0]
     assert len(attempts) >= 2 and attempts[-1]["state"] == "completed", attempts
