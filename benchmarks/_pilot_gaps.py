@@ -15,7 +15,8 @@ from this host's clock (driver, pilots and trials share it on the emulated clust
 
 The file gap is next.started - prev.ended (what the protocol costs); the command gap is
 next.t0 - prev.t1 (how long the slot's CPU really had no trial command running, including
-the srun step that starts a trial on a pilot's other nodes). Pure functions over dicts, plus
+the start of a trial on a pilot's other nodes: through its agent there, or an srun
+step of its own). Pure functions over dicts, plus
 one reader of the pilot dirs.
 """
 
@@ -40,7 +41,8 @@ class Run:
     assigned: float | None = None
     t0: float | None = None  # the command's own start and end stamps, when it wrote them
     t1: float | None = None
-    srun: bool = False  # its command ran through `srun --overlap` (not the pilot's node)
+    via: str = "pilot"  # how it started: on the pilot's node (pilot), through the agent on
+    # another node (agent), through an `srun --overlap` step of its own there (step)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Gap:
     driver: float | None  # next.assigned - prev.ended
     claim: float | None  # next.started - next.assigned
     launch: float | None  # next.t0 - next.started
-    srun: bool  # the next trial started through `srun --overlap`
+    via: str  # how the next trial started (Run.via)
 
 
 def _read(path: Path) -> dict:
@@ -87,7 +89,8 @@ def read_runs(pilots_dir: Path, trial_dirs: dict[int, Path]) -> list[Run]:
                             _read(pilot / "claimed" / name).get("assigned"),
                             _stamp(trial_dir / "t0") if trial_dir else None,
                             _stamp(trial_dir / "t1") if trial_dir else None,
-                            bool(nodes) and nodes[0] != started.get("host")))
+                            str(started.get("via") or ("step" if nodes and nodes[0]
+                                                        != started.get("host") else "pilot"))))
     return runs
 
 
@@ -132,7 +135,7 @@ def gaps(runs: list[Run]) -> list[Gap]:
         for prev, nxt in zip(sequence, sequence[1:]):
             found.append(Gap(nxt.started - prev.ended, _diff(nxt.t0, prev.t1),
                              _diff(nxt.assigned, prev.ended), _diff(nxt.started, nxt.assigned),
-                             _diff(nxt.t0, nxt.started), nxt.srun))
+                             _diff(nxt.t0, nxt.started), nxt.via))
     return found
 
 

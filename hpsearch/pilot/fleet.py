@@ -235,6 +235,8 @@ class Fleet:
                 "trial_gpus": res.gpus_per_node, "trial_time": trial_time,
                 "idle_timeout": self.cfg.idle_timeout, "grace": self.cfg.grace,
                 "heartbeat": self.cfg.heartbeat, "signal": ck.signal,
+                # trials on its other nodes start through an agent there (pilot.agents)
+                "agents": self.cfg.agents,
                 # the scouts size memory: a trial on another node is measured there
                 # (hpsearch.pilot.tree_watch)
                 "measure_memory": "mem" in self.job.resources.auto,

@@ -14,17 +14,20 @@ run each, tell the driver through files (hpsearch.pilot.protocol), heartbeat. It
 
 A trial runs as the per-job path runs it (the same command, built by the driver with the
 launch package, and the same shell body as the local executor's); the pilot adds where:
-its first node runs the command (through `srun --overlap` when that is not the pilot's own
-node), and SLURM_JOB_NODELIST and friends name only the trial's nodes, so the launchers
-(srun --nodelist, torchrun, mpirun) start its ranks there. A trial on another node is
-stopped, and sent its checkpoint signal, as one on the pilot's node is (the signal, then its
-grace, then SIGKILL): through Slurm, to its srun step's tasks (StepSignals).
+its first node runs the command (through that node's agent when that is not the pilot's own
+node, hpsearch.pilot.agents; through an `srun --overlap` step of its own until the agent is
+up, or with `pilots.agents: false`), and SLURM_JOB_NODELIST and friends name only the
+trial's nodes, so the launchers (srun --nodelist, torchrun, mpirun) start its ranks there.
+A trial on another node is stopped, and sent its checkpoint signal, as one on the pilot's
+node is (the signal, then its grace, then SIGKILL): by its agent, or through Slurm to its
+srun step's tasks (StepSignals).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -39,6 +42,7 @@ from hpsearch.executors.local import LocalExecutor
 from hpsearch.launch.attempt import Launch, read_exit_code, shell_body
 from hpsearch.launch.base import CPU_NARROW, GPU_NARROW, shell_join
 from hpsearch.pilot import oom, protocol, tree_watch, warm_servers
+from hpsearch.pilot.agents import NodeAgents
 from hpsearch.pilot.slots import Grant, Reservation, Slots
 from hpsearch.slurm.commands import Slurm
 from hpsearch.slurm.environment import for_pilot_trial, job_end, without_shape
@@ -89,6 +93,17 @@ class StepSignals(LocalExecutor):
         self.steps: dict[int, str] = {}
         self.step_ids: dict[str, str] = {}  # step name -> "JOB.STEP", once found
         self.slurm: Slurm | None = None
+        self.agent_fds: set[int] = set()
+
+    def wake_on_agents(self, fds: set[int]) -> None:
+        """poll() also returns once one of `fds` (the node agents' outputs, hpsearch.pilot.
+        agents) is readable: their trials' starts and ends are told at once, not a TICK
+        later. An agent's output at its end is readable for good: it is left out then."""
+        for fd in self.agent_fds - fds:
+            self.poller.unregister(fd)
+        for fd in fds - self.agent_fds:
+            self.poller.register(fd, select.POLLIN)
+        self.agent_fds = set(fds)
 
     def signal_run(self, trial_id: int, pgid: int, sig: int) -> None:
         name = self.steps.get(trial_id)
@@ -160,6 +175,9 @@ class Pilot:
         # scouts size trials below the ceiling its trial_time says; None: trial_time)
         self.last_needed: float | None = None
         self.warm: subprocess.Popen | None = None  # its warm servers' step (warm_servers)
+        # its agents on its other nodes, and the trials they run
+        self.agents = NodeAgents(lambda d, a: remote_exit_code(d, a, self._refused))
+        self.on_agent: set[int] = set()
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> str:
@@ -168,6 +186,12 @@ class Pilot:
         self.warm = None if self.cfg.get("warm") is None else warm_servers.start(
             self.alloc.nodes, self._node_cpus(), self.cfg["warm"], self.end - time.monotonic(),
             self.runner.base_env, self.alloc.job_id, self.paths.root / "warm-servers.log")
+        others = [node for node in self.alloc.nodes if node != self.alloc.batch_host]
+        if self.cfg.get("agents", True) and others and self.alloc.job_id:
+            self.agents.start(others, self._node_cpus(), self.runner.base_env, [
+                str(self.cfg.get("trial_time") or 0), str(self.cfg["kill_grace"]),
+                self.signal_name or "", str(self.cfg["signal_before"])],
+                self.paths.root / "agents.log")
         # scancel or preemption (Slurm sends SIGTERM to every process of the job); USR2 in case
         # a site's submit filter adds --signal (the pilot asks for none)
         for sig in (signal.SIGUSR2, signal.SIGTERM):
@@ -180,6 +204,7 @@ class Pilot:
         protocol.write_json(self.paths.exit, {"reason": reason, "time": time.time(),
                                               "job_id": self.alloc.job_id})
         self.runner.close()
+        self.agents.close()
         warm_servers.stop(self.warm)
         return reason
 
@@ -197,13 +222,14 @@ class Pilot:
             self._drain("too little time left for another trial")  # a new pilot can come
         if now >= self.end - float(self.cfg["kill_grace"]) and not self.killed:
             self.killed = True  # SIGTERM, then SIGKILL at the end
-            for tid in list(self.runner.running_):
+            for tid in list(self.runner.running_) + self.agents.running():
                 self.stopped_for_end.add(tid)
-                self.runner.cancel(tid)
+                self._cancel(tid)
         if not self.draining:
             self._claim()
         self._cancel_asked()
-        for event in self.runner.poll(TICK):
+        self.runner.wake_on_agents(self.agents.live_fds())
+        for event in self.runner.poll(TICK) + self.agents.poll():
             self._report(event)
         self._tell_held_ends()
         if self.beat.due():
@@ -306,28 +332,36 @@ class Pilot:
         # read as this one's (read_exit_code). Unlinking it here made this host cache "no
         # such file" for the name (NFS's negative lookups), and a remote trial's code,
         # written there by another node, then read as missing: the trial counted lost.
-        if grant.nodes[0] != self.alloc.batch_host:  # run its command on its first node
-            # exec: only the shell on that node writes the exit code; srun's own would hide
-            # a node that failed under it (srun exited 0 when its node's slurmd died)
-            step = f"hpsearch-trial-{launch.trial_id}.{launch.attempt}"  # StepSignals finds it
-            shell = ["/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)]
-            if self.cfg.get("measure_memory"):  # its memory, which srun's process is not
-                shell = tree_watch.argv(sys.executable, launch.trial_dir, launch.attempt, shell)
-            command = "exec " + shell_join([
-                "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={grant.nodes[0]}",
-                f"--job-name={step}",
-                # an overlapping step is bound to the job's lowest cores on the node, whatever
-                # other steps hold: it takes all of the pilot's there, and narrows itself
-                f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1",
-                *shell])
-            self.remote.add(launch.trial_id)
-            self.runner.steps[launch.trial_id] = step
-            self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
         self.grants[launch.trial_id] = (name, grant)
         mem = data.get("mem_mb") or self.cfg.get("trial_mem_mb")  # per node; a slot's: x width
         share = float(mem) * (grant.width if not data.get("mem_mb") else 1) if mem else None
         self.memory[launch.trial_id] = (share, oom.oom_kills())
+        first = grant.nodes[0]
+        if first != self.alloc.batch_host:  # run its command on its first node
+            if self.agents.ready(first) and self.agents.submit(first, dataclasses.replace(
+                    launch, command=GPU_NARROW + "\n" + command, env=env)):
+                self.on_agent.add(launch.trial_id)
+                return
+            command = self._own_step(launch, first, command, node_cpus)
         self.runner.submit(dataclasses.replace(launch, command=command, env=env))
+
+    def _own_step(self, launch: Launch, node: str, command: str, node_cpus: int) -> str:
+        """The command that runs a trial on another node in an srun step of its own."""
+        # exec: only the shell on that node writes the exit code; srun's own would hide
+        # a node that failed under it (srun exited 0 when its node's slurmd died)
+        step = f"hpsearch-trial-{launch.trial_id}.{launch.attempt}"  # StepSignals finds it
+        shell = ["/bin/sh", "-c", GPU_NARROW + "\n" + shell_body(self.signal_name, command)]
+        if self.cfg.get("measure_memory"):  # its memory, which srun's process is not
+            shell = tree_watch.argv(sys.executable, launch.trial_dir, launch.attempt, shell)
+        self.remote.add(launch.trial_id)
+        self.runner.steps[launch.trial_id] = step
+        self.launch_dirs[launch.trial_id] = str(launch.trial_dir)
+        return "exec " + shell_join([
+            "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
+            f"--job-name={step}",
+            # an overlapping step is bound to the job's lowest cores on the node, whatever
+            # other steps hold: it takes all of the pilot's there, and narrows itself
+            f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1", *shell])
 
     def _node_cpus(self) -> int:
         """The pilot's CPUs on each node: its slots' (pilot.fleet asks Slurm for these)."""
@@ -341,7 +375,13 @@ class Pilot:
             tid, _ = parsed
             if tid in self.grants and self.grants[tid][0] == name \
                     and present(self.paths.file("cancel", name), on_refused=self._refused):
-                self.runner.cancel(tid)
+                self._cancel(tid)
+
+    def _cancel(self, tid: int) -> None:
+        if tid in self.on_agent:
+            self.agents.cancel(tid)
+        else:
+            self.runner.cancel(tid)
 
     def _report(self, event: Started | Ended) -> None:
         name, grant = self.grants[event.trial_id]
@@ -350,7 +390,10 @@ class Pilot:
             protocol.write_json(self.paths.file("started", name), {
                 "nodes": nodes, "gpus": ",".join(grant.gpus), "slot": grant.slot,
                 "pid": event.pid,
-                "pid_start": event.pid_start, "host": self.alloc.batch_host,
+                "pid_start": event.pid_start,  # the pid's host, and how it started there
+                "host": event.host if event.trial_id in self.on_agent else self.alloc.batch_host,
+                "via": "agent" if event.trial_id in self.on_agent
+                else "step" if event.trial_id in self.remote else "pilot",
                 "time": time.time()})
             return
         del self.grants[event.trial_id]
@@ -361,6 +404,10 @@ class Pilot:
             event = dataclasses.replace(self._remote_end(event, grant), peak_rss_mb=(
                 tree_watch.read_peak_mb(Path(trial_dir), event.attempt, self._refused)
                 if trial_dir and self.cfg.get("measure_memory") else None))
+            if event.reason == "lost":
+                self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
+        elif event.trial_id in self.on_agent:  # its memory and exit code are its agent's
+            self.on_agent.discard(event.trial_id)
             if event.reason == "lost":
                 self.slots.set_aside(grant.nodes[0], SET_ASIDE_AFTER_LOST)
         elif event.reason == "exited" and (why := oom.verdict(
@@ -446,6 +493,12 @@ class Pilot:
                 self.runner.signal_run(tid, run.pid, getattr(signal, f"SIG{self.signal_name}"))
             else:
                 self.runner.cancel(tid)
+        for tid in self.agents.running():
+            self.stopped_for_end.add(tid)
+            if self.signal_name:
+                self.agents.signal(tid, getattr(signal, f"SIG{self.signal_name}"))
+            else:
+                self.agents.cancel(tid)
 
     def _heartbeat(self, state: str, reason: str | None = None) -> None:
         self.beat.write(state=state, reason=reason or self.draining,

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 EXECUTOR_KEYS = ("type", "gpus", "timeout", "grace", "array", "array_throttle", "poll_interval",
                  "lost_after", "pilots", "warm", "sites", "move_after", "bind")
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat")
+PILOT_KEYS = ("nodes", "time", "max", "slots_per_node", "idle_timeout", "grace", "heartbeat",
+              "agents")
 SITE_PILOT_KEYS = ("time", "nodes", "slots_per_node")  # what a site's pilots may have of their own
 SITE_KEYS = ("name", "partition", "cluster", "account", "qos", "max", "weight", "pilots")
 
@@ -157,7 +158,9 @@ def _pilots(v: _Validator, value: Any, path: KeyPath) -> Pilots | None:
         **{k: v.optional(d, k, path, count, getattr(Pilots, k))
            for k in ("nodes", "max", "slots_per_node")},
         **{k: v.optional(d, k, path, v.duration, getattr(Pilots, k))
-           for k in ("idle_timeout", "grace", "heartbeat")})
+           for k in ("idle_timeout", "grace", "heartbeat")},
+        agents=v.optional(d, "agents", path, lambda x, p: v.typed(
+            x, p, lambda b: isinstance(b, bool), "true or false"), Pilots.agents))
     found = checks.pilot_heartbeat(pilots, d.get("heartbeat") is not None)
     if found:
         raise v.fail(path + (found[0],), found[1])

@@ -339,6 +339,10 @@ class Pilots:
     idle_timeout: float = 60.0   # seconds: a pilot with nothing to run for this long exits
     grace: float = 300.0         # seconds pilots wait for an absent driver before they exit
     heartbeat: float = 2.0       # seconds between heartbeats, each way (< grace, idle_timeout)
+    # trials on the pilot's other nodes start through one long-lived agent per node (true), or
+    # each as an srun step of its own (false: a step launch per trial, and per-trial steps in
+    # sacct); hpsearch.pilot.agents
+    agents: bool = True
 
 
 @dataclass(frozen=True)
