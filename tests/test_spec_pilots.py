@@ -23,7 +23,7 @@ command: "run {lr}"
 search: {strategy: tpe, trials: 3, space: {lr: {low: 0.1, high: 1.0}}}
 objective: {metric: loss}
 """
-KEYS_LIST = "nodes, time, max, slots_per_node, idle_timeout, grace, heartbeat"
+KEYS_LIST = "nodes, time, max, slots_per_node, idle_timeout, grace, heartbeat, agents"
 TIME_EXPECTED = "expected a Slurm time limit such as 90 (minutes), 01:30:00 or 2-00:00:00"
 DURATION_EXPECTED = "expected a positive duration such as 90, '90s', '10m', '2h' or '01:30:00'"
 
@@ -62,9 +62,10 @@ def test_every_key_is_read(tmp_path):
             idle_timeout: 5m
             grace: "00:10:00"
             heartbeat: 1.5
+            agents: false
         """)
     assert pilots == Pilots(nodes=4, time="2-00:00:00", max=8, slots_per_node=2,
-                            idle_timeout=300.0, grace=600.0, heartbeat=1.5)
+                            idle_timeout=300.0, grace=600.0, heartbeat=1.5, agents=False)
 
 
 def test_keys_not_given_keep_their_default(tmp_path):
@@ -191,6 +192,12 @@ BAD = [
             slots_per_node: 99999999999   # <-
         """, "executor.pilots.slots_per_node", "expected an integer <= 2147483647; "
                                               "got 99999999999"),
+    ("agents-a-string", """
+        executor:
+          type: slurm
+          pilots:
+            agents: "no"   # <-
+        """, "executor.pilots.agents", "expected true or false; got a string 'no'"),
     ("time-unlimited", """
         executor:
           type: slurm
