@@ -132,12 +132,12 @@ def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_che
     # 11 epochs of 3.6 s after 16-24 s of start-up: more than a pilot's 45 s (it stopped the
     # trial after 5-7 epochs; all 11 would need a start-up under 5 s), and the rest fits in
     # the next pilot. With 20, three or four pilots ran (135 s in CI, 213 s here).
-    spec = cli.write_spec(SPEC.format(name=name, epochs=11, sleep=3, parallel=1,
+    spec = cli.write_spec(SPEC.format(name=name, epochs=14, sleep=3, parallel=1,
                                       lrs="[0.01]", time="", pilots=pilots), "pl.yaml")
     tdir = cli.runs / name / "trials" / "00000"
     (tmp_path / "baseline").mkdir()
     proc, baseline = _submit_beside(cli, spec, _env(slurm_cluster), tdir,
-                                    lambda: _baseline(tmp_path / "baseline", 11), timeout=900)
+                                    lambda: _baseline(tmp_path / "baseline", 14), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     attempts = _attempts(cli.runs, name)[0]
     assert len(attempts) >= 2 and attempts[-1]["state"] == "completed", attempts
@@ -150,7 +150,7 @@ def test_a_lightning_trial_outlasting_its_pilot_resumes_in_the_next_from_its_che
     assert "environment TorchElasticEnvironment" in (tdir / "stdout.log").read_text()
     steps = [json.loads(line)["step"] for line in
              (tdir / "metrics.jsonl").read_text().splitlines()]
-    assert sorted(set(steps)) == list(range(11))
+    assert sorted(set(steps)) == list(range(14))
     assert json.loads((tdir / "result.json").read_text()) == baseline.result()
     assert not list(tdir.rglob("hpc_ckpt_*"))
     exits = [protocol.read_json(d / "exit.json")
