@@ -15,7 +15,7 @@ stream of whole-node sleeps of 1-4 nodes) keep the cluster contended.
     scripts/slurm-cluster.sh start && export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf
     python benchmarks/slurm_throughput.py                # 100 trials of 1 s, P = 32
     python benchmarks/slurm_throughput.py --trials 40 --parallel 16
-    python benchmarks/slurm_throughput.py --modes pilots,pilots-steps --repeat 3
+    python benchmarks/slurm_throughput.py --modes pilots,pilots-steps,pilots-no-ahead --repeat 3
     python benchmarks/slurm_throughput.py --modes pilots,pilots-steps --trials 1000 --sleep 0.1
     python benchmarks/slurm_throughput.py --busy         # quiet rows, then busy rows
 """
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from _pilot_gaps import gaps, median_p95, read_runs  # noqa: E402
 from _slurm_busy import OtherUsers, foreign_jobs  # noqa: E402
 
-from hpsearch.driver.session import driver_for  # noqa: E402
+from hpsearch.driver.session import asks_ahead, driver_for  # noqa: E402
 from hpsearch.executors.slurm import SlurmExecutor  # noqa: E402
 from hpsearch.pilot.executor import PilotExecutor  # noqa: E402
 from hpsearch.pilot.protocol import pilots_dir  # noqa: E402
@@ -51,8 +51,11 @@ from hpsearch.store.runs import STORE_FILE  # noqa: E402
 from hpsearch.store.store import Store  # noqa: E402
 
 MODES = {"jobs": "job per trial", "arrays": "job arrays", "pilots": "pilots",
-         "pilots-steps": "pilots, steps"}
-PILOT_MODES = ("pilots", "pilots-steps")  # with node agents (the default), and a step per trial
+         "pilots-steps": "pilots, steps", "pilots-no-ahead": "pilots, no ahead"}
+# pilots as a user gets them (node agents, prefetch: a random search asks ahead); without
+# agents (a step per trial on a pilot's other nodes); without prefetch (a trial bound only
+# once a slot is free)
+PILOT_MODES = ("pilots", "pilots-steps", "pilots-no-ahead")
 SLOTS_PER_NODE = 4  # the emulated nodes have 4 CPUs; a trial takes one
 GOAL_MAKESPAN = 1.5  # pilots: makespan / ideal
 GOAL_GAP = 0.3  # pilots: median idle gap on a slot, seconds
@@ -88,7 +91,7 @@ def executor_yaml(mode: str, args: argparse.Namespace) -> str:
                f"poll_interval: {args.poll}}}"
     return (f"{{type: slurm, poll_interval: {args.poll}, pilots: {{nodes: {args.pilot_nodes}, "
             f"time: \"00:10:00\", max: {pilot_count(args)}, slots_per_node: {SLOTS_PER_NODE}, "
-            f"idle_timeout: 20, heartbeat: 1, agents: {str(mode == 'pilots').lower()}}}}}")
+            f"idle_timeout: 20, heartbeat: 1, agents: {str(mode != 'pilots-steps').lower()}}}}}")
 
 
 def pilot_count(args: argparse.Namespace) -> int:
@@ -110,7 +113,9 @@ def run(args: argparse.Namespace, runs_dir: Path, mode: str) -> dict:
                              spec_yaml=path.read_text(), spec_file=str(path),
                              base_dir=str(path.parent), strategy="random",
                              directions=["minimize"], trials_requested=search.total)
-        executor = (PilotExecutor(spec.slurm_job(), store, slurm) if mode in PILOT_MODES
+        executor = (PilotExecutor(spec.slurm_job(), store, slurm,
+                                  ahead=mode != "pilots-no-ahead" and asks_ahead(spec.search))
+                    if mode in PILOT_MODES
                     else SlurmExecutor(spec.slurm_job(), slurm))
         began_wall, began = time.time(), time.perf_counter()
         driver = driver_for(spec, store, executor, search)
@@ -268,10 +273,11 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=32)
     parser.add_argument("--sleep", type=float, default=1.0)
     parser.add_argument("--poll", type=float, default=1.0, help="executor poll_interval (s)")
-    parser.add_argument("--modes", default="jobs,arrays,pilots,pilots-steps",
+    parser.add_argument("--modes", default="jobs,arrays,pilots,pilots-steps,pilots-no-ahead",
                         help="rows to run, of jobs,arrays,pilots,pilots-steps (pilots whose "
                              "trials on their other nodes start as a step each, without "
-                             "agents: the baseline of pilots.agents)")
+                             "agents: the baseline of pilots.agents),pilots-no-ahead (without "
+                             "prefetch: its baseline)")
     parser.add_argument("--pilot-nodes", type=int, default=4, help="nodes per pilot")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each row")
     parser.add_argument("--busy", action="store_true",

@@ -68,9 +68,16 @@ class PilotExecutor(Executor):
         created) the plain Slurm executor stands in."""
         if store is None:
             return SlurmExecutor(spec.slurm_job())
-        return cls(spec.slurm_job(), store)
+        return cls(spec.slurm_job(), store, ahead=ask_ahead)
 
-    def __init__(self, job: SlurmJob, store, slurm=None, slurms: dict | None = None) -> None:
+    def __init__(self, job: SlurmJob, store, slurm=None, slurms: dict | None = None,
+                 ahead: bool = False) -> None:
+        """ahead: prefetch (the driver may ask trials ahead, driver/session.asks_ahead). Each
+        running pilot then also holds as many assignments as it has slots, waiting in its
+        inbox, so a freed slot takes the next at the pilot's next look, without the round trip
+        to the driver; where one pilot has a free slot and nothing is ready, an assignment
+        still waiting in another pilot moves to it (_rebalance). Only where every trial is
+        one size (a waiting one never holds up a larger trial's slots)."""
         if slurm is None:
             from hpsearch.slurm.commands import Slurm
             slurm = Slurm()
@@ -89,6 +96,7 @@ class PilotExecutor(Executor):
         self.rooms = {place.name: place.pilots.nodes // unit * unit * place.pilots.slots_per_node
                       for place in self.fleet.places}
         self.smallest = min(sizes)
+        self.ahead = ahead and len(set(sizes)) == 1
         self.supply = Supply(self.cfg.max, min(self.rooms.values()))
         self.starts = StartFailures()  # pilots that end before they run a trial
         self.unneeded: dict[int, float] = {}  # pending pilot -> since when no trial needs it
@@ -115,7 +123,9 @@ class PilotExecutor(Executor):
                                             if pilot.accepting()),
                                         len(live)) // self.smallest  # in trials
         told = sum(1 for event in self.events if isinstance(event, Ended))  # not yet polled
-        return max(0, min(self.parallel, capacity) - len(self.ready) - len(self.bound) - told)
+        ahead = sum(self._allowance(pilot) for pilot in live) // self.smallest
+        return max(0, min(self.parallel, capacity) + ahead - len(self.ready) - len(self.bound)
+                   - told)
 
     def submit(self, launch: Launch) -> None:
         prepare_trial_dir(launch)
@@ -205,6 +215,8 @@ class PilotExecutor(Executor):
                 events += self._start_failed(pilot)
             self.fleet.retry_held()
             self._supply()
+            self._bind()
+            self._rebalance()
             self._bind()
             events += self._read_pilots()
             events = self.fleet.take_notes() + events
@@ -297,6 +309,31 @@ class PilotExecutor(Executor):
         return self._room_of(pilot) - sum(self._room(b.launch) for b in self.bound.values()
                                      if b.pilot is pilot)
 
+    def _allowance(self, pilot: PilotJob) -> int:
+        """Node slots of assignments a running pilot may hold beyond its room (prefetch)."""
+        running = self.ahead and pilot.state == "running" and pilot.accepting()
+        return self._room_of(pilot) if running else 0
+
+    def _rebalance(self) -> None:
+        """Prefetch's other half: with nothing ready, an assignment waiting in a pilot whose
+        slots are all taken goes back to ready (withdrawn, if the pilot has not claimed it
+        meanwhile) for _bind to give to a running pilot with a free slot now."""
+        if not self.ahead or self.ready:
+            return
+        room = {pilot.id: self._free_in(pilot) for pilot in self.fleet.pilots.values()
+                if pilot.state == "running" and pilot.accepting()}
+        free = sum(max(0, n) for n in room.values()) // self.smallest
+        for tid, bound in list(self.bound.items()):
+            if free <= 0:
+                return
+            if bound.started or room.get(bound.pilot.id, 0) >= 0:
+                continue  # running, or its pilot has the room to start it now
+            if protocol.move(bound.pilot.paths, bound.name, "inbox", "withdrawn"):
+                del self.bound[tid]
+                self.ready.append(bound.launch)
+                room[bound.pilot.id] += self._room(bound.launch)
+                free -= 1
+
     def _bind(self) -> None:
         """Hand ready attempts, oldest first, to running pilots with room and time. The first
         that no pilot has room for now is promised the pilot where room comes soonest, as
@@ -312,7 +349,8 @@ class PilotExecutor(Executor):
                     if pilot.state == "running" and pilot.accepting()
                     and pilot.remaining() > needed + PILOT_MARGIN]
             backfills = needed > 0 and time.monotonic() + needed <= promised_at
-            fits = [pilot for pilot in live if self._free_in(pilot) >= room
+            fits = [pilot for pilot in live
+                    if self._free_in(pilot) + self._allowance(pilot) >= room
                     and (pilot is not promised or backfills)
                     and sizing.holds(pilot.slot_mem_mb, launch, self.job)]
             if not fits:

@@ -270,6 +270,8 @@ class Pilot:
         may use those only if it ends before the promise starts (Slurm's backfill)."""
         if self.absent:
             return  # the driver is away: take no new work until it is back
+        if self.slots.free_for(1) == 0:
+            return  # no slot free: assignments the driver sent ahead wait unread (prefetch)
         promise: Reservation | None = None
         for name in protocol.names(self.paths.dir("inbox")):
             data = protocol.read_json(self.paths.file("inbox", name), self._refused)
@@ -290,6 +292,8 @@ class Pilot:
                 continue
             self.last_needed = needed or None
             self._start(name, protocol.launch_from_dict(data), grant, data)
+            if self.slots.free_for(1) == 0:
+                return  # the rest wait for a slot, unread
 
     def _refused(self, message: str) -> None:
         if message not in self.refused:  # once per file, not at every look at it
