@@ -36,16 +36,20 @@ class _Slurm:  # no command runs: nothing is submitted in these tests
         return None
 
 
-@pytest.fixture
-def made(tmp_path):
-    """(executor factory, its store): the store holds no trials (bind_attempt updates none)."""
-    spec = parse_spec(SPEC, "ahead.yaml", tmp_path, tmp_path / "runs")
-    job = spec.slurm_job()
+def _job_and_store(tmp_path: Path, text: str):
+    """The spec's Slurm job, and a new store for it (no trials: bind_attempt updates none)."""
+    job = parse_spec(text, "ahead.yaml", tmp_path, tmp_path / "runs").slurm_job()
     job.experiment_dir.mkdir(parents=True)
-    Store.create(job.experiment_dir / STORE_FILE, name="ahead", spec_yaml=SPEC,
+    Store.create(job.experiment_dir / STORE_FILE, name="ahead", spec_yaml=text,
                  spec_file=str(tmp_path / "ahead.yaml"), base_dir=str(tmp_path),
                  strategy="random", directions=["minimize"], trials_requested=20).close()
-    store = Store(job.experiment_dir / STORE_FILE)
+    return job, Store(job.experiment_dir / STORE_FILE)
+
+
+@pytest.fixture
+def made(tmp_path):
+    """(executor factory, tmp_path): two pilots said running in each executor it makes."""
+    job, store = _job_and_store(tmp_path, SPEC)
     executors = []
 
     def make(ahead: bool) -> PilotExecutor:
@@ -122,3 +126,40 @@ def test_an_assignment_waiting_in_a_full_pilot_moves_to_one_with_a_free_slot(mad
     assert protocol.where(executor.fleet.pilots[1].paths, claimed_meanwhile) == "claimed"
     executor._rebalance()  # nothing more to move: pilot 1 has no waiting one left
     assert executor.ready == [] and _inbox(executor, 1) == []
+
+
+def test_no_prefetch_where_the_scouts_size_the_trials(tmp_path):
+    """A trial asked ahead would be bound at the ceiling the scouts have not cut yet."""
+    text = SPEC.replace("objective:", 'resources: {time: "auto 00:30:00", scouts: 2}\nobjective:')
+    job, store = _job_and_store(tmp_path, text)
+    try:
+        assert not PilotExecutor(job, store, _Slurm(), ahead=True).ahead
+        assert PilotExecutor(parse_spec(SPEC, "ahead.yaml", tmp_path, tmp_path / "runs")
+                             .slurm_job(), store, _Slurm(), ahead=True).ahead
+    finally:
+        store.close()
+
+
+def test_prefetch_never_runs_more_than_search_parallel_trials_at_once(made):
+    """search.parallel 4 over two running pilots of 2 slots fills them: prefetch. Three such
+    pilots have more slots than the search may use at once: what was sent ahead would run
+    beside the others, so none is, and nothing waiting moves to the third pilot's free
+    slots while 4 trials hold slots."""
+    make, tmp_path = made
+    executor = make(ahead=True)
+    executor.ready = _launches(tmp_path, range(8))
+    executor._bind()
+    assert executor.free_slots() == 0 and len(executor.bound) == 8
+    paths = protocol.PilotPaths(tmp_path / "third" / "3")
+    paths.make()
+    executor.fleet.pilots[3] = PilotJob(3, "p3", paths, "103", rows.PILOT_RUNNING, "node3")
+    assert executor.free_slots() == 0  # 4 running + 4 sent ahead: no more are asked
+    for bound in executor.bound.values():
+        bound.started = bound.started or protocol.move(bound.pilot.paths, bound.name,
+                                                       "inbox", "claimed")
+        if sum(b.started for b in executor.bound.values()) == 4:
+            break
+    executor._rebalance()
+    executor._bind()
+    assert _inbox(executor, 3) == [] and executor.ready == []
+    assert executor._in_slots() == 4

@@ -77,7 +77,8 @@ class PilotExecutor(Executor):
         inbox, so a freed slot takes the next at the pilot's next look, without the round trip
         to the driver; where one pilot has a free slot and nothing is ready, an assignment
         still waiting in another pilot moves to it (_rebalance). Only where every trial is
-        one size (a waiting one never holds up a larger trial's slots)."""
+        one size (a waiting one never holds up a larger trial's slots), and the scouts do
+        not size them."""
         if slurm is None:
             from hpsearch.slurm.commands import Slurm
             slurm = Slurm()
@@ -96,7 +97,9 @@ class PilotExecutor(Executor):
         self.rooms = {place.name: place.pilots.nodes // unit * unit * place.pilots.slots_per_node
                       for place in self.fleet.places}
         self.smallest = min(sizes)
-        self.ahead = ahead and len(set(sizes)) == 1
+        # not where the scouts size trials (resources `auto`): a trial asked ahead would
+        # take the ceiling the scouts have not yet cut (tests/slurm/test_scouts.py)
+        self.ahead = ahead and len(set(sizes)) == 1 and not job.resources.auto
         self.supply = Supply(self.cfg.max, min(self.rooms.values()))
         self.starts = StartFailures()  # pilots that end before they run a trial
         self.unneeded: dict[int, float] = {}  # pending pilot -> since when no trial needs it
@@ -309,20 +312,43 @@ class PilotExecutor(Executor):
         return self._room_of(pilot) - sum(self._room(b.launch) for b in self.bound.values()
                                      if b.pilot is pilot)
 
+    def _may_take(self, pilot: PilotJob, room: int) -> bool:
+        """Whether an attempt of `room` node slots may be bound to `pilot`: to start there
+        now (with prefetch, only while fewer than search.parallel trials hold slots: the
+        waiting ones must not run beside them), or, with prefetch, to wait there."""
+        free = self._free_in(pilot)
+        if free >= room:
+            return not self.ahead or self._in_slots() + room <= self.parallel * self.smallest
+        return free + self._allowance(pilot) >= room
+
+    def _in_slots(self) -> int:
+        """Node slots that bound attempts hold or take at once (not those that wait)."""
+        pilots = {bound.pilot.id: bound.pilot for bound in self.bound.values()}
+        return sum(min(self._room_of(pilot), self._room_of(pilot) - self._free_in(pilot))
+                   for pilot in pilots.values())
+
     def _allowance(self, pilot: PilotJob) -> int:
-        """Node slots of assignments a running pilot may hold beyond its room (prefetch)."""
+        """Node slots of assignments a running pilot may hold beyond its room (prefetch):
+        only where search.parallel fills every running pilot's slots, so that what is sent
+        ahead waits for a slot rather than runs beside them."""
         running = self.ahead and pilot.state == "running" and pilot.accepting()
-        return self._room_of(pilot) if running else 0
+        if not running:
+            return 0
+        rooms = sum(self._room_of(other) for other in self.fleet.pilots.values()
+                    if other.state == "running" and other.accepting())
+        return self._room_of(pilot) if self.parallel * self.smallest >= rooms else 0
 
     def _rebalance(self) -> None:
         """Prefetch's other half: with nothing ready, an assignment waiting in a pilot whose
         slots are all taken goes back to ready (withdrawn, if the pilot has not claimed it
-        meanwhile) for _bind to give to a running pilot with a free slot now."""
+        meanwhile) for _bind to give to a running pilot with a free slot now, while fewer
+        than search.parallel trials hold slots."""
         if not self.ahead or self.ready:
             return
         room = {pilot.id: self._free_in(pilot) for pilot in self.fleet.pilots.values()
                 if pilot.state == "running" and pilot.accepting()}
-        free = sum(max(0, n) for n in room.values()) // self.smallest
+        free = min(sum(max(0, n) for n in room.values()),  # and below search.parallel
+                   self.parallel * self.smallest - self._in_slots()) // self.smallest
         for tid, bound in list(self.bound.items()):
             if free <= 0:
                 return
@@ -349,8 +375,7 @@ class PilotExecutor(Executor):
                     if pilot.state == "running" and pilot.accepting()
                     and pilot.remaining() > needed + PILOT_MARGIN]
             backfills = needed > 0 and time.monotonic() + needed <= promised_at
-            fits = [pilot for pilot in live
-                    if self._free_in(pilot) + self._allowance(pilot) >= room
+            fits = [pilot for pilot in live if self._may_take(pilot, room)
                     and (pilot is not promised or backfills)
                     and sizing.holds(pilot.slot_mem_mb, launch, self.job)]
             if not fits:
