@@ -120,11 +120,16 @@ def test_a_line_the_pilot_did_not_write_is_skipped_and_the_next_one_obeyed(tmp_p
     agent.send(b"not json\n")
     agent.send({"run": {"trial_id": 1}})  # half an assignment
     agent.send({"format": "unknown"})
+    agent.send(b"\xff\xfe{\"run\": 1}\x00\n")  # not UTF-8, a NUL
+    agent.send(b'"run"\n' + b"1" * 40 + b"\n")  # a JSON string, a number beyond 64 bits
+    agent.send(b"{" + b"x" * (5 << 20) + b"\n")  # a line of 5 MB
     agent.run(_launch(tmp_path, 3, "exit 0"))
     assert agent.next("started")["trial_id"] == 3
     assert agent.next("ended")["exit_code"] == 0
     _, err = agent.close()
-    assert err.count("skipped a line the pilot did not write") == 3
+    # 7 lines skipped (the 5 MB line: its first 4 MiB dropped, the rest skipped)
+    assert err.count("skipped a line the pilot did not write") == 7
+    assert "dropped a line of over 4194304 bytes" in err
 
 
 def test_a_trial_on_an_agent_gets_its_step_gpu_lists_narrowed_to_its_own_gpus(tmp_path):
@@ -176,6 +181,16 @@ def test_the_pilot_sends_trials_to_ready_agents_and_reads_their_ends(tmp_path, f
     assert (ends[1].exit_code, ends[2].exit_code) == (0, 9)
     assert agents.running() == []
     agents.close()
+
+
+def test_what_an_agent_says_that_is_not_a_message_is_named_and_skipped(tmp_path, capsys):
+    agents = NodeAgents(remote_exit_code)
+    agent = type("A", (), {"node": "n2", "ready": False, "trials": {}})()
+    for line in (b"\xff\xfe", b'"ready"', b"7" * 40, b'{"started": {"trial_id": 1}}',
+                 b'{"ended": {"bogus": 1}}', b"[1, 2]"):
+        assert agents._event(agent, line) is None
+    assert not agent.ready
+    assert capsys.readouterr().err.count("said something else") == 6
 
 
 def test_an_agent_that_dies_ends_its_trials_lost_or_as_their_shells_said(tmp_path, fake_srun):

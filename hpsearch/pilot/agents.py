@@ -173,6 +173,8 @@ class NodeAgents:
     def _event(self, agent: _Agent, line: bytes) -> Started | Ended | None:
         try:
             message = json.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("not a JSON object")
             if "ready" in message:
                 agent.ready = True
                 return None
@@ -183,7 +185,7 @@ class NodeAgents:
                 agent.trials.pop(ended.trial_id, None)
                 self.where.pop(ended.trial_id, None)
                 return ended
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError: a ValueError
             print(f"hpsearch pilot: agent on {agent.node} said something else ({exc}): "
                   f"{line[:200]!r}", file=sys.stderr, flush=True)
         return None

@@ -39,14 +39,11 @@ from collections.abc import Mapping
 from hpsearch.executors.base import Started
 from hpsearch.executors.local import LocalExecutor
 from hpsearch.pilot.protocol import launch_from_dict
+from hpsearch.pilot.tree_watch import OUTLIVED
 from hpsearch.slurm.environment import GPU_VISIBILITY, without_shape
 
 WAIT = 1.0  # seconds its loop waits at most for a line or a trial's end
 MAX_LINE = 1 << 22  # bytes: a longer line without its end is dropped (4 MiB of environment)
-# What Slurm may send every process of the step: outlived, not obeyed (a handler, not
-# SIG_IGN, which the trials' shells would inherit)
-OUTLIVED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-            signal.SIGQUIT, signal.SIGALRM, signal.SIGCONT)
 
 
 def step_gpu_lists(env: Mapping[str, str]) -> dict[str, str]:
@@ -99,6 +96,8 @@ class Agent:
     def _obey(self, line: bytes) -> None:
         try:
             message = json.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("not a JSON object")
             if "run" in message:
                 launch = launch_from_dict(message["run"])
                 self.runner.submit(dataclasses.replace(
@@ -132,8 +131,8 @@ class Agent:
 
 def main(argv: list[str]) -> int:
     node, trial_time, grace, signal_name, before = argv
-    for sig in OUTLIVED:
-        signal.signal(sig, lambda s, f: None)
+    for sig in OUTLIVED:  # what Slurm sends the whole step: outlived, not obeyed (a handler,
+        signal.signal(sig, lambda s, f: None)  # not SIG_IGN, which the trials would inherit)
     out = os.dup(1)  # the pilot's channel; anything printed by mistake goes to stderr
     os.dup2(2, 1)
     runner = LocalExecutor(1 << 20, None, 1, float(trial_time) or None, float(grace),
