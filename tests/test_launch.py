@@ -349,6 +349,26 @@ def test_slurm_master_addr_is_the_first_nodes_nodeaddr_else_its_name(tmp_path, s
     assert _run(text, {**stub_slurm, "STUB_NO_NODE": "1"}, tmp_path).stdout == "node1:41000\n"
 
 
+def test_a_pilots_trial_takes_its_first_node_and_address_from_the_pilot_not_scontrol(
+        tmp_path, stub_slurm):
+    """The pilot asks slurmctld once for its nodes' addresses and tells each trial; its
+    trials run no scontrol (a failing one here). A trial started under another job (the
+    variables inherited, say, by a search started from inside a pilot's trial) asks."""
+    layout = RankLayout(master_port=41000, under_slurm=True)
+    text = make_launcher("none").wrap('echo "$MASTER_ADDR:$MASTER_PORT $hpsearch_first_node"',
+                                      layout, make_runtime(None))
+    told = {**stub_slurm, "HPSEARCH_FIRST_NODE": "node2", "HPSEARCH_FIRST_NODE_ADDR": "10.0.0.2",
+            "HPSEARCH_PILOT_JOB": "77", "SLURM_JOB_ID": "77"}
+    failing = tmp_path / "failing-bin"
+    failing.mkdir()
+    (failing / "scontrol").write_text("#!/bin/sh\necho called >&2\nexit 1\n")
+    (failing / "scontrol").chmod(0o755)
+    run = _run(text, {**told, "PATH": f"{failing}:{told['PATH']}"}, tmp_path)
+    assert (run.stdout, run.stderr) == ("10.0.0.2:41000 node2\n", "")
+    other_job = _run(text, {**told, "SLURM_JOB_ID": "78"}, tmp_path)
+    assert other_job.stdout == "127.0.0.1:41000 node1\n"
+
+
 def test_srun_body_under_stub_srun_gives_each_task_its_rank(tmp_path, stub_slurm):
     layout = RankLayout(nodes=2, tasks_per_node=2, master_port=41001, under_slurm=True)
     text = make_launcher("srun").wrap(RANK_LINE.format(name=NAME), layout, make_runtime(None))

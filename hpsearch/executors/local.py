@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from hpsearch import procs
 from hpsearch.errors import BadInput
 from hpsearch.executors.base import Adoptable, Ended, EndReason, Executor, Started
+from hpsearch.launch.affinity import slot_cpus, spawning_on
 from hpsearch.launch.attempt import (
     Launch,
     open_unlinked,
@@ -41,6 +42,7 @@ from hpsearch.launch.attempt import (
     read_exit_code,
     shell_body,
 )
+from hpsearch.launch.base import CPU_NARROW
 
 if TYPE_CHECKING:
     from hpsearch.spec.model import Spec
@@ -194,12 +196,17 @@ class LocalExecutor(Executor):
         env = {**self.base_env, **launch.env}
         if self.free_gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        cpus = slot_cpus(launch.env) if launch.narrow_cpus else None
         try:
-            popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
-                                                                  launch.command)],
-                                     cwd=launch.workdir, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=ready.out, stderr=ready.err,
-                                     start_new_session=True)
+            with spawning_on(cpus) as narrowed:
+                # where this process could not narrow it, the shell tries, or says why not
+                command = (launch.command if narrowed or not launch.narrow_cpus
+                           else CPU_NARROW + "\n" + launch.command)
+                popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
+                                                                      command)],
+                                         cwd=launch.workdir, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=ready.out,
+                                         stderr=ready.err, start_new_session=True)
         except OSError as exc:
             self._give_back_gpus(gpus)
             self.events.append(_launch_failed(launch, exc))

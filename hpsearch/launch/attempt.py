@@ -62,6 +62,9 @@ class Launch:
     time_factor: float = field(default=1.0, compare=False)
     # The trial's own resources (Resources.for_params); None: the spec's, for every trial.
     resources: Resources | None = field(default=None, compare=False)
+    # In a pilot: the process that spawns it narrows it to its slot's cores
+    # (hpsearch.launch.affinity; HPSEARCH_CPU_FIELDS in env names them).
+    narrow_cpus: bool = field(default=False, compare=False)
 
 
 # A stop (SIGTERM to the attempt's process group) must not end the shell before the trial:

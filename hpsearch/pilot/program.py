@@ -178,6 +178,7 @@ class Pilot:
         # its agents on its other nodes, and the trials they run
         self.agents = NodeAgents(lambda d, a: remote_exit_code(d, a, self._refused))
         self.on_agent: set[int] = set()
+        self.addrs: dict[str, str] = {}  # its nodes' NodeAddr (_node_addrs)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> str:
@@ -197,6 +198,7 @@ class Pilot:
         for sig in (signal.SIGUSR2, signal.SIGTERM):
             signal.signal(sig, lambda s, f: setattr(self, "asked", signal.Signals(s).name))
         self._heartbeat("running")
+        self.addrs = self._node_addrs()
         reason = None
         while reason is None:
             reason = self._step()
@@ -329,9 +331,14 @@ class Pilot:
                # the trial's own srun steps share the pilot's nodes with other trials' steps:
                # the pilot's slots, not Slurm's step accounting, keep them apart
                "SLURM_OVERLAP": "1",
-               "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id}
-        # its shell, and all it starts, on its slot's cores (hpsearch.launch.base.CPU_NARROW)
-        command = CPU_NARROW + "\n" + launch.command
+               "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id,
+               # its first node and that node's address (hpsearch.launch.base.preamble)
+               **({"HPSEARCH_FIRST_NODE": grant.nodes[0],
+                   "HPSEARCH_FIRST_NODE_ADDR": self.addrs[grant.nodes[0]]}
+                  if grant.nodes[0] in self.addrs else {})}
+        # its shell, and all it starts, on its slot's cores: the pilot or the node's agent
+        # spawns it there (hpsearch.launch.affinity); a step of its own narrows itself
+        command = launch.command
         # An earlier attempt's exit_code is left alone: it names its attempt, so it is never
         # read as this one's (read_exit_code). Unlinking it here made this host cache "no
         # such file" for the name (NFS's negative lookups), and a remote trial's code,
@@ -343,11 +350,14 @@ class Pilot:
         first = grant.nodes[0]
         if first != self.alloc.batch_host:  # run its command on its first node
             if self.agents.ready(first) and self.agents.submit(first, dataclasses.replace(
-                    launch, command=GPU_NARROW + "\n" + command, env=env)):
+                    launch, command=GPU_NARROW + "\n" + command, env=env, narrow_cpus=True)):
                 self.on_agent.add(launch.trial_id)
                 return
-            command = self._own_step(launch, first, command, node_cpus)
-        self.runner.submit(dataclasses.replace(launch, command=command, env=env))
+            self.runner.submit(dataclasses.replace(launch, env=env, command=self._own_step(
+                launch, first, CPU_NARROW + "\n" + command, node_cpus)))
+            return
+        self.runner.submit(dataclasses.replace(launch, command=command, env=env,
+                                               narrow_cpus=True))
 
     def _own_step(self, launch: Launch, node: str, command: str, node_cpus: int) -> str:
         """The command that runs a trial on another node in an srun step of its own."""
@@ -366,6 +376,18 @@ class Pilot:
             # an overlapping step is bound to the job's lowest cores on the node, whatever
             # other steps hold: it takes all of the pilot's there, and narrows itself
             f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1", *shell])
+
+    def _node_addrs(self) -> dict[str, str]:
+        """Its nodes' addresses, asked once; none where Slurm does not answer (each trial
+        then asks for its own)."""
+        if not self.alloc.job_id:
+            return {}
+        try:
+            return Slurm().node_addrs(self.alloc.nodes)
+        except SlurmError as exc:
+            print(f"hpsearch pilot: its trials ask for their first node's address: {exc}",
+                  file=sys.stderr, flush=True)
+            return {}
 
     def _node_cpus(self) -> int:
         """The pilot's CPUs on each node: its slots' (pilot.fleet asks Slurm for these)."""

@@ -217,14 +217,15 @@ def launch_to_dict(launch: Launch, width: int = 1) -> dict:
             "env": dict(launch.env), "trial_dir": str(launch.trial_dir),
             "workdir": str(launch.workdir), "params": launch.params,
             "time_factor": launch.time_factor, "assigned": time.time(),
-            "nodes": None, **own}
+            "nodes": None, "narrow_cpus": launch.narrow_cpus, **own}
 
 
 def launch_from_dict(data: dict) -> Launch:
     return Launch(int(data["trial_id"]), int(data["attempt"]), data["command"],
                   dict(data["env"]), Path(data["trial_dir"]), Path(data["workdir"]),
                   dict(data.get("params") or {}),
-                  time_factor=float(data.get("time_factor") or 1.0))
+                  time_factor=float(data.get("time_factor") or 1.0),
+                  narrow_cpus=data.get("narrow_cpus") is True)
 
 
 # -- heartbeats -------------------------------------------------------------------------------

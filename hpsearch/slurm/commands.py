@@ -392,6 +392,15 @@ class Slurm:
             raise SlurmError(argv, 0, "", "printed no NodeAddr")
         return fields["NodeAddr"]
 
+    def node_addrs(self, nodes: Iterable[str]) -> dict[str, str]:
+        """Each node's NodeAddr, in one call: a pilot's, told to its trials (they need not
+        ask slurmctld each, hpsearch.launch.base.preamble). Nodes that print none are left
+        out."""
+        argv = ["scontrol", "show", "node", "-o", ",".join(nodes)]
+        records = self._parsed(argv, parse.parse_scontrol_records, self._check(argv))
+        return {r["NodeName"]: r["NodeAddr"] for r in records
+                if r.get("NodeName") and r.get("NodeAddr")}
+
     def sacct_peaks(self, job_ids: Iterable[str]) -> dict[str, Peak] | None:
         """Each finished job's run time and largest step MaxRSS (scouts); None when the
         cluster keeps no accounting."""

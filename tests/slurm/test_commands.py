@@ -216,6 +216,12 @@ def test_node_addr(slurm: Slurm):
         slurm.node_addr("nodeX")
 
 
+def test_node_addrs_of_a_pilots_nodes_in_one_call(slurm: Slurm):
+    """What a pilot tells its trials (their MASTER_ADDR), asked once for all its nodes."""
+    assert slurm.node_addrs(["node1", "node3", "node4"]) == {
+        "node1": "127.0.0.1", "node3": "127.0.0.1", "node4": "127.0.0.1"}
+
+
 def test_sacct_without_accounting_returns_none(slurm_cluster: SlurmCluster, tmp_path: Path):
     conf = tmp_path / "slurm.conf"
     conf.write_text("".join(line for line in slurm_cluster.conf.read_text().splitlines(True)
