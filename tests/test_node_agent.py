@@ -19,6 +19,7 @@ import pytest
 from hpsearch.executors.base import Ended, Started
 from hpsearch.launch.attempt import Launch
 from hpsearch.launch.base import GPU_NARROW
+from hpsearch.pilot import agents as agents_module
 from hpsearch.pilot.agents import NodeAgents
 from hpsearch.pilot.program import remote_exit_code
 from hpsearch.pilot.protocol import launch_to_dict
@@ -154,7 +155,8 @@ def fake_srun(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     srun = bin_dir / "srun"
-    srun.write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec "$@"\n')
+    srun.write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\n'
+                    'sleep "${FAKE_SRUN_DELAY:-0}"\nexec "$@"\n')
     srun.chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
 
@@ -211,3 +213,54 @@ def test_an_agent_that_dies_ends_its_trials_lost_or_as_their_shells_said(tmp_pat
     assert (ends[2].reason, ends[2].exit_code) == ("exited", 0)
     assert not agents.ready("n2") and not agents.submit("n2", _launch(tmp_path, 3, "true"))
     agents.close()
+
+
+def test_trials_sent_while_the_agent_starts_wait_in_its_stdin_then_run(tmp_path, fake_srun):
+    """At a pilot's start its other nodes' trials go to their agents at once, not as srun
+    steps of their own: they wait in the agent's stdin until its Python is up."""
+    agents = NodeAgents(remote_exit_code)
+    agents.start(["n2"], 4, {**os.environ, "FAKE_SRUN_DELAY": "1"}, ["0", "2", "", "1"],
+                 tmp_path / "a.log")
+    assert agents.takes("n2") and not agents.ready("n2")
+    assert agents.submit("n2", _launch(tmp_path, 1, "exit 4"))
+    assert agents.running() == [1]
+    events = _wait_for(agents, lambda e: any(isinstance(x, Ended) for x in e))
+    assert [(e.trial_id, e.exit_code) for e in events if isinstance(e, Ended)] == [(1, 4)]
+    assert agents.ready("n2")
+    agents.close()
+
+
+def test_an_agent_not_yet_ready_takes_no_more_than_its_stdin_holds(tmp_path, fake_srun):
+    """The pilot writes to the agent's stdin without blocking: before the agent is ready it
+    sends at most SEND_BEFORE_READY bytes (a 64 KiB pipe holds them); the next trial for
+    that node starts as a step of its own (the pilot's fallback)."""
+    agents = NodeAgents(remote_exit_code)
+    agents.start(["n2"], 4, {**os.environ, "FAKE_SRUN_DELAY": "30"}, ["0", "2", "", "1"],
+                 tmp_path / "a.log")
+    big = {"HPSEARCH_BIG": "x" * 5000}
+    sent = 0
+    began = time.monotonic()
+    while agents.takes("n2"):
+        assert agents.submit("n2", _launch(tmp_path, sent, "true", big))
+        sent += 1
+    assert time.monotonic() - began < 5  # it never waited on the pipe
+    assert agents_module.SEND_BEFORE_READY <= agents.agents["n2"].waiting < 64 << 10
+    assert sent == len(agents.running()) > 1
+    agents.agents["n2"].proc.kill()
+    agents.close()
+
+
+def test_an_agent_that_never_says_ready_is_given_up_and_its_waiting_trials_end_lost(
+        tmp_path, fake_srun, monkeypatch):
+    """Given up after READY_WAIT (its step killed): the trials that waited for it end lost,
+    so the driver runs them again; none ran there."""
+    monkeypatch.setattr(agents_module, "READY_WAIT", 0.5)
+    agents = NodeAgents(remote_exit_code)
+    agents.start(["n2"], 4, {**os.environ, "FAKE_SRUN_DELAY": "30"}, ["0", "2", "", "1"],
+                 tmp_path / "a.log")
+    assert agents.submit("n2", _launch(tmp_path, 1, "touch ran"))
+    events = _wait_for(agents, lambda e: any(isinstance(x, Ended) for x in e))
+    (ended,) = [e for e in events if isinstance(e, Ended)]
+    assert ended.reason == "lost" and "did not start in 0.5 s" in ended.detail
+    assert not agents.takes("n2") and not (tmp_path / "ran").exists()
+    agents.close(wait=5)

@@ -2,9 +2,15 @@
 --overlap` step on each of its other nodes, started with the pilot, through which the trials
 placed there start without a step launch of their own.
 
-A node's trials go to its agent once the agent has said it is ready; until then (its Python
-still starting), and on a node whose agent is gone, they start as their own srun steps as
-before (hpsearch.pilot.program). An agent that ends while trials of its are running (its
+A node's trials go to its agent from the pilot's start: while the agent's Python starts,
+they wait in its stdin (the pipe srun carries), at most SEND_BEFORE_READY bytes of them, so
+the pilot never blocks on a full pipe. Before, they started as srun steps of their own until
+the agent was ready: at a pilot's start that was a step launch for nearly every trial of the
+first wave on its other nodes (12 of 16 in a 4-node pilot of 4 slots a node), which on the
+test cluster held the first wave's last trials back by up to 0.6 s. An agent not ready after
+READY_WAIT is given up (its step killed); on a node whose agent is gone, or while one not yet
+ready has its budget of bytes, trials start as their own srun steps as before
+(hpsearch.pilot.program). An agent that ends while trials of its are running or waiting (its
 node failed, its step was killed) ends them: exited where the trial's shell wrote its exit
 code (hpsearch.launch.attempt), else lost, as a trial's own step that ends without one.
 """
@@ -16,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -26,6 +33,8 @@ from hpsearch.procs import module_argv
 from hpsearch.warm import open_private
 
 STEP_NAME = "hpsearch-agent"
+READY_WAIT = 30.0  # seconds an agent may take to say it is ready; then it is given up
+SEND_BEFORE_READY = 32 << 10  # bytes sent to an agent not yet ready: half a pipe's 64 KiB
 
 
 @dataclasses.dataclass
@@ -37,6 +46,8 @@ class _Agent:
     gone: str | None = None  # why it is gone
     buffer: bytes = b""
     trials: dict[int, Launch] = dataclasses.field(default_factory=dict)  # running there
+    began: float = dataclasses.field(default_factory=time.monotonic)
+    waiting: int = 0  # bytes sent before it was ready (they wait in its stdin)
 
 
 class NodeAgents:
@@ -81,6 +92,13 @@ class NodeAgents:
         agent = self.agents.get(node)
         return agent is not None and agent.ready and agent.gone is None
 
+    def takes(self, node: str) -> bool:
+        """Whether a trial on `node` goes to its agent now: it is ready, or still starting
+        with room in its stdin for the trial to wait."""
+        agent = self.agents.get(node)
+        return agent is not None and agent.gone is None and (
+            agent.ready or agent.waiting < SEND_BEFORE_READY)
+
     def submit(self, node: str, launch: Launch) -> bool:
         """Send the attempt to its node's agent; False if it could not take it."""
         agent = self.agents[node]
@@ -114,6 +132,11 @@ class NodeAgents:
         for agent in self.agents.values():
             if agent.gone is None:
                 events += self._read(agent)
+            if agent.gone is None and not agent.ready and \
+                    time.monotonic() - agent.began > READY_WAIT:
+                agent.proc.kill()  # its trials waiting in its stdin end lost, and run again
+                agent.gone = f"the pilot's agent on {agent.node} did not start in " \
+                             f"{READY_WAIT:g} s"
             if agent.gone is not None and agent.trials:
                 events += self._orphans(agent)
         return events
@@ -139,9 +162,12 @@ class NodeAgents:
     def _send(self, agent: _Agent, message: dict) -> bool:
         if agent.gone is not None or agent.proc.stdin is None:
             return False
+        line = json.dumps(message).encode() + b"\n"
         try:
-            agent.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            agent.proc.stdin.write(line)
             agent.proc.stdin.flush()
+            if not agent.ready:
+                agent.waiting += len(line)
         except (BrokenPipeError, OSError) as exc:
             agent.gone = f"its agent's step took no more ({exc})"
             return False

@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -198,7 +199,8 @@ class Pilot:
         for sig in (signal.SIGUSR2, signal.SIGTERM):
             signal.signal(sig, lambda s, f: setattr(self, "asked", signal.Signals(s).name))
         self._heartbeat("running")
-        self.addrs = self._node_addrs()
+        # in the background: the first trials start meanwhile, and ask for it themselves
+        threading.Thread(target=self._node_addrs, name="node-addrs", daemon=True).start()
         reason = None
         while reason is None:
             reason = self._step()
@@ -333,9 +335,8 @@ class Pilot:
                "SLURM_OVERLAP": "1",
                "HPSEARCH_PILOT": self.paths.root.name, "HPSEARCH_PILOT_JOB": self.alloc.job_id,
                # its first node and that node's address (hpsearch.launch.base.preamble)
-               **({"HPSEARCH_FIRST_NODE": grant.nodes[0],
-                   "HPSEARCH_FIRST_NODE_ADDR": self.addrs[grant.nodes[0]]}
-                  if grant.nodes[0] in self.addrs else {})}
+               **({"HPSEARCH_FIRST_NODE": grant.nodes[0], "HPSEARCH_FIRST_NODE_ADDR": addr}
+                  if (addr := self.addrs.get(grant.nodes[0])) else {})}
         # its shell, and all it starts, on its slot's cores: the pilot or the node's agent
         # spawns it there (hpsearch.launch.affinity); a step of its own narrows itself
         command = launch.command
@@ -349,7 +350,7 @@ class Pilot:
         self.memory[launch.trial_id] = (share, oom.oom_kills())
         first = grant.nodes[0]
         if first != self.alloc.batch_host:  # run its command on its first node
-            if self.agents.ready(first) and self.agents.submit(first, dataclasses.replace(
+            if self.agents.takes(first) and self.agents.submit(first, dataclasses.replace(
                     launch, command=GPU_NARROW + "\n" + command, env=env, narrow_cpus=True)):
                 self.on_agent.add(launch.trial_id)
                 return
@@ -377,17 +378,16 @@ class Pilot:
             # other steps hold: it takes all of the pilot's there, and narrows itself
             f"--cpus-per-task={node_cpus}", "--cpu-bind=none", "--kill-on-bad-exit=1", *shell])
 
-    def _node_addrs(self) -> dict[str, str]:
-        """Its nodes' addresses, asked once; none where Slurm does not answer (each trial
-        then asks for its own)."""
+    def _node_addrs(self) -> None:
+        """Its nodes' addresses, asked once (self.addrs is set whole, once); none where
+        Slurm does not answer (each trial then asks for its own)."""
         if not self.alloc.job_id:
-            return {}
+            return
         try:
-            return Slurm().node_addrs(self.alloc.nodes)
+            self.addrs = Slurm().node_addrs(self.alloc.nodes)
         except SlurmError as exc:
             print(f"hpsearch pilot: its trials ask for their first node's address: {exc}",
                   file=sys.stderr, flush=True)
-            return {}
 
     def _node_cpus(self) -> int:
         """The pilot's CPUs on each node: its slots' (pilot.fleet asks Slurm for these)."""

@@ -329,18 +329,27 @@ def test_a_pilot_node_whose_slurmd_dies_fails_the_pilot_and_its_trials_run_again
     assert state == ["NODE_FAIL"], state
 
 
-def test_a_trial_lost_on_a_pilot_node_is_retried_on_another_node(cli, slurm_cluster):
-    """The shell of a trial run through srun on a pilot's second node dies (kill -9, as when
-    its node goes): no exit code, so the attempt is lost. The pilot sets that node aside and
-    the retry waits for a slot on the other node instead of running there again (where a
-    dying node would fail it again, spending its attempts)."""
-    name = f"pl-lost-{RUN}"
+# How the trial on the pilot's second node is lost: through its node's agent (the default),
+# the agent dies (kill -9 of the trial's parent, as when its node goes); as an srun step of
+# its own (`agents: false`), its shell dies, so it writes no exit code.
+LOST = {"agent": 'grep -q node_agent /proc/$PPID/cmdline && kill -9 $PPID && sleep 30',
+        "step": '[ -n "$SLURM_STEP_ID" ] && kill -9 $$'}
+
+
+@pytest.mark.parametrize("via", sorted(LOST))
+def test_a_trial_lost_on_a_pilot_node_is_retried_on_another_node(cli, slurm_cluster, via):
+    """The trial on a pilot's second node is lost: its node's agent dies under it, or (with
+    `agents: false`) the shell of its srun step dies; no exit code either way. The pilot sets
+    that node aside and the retry waits for a slot on the other node instead of running
+    there again (where a dying node would fail it again, spending its attempts)."""
+    name = f"pl-lost-{via}-{RUN}"
     text = SLEEPER.format(name=name, sleep=0, parallel=2, max=1, xs=[1, 2],
                           pilot_nodes=2).replace(
-        "sleep 0;", 'if [ "$HPSEARCH_ATTEMPT" = 1 ] && [ -n "$SLURM_STEP_ID" ]; then kill -9 $$; '
+        "sleep 0;", f'if [ "$HPSEARCH_ATTEMPT" = 1 ]; then {{ {LOST[via]}; }} || sleep 8; '
         # the retry, which must wait for the other trial's slot, need not sleep itself
-        'fi; [ "$HPSEARCH_ATTEMPT" != 1 ] || sleep 8;').replace("slots_per_node: 2",
-                                                                 "slots_per_node: 1")
+        'fi;').replace("slots_per_node: 2", "slots_per_node: 1")
+    if via == "step":
+        text = text.replace("heartbeat: 1}", "heartbeat: 1, agents: false}")
     proc = cli("submit", cli.write_spec(text, "lost.yaml"), env=slurm_cluster.env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     attempts = _attempts(cli.runs, name)
