@@ -18,8 +18,10 @@ import difflib
 import functools
 import importlib
 from collections.abc import Iterator
-from importlib.metadata import EntryPoints, entry_points
-from typing import Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoints
 
 T = TypeVar("T")
 
@@ -79,7 +81,11 @@ def _entry_points() -> EntryPoints:
     here 0.015 s read once against 0.040 s four times). Before Python 3.12 this is
     SelectableGroups (typeshed for 3.10 says so): its select(group=...), as EntryPoints',
     picks from what was read."""
-    return cast(EntryPoints, entry_points())
+    # imported here: importlib.metadata costs 39 ms at every start of a process that only
+    # imports a registry (a pilot's node agent, hpsearch.pilot.node_agent), not looks in it
+    from importlib.metadata import entry_points
+
+    return cast("EntryPoints", entry_points())
 
 
 def load(target: str) -> object:
