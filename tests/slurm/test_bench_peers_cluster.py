@@ -17,9 +17,11 @@ from tests.peers_steps import assert_nothing_lost_or_repeated, check_goal, read_
 from tests.peers_steps import table_rows as _rows
 
 BENCH = Path(__file__).resolve().parent.parent.parent / "benchmarks"
-# makespan, steps, processes, jobs, best, to target, lost, again, versions
+# makespan, steps, processes, jobs, best, to target, lost, again, versions; best is nan and
+# to target never where a tool finished no configuration (CI of 156a415's next stop: the
+# recipe's driver exited 1 after the node crash, its 8 trials lost; the row did not parse)
 COLUMNS = re.compile(r" (?P<makespan>\d+\.\d) +(?P<steps>\d+) +(?P<processes>\d+) "
-                     r"+(?P<jobs>\d+) +(?P<best>\d\.\d{4}) +(?P<to_target>\d+\.\d|never) "
+                     r"+(?P<jobs>\d+) +(?P<best>\d\.\d{4}|nan) +(?P<to_target>\d+\.\d|never) "
                      r"+(?P<lost>\d+) +(?P<again>\d+/\d+)  (?P<versions>\S.*)$")
 TOOLS = ("hpsearch ", "optuna+submitit ", "hydra ")
 HYDRA = BENCH / ".venv-hydra" / "bin" / "python"
