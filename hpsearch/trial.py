@@ -27,8 +27,9 @@ Files in $HPSEARCH_TRIAL_DIR:
                      ends there: docs/trial.md#start-up), written once, by its first process
     STOP             asks the trial to stop early: written when search.pruner rejects it
                      (obeyed only if it is a regular file of this user's, not a link)
-    JUDGED           "ATTEMPT STEP": the driver read this attempt's reports through STEP and
-                     its pruner let it go on (should_stop() waits for it: _await_verdict)
+    JUDGED           "ATTEMPT STEP [QUIET]": the driver read this attempt's reports through
+                     STEP and its pruner let it go on, and cannot stop it on a report of a
+                     step below QUIET (should_stop() waits for it: _await_verdict)
     stdout.log, stderr.log, exit_code
 
 A trial in another language reports by appending the same JSON lines to metrics.jsonl, or
@@ -482,12 +483,15 @@ def should_stop() -> bool:
 # naming this attempt and a step at least the reported one. Without it, a rejected trial
 # ran its next step before it saw STOP (benchmarks/peers.py, ASHA in stop mode). After
 # VERDICT_MISSES waits in a row that timed out (the driver is gone or stalled) it waits no
-# more, until a verdict is there again when it looks.
+# more, until a verdict is there again when it looks. A verdict may add the first step the
+# pruner could stop this attempt at (successive halving: its next rung): a report of an
+# earlier step is not waited for.
 VERDICT_SHARE = 0.5
 VERDICT_MISSES = 2
 _awaiting: tuple[int, float, float | None] | None = None  # (step, when, since the last)
 _last_report: float | None = None  # when the last report was written (time.monotonic)
 _missed = 0  # waits in a row that timed out
+_quiet: tuple[int, int] = (0, 0)  # (attempt, step): no stop on a report below that step
 
 
 def _await_verdict() -> None:
@@ -501,6 +505,8 @@ def _await_verdict() -> None:
         return
     if most <= 0:
         return
+    if _quiet[0] == attempt() and step < _quiet[1]:
+        return  # the pruner cannot stop this attempt at this step: nothing to wait for
     if interval is not None:
         most = min(most, VERDICT_SHARE * interval)
     deadline, pause = at + (most if _missed < VERDICT_MISSES else 0.0), 0.0005
@@ -515,8 +521,10 @@ def _await_verdict() -> None:
 
 
 def _judged(step: int) -> bool:
-    """Whether JUDGED names this attempt and `step` or a later one: read only if it is a
-    small regular file of this user's (no link followed, no FIFO waited on)."""
+    """Whether JUDGED names this attempt and `step` or a later one (its QUIET is kept for
+    the next reports): read only if it is a small regular file of this user's (no link
+    followed, no FIFO waited on)."""
+    global _quiet
     try:
         fd = os.open(trial_dir() / "JUDGED", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -526,7 +534,11 @@ def _judged(step: int) -> bool:
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
             return False
         words = os.read(fd, 64).split()
-        return len(words) == 2 and int(words[0]) == attempt() and int(words[1]) >= step
+        if len(words) not in (2, 3) or int(words[0]) != attempt():
+            return False
+        if len(words) == 3:
+            _quiet = (attempt(), int(words[2]))
+        return int(words[1]) >= step or step < _quiet[1]
     except (OSError, ValueError):
         return False
     finally:

@@ -24,6 +24,7 @@ def attempt_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(trial, "_awaiting", None)
     monkeypatch.setattr(trial, "_stop_signal", None)
     monkeypatch.setattr(trial, "_missed", 0)
+    monkeypatch.setattr(trial, "_quiet", (0, 0))
     return tmp_path
 
 
@@ -98,3 +99,32 @@ def test_a_fifo_or_another_users_judged_is_not_waited_on(attempt_dir):
     trial.report(3, loss=1.0)
     said, took = _timed_should_stop()
     assert not said and 0.55 <= took < 1.0, took
+
+
+def test_no_wait_on_the_steps_below_the_verdict_s_quiet_step(attempt_dir):
+    """JUDGED "2 3 9": the pruner (successive halving, its next rung at step 9) cannot stop
+    this attempt on steps 4 to 8; the trial waits again at step 9."""
+    trial.report(3, loss=1.0)
+    _later(0.05, attempt_dir / "JUDGED", "2 3 9\n")
+    assert _timed_should_stop()[1] >= 0.04
+    for step in range(4, 9):
+        time.sleep(0.05)
+        trial.report(step, loss=1.0)
+        assert _timed_should_stop() == (False, pytest.approx(0, abs=0.02))
+    time.sleep(0.1)
+    trial.report(9, loss=1.0)
+    assert _timed_should_stop()[1] >= 0.04  # half the 0.1 s between reports
+
+
+def test_a_quiet_step_read_late_still_covers_the_step_waited_on(attempt_dir):
+    """A verdict on step 3 that came after the trial's wait for it ran out still says that
+    step 5 needs no verdict of its own."""
+    trial.report(5, loss=1.0)
+    (attempt_dir / "JUDGED").write_text("2 3 9\n")
+    assert _timed_should_stop() == (False, pytest.approx(0, abs=0.02))
+
+
+def test_another_attempt_s_quiet_step_is_not_taken(attempt_dir):
+    (attempt_dir / "JUDGED").write_text("1 3 9\n")
+    trial.report(4, loss=1.0)
+    assert _timed_should_stop()[1] >= 0.55

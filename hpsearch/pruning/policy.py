@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpsearch.pruning.pruners import build, describe
+from hpsearch.pruning.pruners import build, describe, first_stop_step
 from hpsearch.search import optuna_compat as compat
 from hpsearch.store import rows
 
@@ -126,6 +126,11 @@ class EarlyStopping:
                 break
         after = self._attrs(internal)
         return decision, (after if after != before else None)
+
+    def quiet_until(self, trial_id: int, step: int) -> int:
+        """The first step after `step` (judged: it goes on) at which the pruner may stop
+        `trial_id` (its rung now, for successive halving)."""
+        return first_stop_step(self.pruner_spec, step, self._attrs(self.ids[trial_id]))
 
     def ended(self, trial_id: int, state: str, value: float | None) -> None:
         """The trial finished (completed, pruned or failed): later judgements compare with it."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
@@ -34,3 +35,36 @@ def describe(spec: Pruner) -> str:
     if spec.wrapped is not None:
         options.append(f"wrapped={describe(spec.wrapped)}")
     return f"{spec.type}({', '.join(options)})"
+
+
+def _rungs(spec: Pruner, step: int, attrs: Mapping[str, Any]) -> int:
+    # Optuna's successive halving judges a trial only once its step reaches its next rung's
+    # promotion step, min_resource x reduction_factor ** (min_early_stopping_rate + rung),
+    # its rung being how many completed_rung_N attrs it has. Hyperband's brackets are
+    # successive halving with a rate of at least 0: the rate-0 step is a lower bound.
+    rung = 0
+    while f"completed_rung_{rung}" in attrs:
+        rung += 1
+    factor = spec.option("reduction_factor", 4 if spec.type == "successive_halving" else 3)
+    rate = spec.option("min_early_stopping_rate", 0)
+    return max(step + 1, spec.option("min_resource", 1) * factor ** (rate + rung))
+
+
+def _warmup(spec: Pruner, step: int, attrs: Mapping[str, Any]) -> int:
+    # median, percentile and threshold judge no step below n_warmup_steps
+    return max(step + 1, spec.option("n_warmup_steps", 0))
+
+
+# How far a pruner's rule lets a running trial go unjudged; a pruner not named here may stop
+# a trial at any step.
+_QUIET: dict[str, Callable[[Pruner, int, Mapping[str, Any]], int]] = {
+    "successive_halving": _rungs, "hyperband": _rungs,
+    "median": _warmup, "percentile": _warmup, "threshold": _warmup}
+
+
+def first_stop_step(spec: Pruner, step: int, attrs: Mapping[str, Any]) -> int:
+    """The first step, after `step` (judged, the trial goes on), at which `spec`'s pruner may
+    stop a trial whose pruner attrs are `attrs`: on a report of an earlier step it cannot
+    (trial.should_stop() need not wait for the verdict then)."""
+    rule = _QUIET.get(spec.type)
+    return rule(spec, step, attrs) if rule else step + 1

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from hpsearch.store.store import Store
 
 STOP_FILE = "STOP"
-# "ATTEMPT STEP": the attempt's reports were read through STEP and it goes on (no stop);
-# written only where reports are read as written (trial.should_stop() waits for it then)
+# "ATTEMPT STEP QUIET": the attempt's reports were read through STEP and it goes on, and the
+# pruner cannot stop it on a report below QUIET; written only where reports are read as
+# written (trial.should_stop() waits for it then, except on a step below QUIET)
 JUDGED_FILE = "JUDGED"
 # in the trials' environment then: how long should_stop() may wait for it after a report
 VERDICT_WAIT = "0.5"
@@ -42,6 +43,7 @@ class Stopper:
         self.store, self.executor, self.search, self.on_event = store, executor, search, on_event
         self.requests: dict[int, dict] = {}  # trial id -> its stop request, until it ends
         self.untold: set[int] = set()  # stops committed, not yet told to the trial
+        self.quiet: dict[int, tuple[int, int]] = {}  # trial id -> (attempt, QUIET) told
 
     def recover(self, trials: list[rows.TrialRow]) -> None:
         """Rebuild the policy from the store (before trials in flight are adopted); a stop
@@ -89,15 +91,21 @@ class Stopper:
         stop told (tell): go on, unless its stop is decided (its STOP file says it)."""
         if trial_id in self.requests:
             return
+        told = self.quiet.get(trial_id)
+        if told and told[0] == attempt and step < told[1]:
+            return  # JUDGED already says the trial need not wait for this step
+        quiet = self.policy.quiet_until(trial_id, step)
         try:
-            replace_file(trial_dir / JUDGED_FILE, f"{attempt} {step}\n")
+            replace_file(trial_dir / JUDGED_FILE, f"{attempt} {step} {quiet}\n")
         except OSError:
-            pass  # the trial waits its HPSEARCH_VERDICT_WAIT out, then goes on
+            return  # the trial waits its HPSEARCH_VERDICT_WAIT out, then goes on
+        self.quiet[trial_id] = (attempt, quiet)
 
     def finished(self, ended: Ended, last: tuple[int, float] | None) -> bool:
         """Record the end of a trial told to stop, as `pruned` (whatever its exit), and say
         True; False for a trial that was not told (the driver records it)."""
         request = self.requests.pop(ended.trial_id, None)
+        self.quiet.pop(ended.trial_id, None)
         if request is None:
             return False
         self.untold.discard(ended.trial_id)
@@ -117,4 +125,5 @@ class Stopper:
         return True
 
     def ended(self, trial_id: int, state: str, value: float | None) -> None:
+        self.quiet.pop(trial_id, None)
         self.policy.ended(trial_id, state, value)
