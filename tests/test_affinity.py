@@ -1,7 +1,8 @@
 """A pilot's trial is born on its slot's cores (hpsearch.launch.affinity): the local executor
 (the pilot's runner, a node agent's) narrows its own thread around the spawn, so the trial's
-shell needs no awk or taskset; where it cannot tell the slot, the shell's CPU_NARROW tries and
-says why. On the emulated cluster with task/affinity: tests/slurm/test_gpu_binding.py."""
+shell needs no awk or taskset; where it cannot tell the slot, the runner says why on the
+trial's stderr (its shell, with the same CPUs, could not either). On the emulated cluster with
+task/affinity: tests/slurm/test_gpu_binding.py."""
 
 from __future__ import annotations
 
@@ -71,9 +72,23 @@ def test_a_pilot_trial_is_born_on_its_slots_cpus(tmp_path):
     assert sorted(os.sched_getaffinity(0)) == ALLOWED  # the runner's own, given back
 
 
-def test_where_the_runner_cannot_tell_the_slot_the_trials_shell_says_so(tmp_path):
+def test_where_the_runner_cannot_tell_the_slot_the_trials_stderr_says_so(tmp_path,
+                                                                           monkeypatch):
+    """Once, in CPU_NARROW's words, and with no awk, sed or taskset run for it (a marker
+    that each of them, first on PATH, would leave)."""
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    for tool in ("awk", "sed", "taskset"):
+        (fakes / tool).write_text(f"#!/bin/sh\ntouch {tmp_path}/ran-{tool}\n")
+        (fakes / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fakes}:{os.environ['PATH']}")
     out, err = _run(tmp_path, _slot("1", len(ALLOWED) + 1), narrow=True)
-    assert "not narrowed to the cores of its trial" in err and out  # it still ran
+    allowed = subprocess.run(["/bin/sh", "-c", SHOW.replace("sed", "/bin/sed")],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert err == ("hpsearch: warning: this step was not narrowed to the cores of its trial "
+                   f"(positions 1 of the pilot {len(ALLOWED) + 1} CPUs on the node; it may "
+                   f"run on CPUs {allowed}): it may share cores with other trials\n")
+    assert sorted(p.name for p in tmp_path.glob("ran-*")) == ["ran-sed"]  # the trial's own
 
 
 def test_a_trial_not_from_a_pilot_is_not_narrowed_whatever_its_environment(tmp_path):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from hpsearch import procs
 from hpsearch.errors import BadInput
 from hpsearch.executors.base import Adoptable, Ended, EndReason, Executor, Started
-from hpsearch.launch.affinity import slot_cpus, spawning_on
+from hpsearch.launch.affinity import not_narrowed, slot_cpus, spawning_on
 from hpsearch.launch.attempt import (
     Launch,
     open_unlinked,
@@ -42,7 +42,6 @@ from hpsearch.launch.attempt import (
     read_exit_code,
     shell_body,
 )
-from hpsearch.launch.base import CPU_NARROW
 
 if TYPE_CHECKING:
     from hpsearch.spec.model import Spec
@@ -199,11 +198,10 @@ class LocalExecutor(Executor):
         cpus = slot_cpus(launch.env) if launch.narrow_cpus else None
         try:
             with spawning_on(cpus) as narrowed:
-                # where this process could not narrow it, the shell tries, or says why not
-                command = (launch.command if narrowed or not launch.narrow_cpus
-                           else CPU_NARROW + "\n" + launch.command)
+                if launch.narrow_cpus and not narrowed:  # nor could its shell: say so
+                    os.write(ready.err, not_narrowed(env).encode())
                 popen = subprocess.Popen(["/bin/sh", "-c", shell_body(self.signal_name,
-                                                                      command)],
+                                                                      launch.command)],
                                          cwd=launch.workdir, env=env,
                                          stdin=subprocess.DEVNULL, stdout=ready.out,
                                          stderr=ready.err, start_new_session=True)

@@ -6,14 +6,18 @@ The slot is HPSEARCH_CPU_FIELDS (1-based positions of the CPUs the pilot holds o
 HPSEARCH_NODE_CPUS of them; hpsearch.slurm.environment.for_pilot_trial). As the shell's
 CPU_NARROW (hpsearch.launch.base), it narrows only where the spawning process is allowed
 exactly the pilot's CPUs on the node; where it is not (Slurm bound nothing, or fewer), the
-trial's shell runs CPU_NARROW, which says on its stderr why it could not. Before, every
-trial's shell ran CPU_NARROW itself: an awk and a taskset, 3.6 ms and 2.3 CPU-ms a trial
-here. A trial's own srun steps still narrow themselves (rank_script).
+spawning process writes on the trial's stderr why (not_narrowed: CPU_NARROW's words). The
+trial's shell, which inherits the same CPUs and environment, could not narrow either: it
+used to try (an awk, a sed and a subshell, 20-35 ms a trial on the loaded emulated cluster,
+where no node has the CPUs it claims). Before, every trial's shell ran CPU_NARROW itself: an
+awk and a taskset, 3.6 ms and 2.3 CPU-ms a trial here. A trial's own srun steps still
+narrow themselves (rank_script).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -51,3 +55,25 @@ def spawning_on(cpus: set[int] | None) -> Iterator[bool]:
         yield True
     finally:
         os.sched_setaffinity(0, saved)
+
+
+def not_narrowed(env: Mapping[str, str]) -> str:
+    """The warning for a trial that could not be narrowed to its slot's CPUs (the words of
+    CPU_NARROW's, which a trial's own srun step still prints)."""
+    allowed = _ranges(sorted(os.sched_getaffinity(0)))
+    taskset = "" if shutil.which("taskset", path=env.get("PATH")) else ", no taskset"
+    return (f"hpsearch: warning: this step was not narrowed to the cores of its trial "
+            f"(positions {env.get('HPSEARCH_CPU_FIELDS', '')} of the pilot "
+            f"{env.get('HPSEARCH_NODE_CPUS', '')} CPUs on the node; it may run on CPUs "
+            f"{allowed}{taskset}): it may share cores with other trials\n")
+
+
+def _ranges(cpus: list[int]) -> str:
+    """0,1,2,5 as /proc's Cpus_allowed_list writes it: 0-2,5."""
+    runs: list[list[int]] = []
+    for cpu in cpus:
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
