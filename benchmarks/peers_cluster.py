@@ -7,6 +7,9 @@ a time on the cluster (default 8), each trial on 1 CPU. Rows:
 - hpsearch, ASHA (promotion), pilots: `executor.pilots` (P slots: pilots of 2 nodes x 4),
   every segment a new process in a pilot, resuming from its checkpoint.
 - hpsearch, ASHA (stop), pilots: the same pilots; a rejected trial is stopped.
+- hpsearch, ASHA (stop), pilots, warm starts: the same, with `executor.warm` (the modules the
+  trial imports): each trial is forked from the pilot's warm server on its node, through the
+  quick client (hpsearch/warm/quick.py), not started as a new interpreter.
 - hpsearch, ASHA (stop), a job per trial; and as job arrays.
 - Optuna + submitit: the recipe of benchmarks/_optuna_submitit.py, written as a user would
   (P worker jobs through submitit, one JournalStorage file, SuccessiveHalvingPruner, the
@@ -28,13 +31,15 @@ call to its return), steps run, trial processes (distinct pids that ran steps), 
 started (hpsearch's store, submitit's folders), best value at the last step, time to target
 (within 0.02 of the true best final loss), lost (configurations that neither ran their last
 step nor were told to stop by the tool) and again (steps run more than once / the
-configurations they belong to). Goal line: hpsearch reaches the target first (its best row
-against each peer's).
+configurations they belong to). Goal lines, against each peer: hpsearch's best row (the
+first to the target) reaches the target first, and finishes no later. `--keep` keeps each
+row's folder (hpsearch's experiment: its trials' files, its pilots' folders) and prints it.
 
     scripts/slurm-cluster.sh start && export SLURM_CONF=/tmp/hpsearch-slurm/etc/slurm.conf
     python benchmarks/peers_cluster.py --quick          # 27 configs x 9 steps of 0.1 s
     python benchmarks/peers_cluster.py                  # 81 x 27 steps of 0.2 s
     python benchmarks/peers_cluster.py --tiny --rows pilots-stop optuna-submitit
+    python benchmarks/peers_cluster.py --rows pilots-warm optuna-submitit --keep
     python benchmarks/peers_cluster.py --quick --kill node      # or --kill orchestrator
 """
 
@@ -64,6 +69,7 @@ ETA = 3
 ROWS = {
     "pilots-promotion": ("hpsearch", "ASHA (promotion), pilots"),
     "pilots-stop": ("hpsearch", "ASHA (stop), pilots"),
+    "pilots-warm": ("hpsearch", "ASHA (stop), pilots, warm starts"),
     "jobs-stop": ("hpsearch", "ASHA (stop), a job per trial"),
     "arrays-stop": ("hpsearch", "ASHA (stop), job arrays"),
     "optuna-submitit": ("optuna+submitit", "P worker jobs, JournalStorage, SuccessiveHalving"),
@@ -86,6 +92,8 @@ def run_hpsearch(row: str, w: _curves.Workload, log: _curves.StepLog, work: Path
         executor["pilots"] = {"nodes": 2, "slots_per_node": 4, "time": "00:30:00",
                               "max": math.ceil(parallel / 8), "idle_timeout": 20,
                               "heartbeat": 1}
+    if row == "pilots-warm":  # what the trial imports (_curves is not on the servers' path)
+        executor["warm"] = ["hpsearch.trial", "json", "random", "typing", "dataclasses", "math"]
     spec = {
         "name": f"peers-{row}",
         "command": f"{{python}} {HERE / '_peers_trial.py'} {' '.join(w.args())} {log.path} "
@@ -159,7 +167,7 @@ def versions(row: str) -> str:
 
 
 def measure(row: str, w: _curves.Workload, parallel: int, timeout: float, log: str,
-            kill: str | None = None) -> dict:
+            kill: str | None = None, keep: bool = False) -> dict:
     """One row's columns, its steps appended to the run's step log `log`; with `kill`
     ("node" or "orchestrator"), that is killed mid-run (benchmarks/_peers_kill.py)."""
     if row == "hydra" and not HYDRA_PYTHON.exists():
@@ -184,7 +192,10 @@ def measure(row: str, w: _curves.Workload, parallel: int, timeout: float, log: s
                       repeated_configs=stats.repeated_configs)
         return result
     finally:
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+        if keep:
+            print(f"  {row}: kept {work}", flush=True)
+        else:
+            subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
 def _fmt(v: float) -> str:
@@ -227,6 +238,10 @@ def goal_lines(results: list[tuple[str, dict]]) -> list[str]:
         lines.append(f"{'ok' if ok else 'MISS'}: on the cluster, hpsearch reaches the target "
                      f"before {tool} (hpsearch {ROWS[best_row][1]} {_fmt(best['to_target'])} "
                      f"s, {tool} {_fmt(r['to_target'])} s)")
+        ok = best["makespan"] <= r["makespan"]
+        lines.append(f"{'ok' if ok else 'MISS'}: on the cluster, hpsearch finishes no later "
+                     f"than {tool} (hpsearch {ROWS[best_row][1]} {best['makespan']:.1f} s, "
+                     f"{tool} {r['makespan']:.1f} s)")
     return lines
 
 
@@ -247,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                              "third of the configurations started")
     parser.add_argument("--step-log", help="keep the run's step log here (a new file; "
                                            "default: a temporary one, removed at the end)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep each row's folder (its experiment, pilots, trials)")
     args = parser.parse_args(argv)
     if not os.environ.get("SLURM_CONF") and not Path("/etc/slurm/slurm.conf").exists():
         parser.error("no Slurm here: start the emulated cluster and export SLURM_CONF "
@@ -263,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with step_log(args.step_log) as log:
         for row in args.rows:
-            r = measure(row, w, args.parallel, timeout, log, args.kill)
+            r = measure(row, w, args.parallel, timeout, log, args.kill, args.keep)
             results.append((row, r))
             print(f"  {' '.join(ROWS[row])}: " + (
                 f"not run: {r['error']}" if "error" in r else f"{r['makespan']:.1f} s"

@@ -106,25 +106,36 @@ def _warm_env(shared: Path) -> dict[str, str]:
     return env
 
 
-def _warm_run(shared: Path, script: Path) -> subprocess.CompletedProcess:
-    """A trial through the warm client, with the temp folder `shared` and no XDG dir."""
+def _warm_run(shared: Path, script: Path, client: str = "full") -> subprocess.CompletedProcess:
+    """A trial through the warm client (`full`: python -m hpsearch.warm run; `quick`: what
+    `{python}` runs, hpsearch/warm/quick.py), with the temp folder `shared` and no XDG dir."""
     import sys
-    return subprocess.run([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "json",
-                           "--idle-timeout", "5", "--", str(script), "ok"],
-                          env=_warm_env(shared), capture_output=True, text=True, timeout=60)
+
+    from hpsearch.launch.attempt import QUICK_CLIENT
+    argv = ([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "json",
+             "--idle-timeout", "5", "--"] if client == "full"
+            else [sys.executable, "-I", "-S", str(QUICK_CLIENT), "json", "--"])
+    return subprocess.run([*argv, str(script), "ok"], env=_warm_env(shared),
+                          capture_output=True, text=True, timeout=60)
 
 
-def _warm_socket(shared: Path) -> Path:
-    """The socket _warm_run's client connects to: keyed by its sys.path too, so asked of a
-    process started as that one is (tests/warm_socket.py), not computed here."""
+def _warm_socket(shared: Path, client: str = "full") -> Path:
+    """The socket _warm_run's client connects to: the full client's is keyed by its sys.path
+    too, so asked of a process started as that one is (tests/warm_socket.py), not computed
+    here; the quick client's is the alias its server makes (hpsearch.warm.quick)."""
     import sys
+    if client == "quick":
+        from hpsearch.warm import quick
+        env = _warm_env(shared)
+        return Path(quick.folder(env)) / quick.alias_name(env, sys.executable, ["json"])
     return Path(subprocess.run([sys.executable, "-m", "tests.warm_socket", "json"],
                                env=_warm_env(shared), capture_output=True, text=True,
                                timeout=60, check=True).stdout.strip())
 
 
+@pytest.mark.parametrize("client", ["full", "quick"])
 def test_a_warm_folder_made_by_another_user_is_not_used(other_uid, tmp_path, shared_tmp,
-                                                          cli):
+                                                          cli, client):
     """Another user made the victim's warm folder first, in the shared temp folder: the
     victim's socket, lock, log and environment must not go there; the trial runs cold and
     says why."""
@@ -140,7 +151,7 @@ def test_a_warm_folder_made_by_another_user_is_not_used(other_uid, tmp_path, sha
     script = tmp_path / "trial.py"
     script.write_text("import sys\nprint('ran', sys.argv[1])\n")
     for _ in range(2):  # the second run would be the warm one
-        proc = _warm_run(shared, script)
+        proc = _warm_run(shared, script, client)
         assert proc.returncode == 0 and proc.stdout == "ran ok\n", proc.stderr
         assert (f"warm starts are off on this node: {theirs} is owned by uid {other_uid}"
                 in proc.stderr)
@@ -158,15 +169,16 @@ def test_a_warm_folder_made_by_another_user_is_not_used(other_uid, tmp_path, sha
     assert list(theirs.iterdir()) == []  # no socket, lock or log of the victim's in it
 
 
+@pytest.mark.parametrize("client", ["full", "quick"])
 def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shared_tmp,
-                                                       monkeypatch):
+                                                       monkeypatch, client):
     """A server run by another user at the victim's socket path (as if planted) would get
     the victim's environment and stdio and could forge its metrics: the client checks the
     server's uid (SO_PEERCRED), sends nothing, and runs the trial cold."""
     import socket
 
     shared = shared_tmp
-    path = _warm_socket(shared)
+    path = _warm_socket(shared, client)
     path.parent.mkdir(mode=0o700)  # the victim's own, private folder
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
@@ -194,7 +206,7 @@ def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shar
     script = tmp_path / "trial.py"
     script.write_text("import sys\nprint('ran', sys.argv[1])\n")
     time.sleep(0.5)  # the child listens
-    proc = _warm_run(shared, script)
+    proc = _warm_run(shared, script, client)
     import select
     ready, _, _ = select.select([got_read], [], [], 30)  # the server tells what it received
     assert ready, ("the other user's server was never reached: not the client's socket?",
@@ -203,7 +215,7 @@ def test_a_socket_another_user_listens_on_gets_nothing(other_uid, tmp_path, shar
     os.close(got_read)
     os.waitpid(pid, 0)
     assert proc.returncode == 0 and proc.stdout == "ran ok\n", proc.stderr
-    assert f"the server at {path} does not run as this user; running cold" in proc.stderr
+    assert f"the server at {path} does not run as this user" in proc.stderr
     assert received == b"0"  # not a byte of the request (argv, environment)
 
 

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from hpsearch.launch.attempt import QUICK_CLIENT
 from tests.helpers import read_store
 
 # `fractions` stands in for torch: a module nothing else here imports at start.
@@ -60,8 +61,9 @@ def test_a_socket_path_too_long_for_unix_sockets_runs_cold_and_says_why(tmp_path
     assert not list(deep.glob("hpsearch-warm-*/*.log"))  # no server was started
 
 
+@pytest.mark.parametrize("client", ["full", "quick"])
 def test_a_run_with_another_pythonpath_is_not_served_by_another_checkout_s_server(
-        tmp_path, runtime_dir):
+        tmp_path, runtime_dir, client):
     """Two checkouts of a package (`pkg`, preloaded) and the same interpreter: a server
     started for one must not fork the other's runs (its children have its modules, and
     hpsearch's). Before, the socket's key left the module search path out, and a run with
@@ -70,8 +72,10 @@ def test_a_run_with_another_pythonpath_is_not_served_by_another_checkout_s_serve
         env = {**os.environ, "XDG_RUNTIME_DIR": runtime_dir,
                "PYTHONPATH": os.pathsep.join(filter(None, (
                    str(tmp_path / checkout), os.environ.get("PYTHONPATH"))))}
-        return subprocess.run([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "pkg",
-                               "--", str(tmp_path / "who.py")], env=env, capture_output=True,
+        argv = ([sys.executable, "-m", "hpsearch.warm", "run", "--preload", "pkg", "--"]
+                if client == "full" else [sys.executable, "-I", "-S", str(QUICK_CLIENT), "pkg",
+                                          "--"])  # what {python} runs (its alias's key)
+        return subprocess.run([*argv, str(tmp_path / "who.py")], env=env, capture_output=True,
                               text=True, timeout=60, check=True).stdout.split()
     (tmp_path / "who.py").write_text(
         "import sys\nwarm = 'pkg' in sys.modules\nimport pkg\nprint(pkg.WHO, warm)\n")

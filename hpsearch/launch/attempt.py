@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpsearch.procs import module_argv
 from hpsearch.spec.model import Resources, TrialRecipe
 from hpsearch.store import runs
 from hpsearch.store.trusted import read_attempt_value
 from hpsearch.template import render
 
 _WARM = "\0python\0"  # stands for {python} until the warm client's command line replaces it
+# The warm client's quick way in, run as an isolated script (it imports nothing of hpsearch's)
+QUICK_CLIENT = Path(__file__).resolve().parent.parent / "warm" / "quick.py"
 
 # Runs before the trial's command in the same shell; records its exit status, and the
 # attempt it ends, for a driver that may have been restarted meanwhile (and so cannot wait
@@ -119,8 +120,7 @@ def trial_command(recipe: TrialRecipe, trial_id: int, params: dict[str, Any]) ->
     command = render(recipe.command, params, builtins)
     if recipe.warm is not None:  # {python} runs the script through a warm server
         command = command.replace(shlex.quote(_WARM), shlex.join([
-            *module_argv(sys.executable, "hpsearch.warm", "run"), "--preload",
-            ",".join(recipe.warm), "--"]))
+            sys.executable, "-I", "-S", str(QUICK_CLIENT), ",".join(recipe.warm), "--"]))
     return command
 
 

@@ -6,8 +6,9 @@ hpsearch.warm serve|run|ranks`); this module holds what they share: the socket's
 private runtime folder, who is at the other end of a connection.
 
 A promoted segment pays its process start again: a Python interpreter, torch's import, CUDA
-and the process group. Through `python -m hpsearch.warm run -- script.py args` (what
-`{python}` becomes with `executor.warm`), the client hands its script, arguments,
+and the process group. Through `python -m hpsearch.warm run -- script.py args` (the full
+client; `{python}` becomes quick.py, its quick way in, which hands over to it whenever it
+cannot serve the trial itself), the client hands its script, arguments,
 environment, working directory and stdin/stdout/stderr to the server over a Unix socket;
 the server forks, and the child runs the script as `__main__` with the modules already
 imported. The client stays the trial's process: it forwards signals to the child, ends with

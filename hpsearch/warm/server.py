@@ -12,6 +12,7 @@ flock on `<socket>.lock` while it lives.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import importlib
 import json
@@ -25,7 +26,7 @@ import time
 import traceback
 from pathlib import Path
 
-from hpsearch.warm import open_private, peer_pid, peer_uid, private_dir_problem
+from hpsearch.warm import open_private, peer_pid, peer_uid, private_dir_problem, quick
 
 MAX_REQUEST = 1 << 22  # 4 MiB of argv + environment
 RECEIVE_TIMEOUT = 10.0  # seconds a client may take to send its request
@@ -48,7 +49,30 @@ def serve(path: str, preload: list[str], idle_timeout: float) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(sock_path))
     listener.listen(64)
-    return _Server(listener, sock_path, idle_timeout, lock).loop()
+    alias = _alias(sock_path, preload)
+    try:
+        return _Server(listener, sock_path, idle_timeout, lock).loop()
+    finally:
+        if alias is not None:
+            with contextlib.suppress(OSError):
+                if os.readlink(alias) == sock_path.name:  # not a later server's by now
+                    alias.unlink()
+
+
+def _alias(sock_path: Path, preload: list[str]) -> Path | None:
+    """The quick client's way to this socket (hpsearch.warm.quick.alias_name): a link beside
+    it in the private folder, made anew (a dead server's is replaced)."""
+    alias = sock_path.with_name(quick.alias_name(os.environ, sys.executable, preload))
+    fresh = alias.with_name(f".{alias.name}.{os.getpid()}")
+    try:
+        fresh.unlink(missing_ok=True)
+        os.symlink(sock_path.name, fresh)
+        os.replace(fresh, alias)
+    except OSError as exc:
+        print(f"hpsearch.warm: no quick way in ({exc}); trials start through the full "
+              "client", file=sys.stderr)
+        return None
+    return alias
 
 
 class _Server:
