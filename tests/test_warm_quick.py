@@ -153,3 +153,22 @@ def test_its_requests_read_back_as_json_whatever_the_strings():
 
 def test_its_fallback_runs_modules_as_hpsearch_does():
     assert quick.SAFE_MODULE_RUN == SAFE_MODULE_RUN
+
+
+def test_in_a_pilot_a_trial_before_its_servers_are_up_runs_cold_and_starts_none(runtime_dir,
+                                                                               tmp_path):
+    """The pilot starts its nodes' servers (hpsearch.pilot.warm_servers): a trial that comes
+    first runs cold at once and says so, as the full client does, and starts no server of
+    its own (which would end with the trial's step)."""
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    folder = _alias(runtime_dir).parent
+    folder.mkdir(mode=0o700)
+    proc = subprocess.run([sys.executable, "-I", "-S", str(QUICK_CLIENT), "fractions", "--",
+                           str(script), "0", "4"], capture_output=True, text=True, timeout=60,
+                          env=_env(runtime_dir, HPSEARCH_WARM_SCOPE="77.pilot"), cwd=tmp_path)
+    assert proc.returncode == 4 and proc.stdout.startswith("warm=False"), proc.stderr
+    assert proc.stderr == ("hpsearch.warm: the pilot's warm server on this node is not up "
+                           "(yet); running cold\n")
+    time.sleep(0.5)
+    assert list(folder.iterdir()) == []  # no server, socket or log

@@ -103,8 +103,13 @@ def open_watch(fs: Filesystem) -> tuple[OutputWatch | None, str]:
                  f"the runs dir is on {fs.fstype}")
         return None, f"{where}: shared between hosts, whose writes inotify does not hear"
     try:
-        from inotify_simple import INotify
-        inotify = INotify()
+        import ctypes
+
+        import inotify_simple
+        if getattr(inotify_simple, "_libc", False) is None:  # as it would find it, without
+            # ctypes.util.find_library's `ldconfig -p` (50-90 ms as a driver starts)
+            inotify_simple._libc = ctypes.CDLL(None, use_errno=True)
+        inotify = inotify_simple.INotify()
     except ImportError:
         return None, "the inotify_simple package is not installed"
     except (OSError, AttributeError) as exc:  # EMFILE (max_user_instances), not Linux
