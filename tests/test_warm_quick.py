@@ -172,3 +172,39 @@ def test_in_a_pilot_a_trial_before_its_servers_are_up_runs_cold_and_starts_none(
                            "(yet); running cold\n")
     time.sleep(0.5)
     assert list(folder.iterdir()) == []  # no server, socket or log
+
+
+@pytest.mark.parametrize("client", ["quick", "full"])
+def test_a_server_that_dies_under_a_trial_takes_the_trial_with_it(runtime_dir, tmp_path,
+                                                                   client):
+    """The server's exit reports the trial's status; without it the attempt ends (exit 1)
+    and its process must not run on unwatched, as it did (the step log of a node-crash run
+    on the emulated cluster: a forked trial wrote a step and result.json after its client
+    had exited)."""
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    _served(runtime_dir, script, tmp_path)
+    late = tmp_path / "late"
+    (tmp_path / "late.py").write_text(
+        "import os, sys, time\nwarm = 'fractions' in sys.modules\n"
+        "print(f'warm={warm} pid={os.getpid()}', flush=True)\ntime.sleep(1.5)\n"
+        f"open({str(late)!r}, 'w').write('ran on')\n")
+    argv = ([sys.executable, "-I", "-S", str(QUICK_CLIENT), "fractions", "--"] if client
+            == "quick" else [sys.executable, "-c", SAFE_MODULE_RUN, "hpsearch.warm", "run",
+                             "--preload", "fractions", "--"])  # as the quick one hands over
+    proc = subprocess.Popen([*argv, str(tmp_path / "late.py")], env=_env(runtime_dir),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first.startswith("warm=True"), first
+    child = int(first.split("pid=")[1])
+    server = int(Path(f"/proc/{child}/stat").read_text().split(") ")[1].split()[1])
+    os.kill(server, signal.SIGKILL)  # the server alone (its forked child has its cmdline)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert f"the server ended before trial process {child}; killed it" in err
+    time.sleep(2)
+    assert not late.exists()  # it did not run on
+    assert not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text(
+    ).split(") ")[1].startswith("Z")

@@ -55,8 +55,10 @@ def run(path: str, preload: list[str], argv: list[str], idle_timeout: float) -> 
     for sig in FORWARDED:
         signal.signal(sig, lambda s, f: _forward(pid, s))
     last = replies.readline()
-    if not last:  # the server died: the child may run on, and its status is unknown
-        print(f"hpsearch.warm: the server ended before trial process {pid}", file=sys.stderr)
+    if not last:  # the server died: its status cannot be known, and the attempt ends here
+        _forward(pid, signal.SIGKILL)  # so the child must not run on past it, unwatched
+        print(f"hpsearch.warm: the server ended before trial process {pid}; killed it",
+              file=sys.stderr)
         return 1
     return int(json.loads(last)["status"])
 

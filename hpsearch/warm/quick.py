@@ -170,8 +170,10 @@ def _relay(conn, argv: list[str]) -> int:
     for sig in FORWARDED:
         _signal.signal(sig, lambda s, f: _forward(pid, s))
     status = _number(line(), b"status")
-    if status is None:
-        os.write(2, f"hpsearch.warm: the server ended before trial process {pid}\n".encode())
+    if status is None:  # as the full client: the attempt ends here, and so does the child
+        _forward(pid, 9)  # SIGKILL
+        os.write(2, f"hpsearch.warm: the server ended before trial process {pid}; killed "
+                    "it\n".encode())
         return 1
     return status
 
