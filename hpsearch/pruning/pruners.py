@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from hpsearch.spec.pruner import OPTIONS
+
 if TYPE_CHECKING:
     from optuna.pruners import BasePruner
 
@@ -45,14 +47,19 @@ def _rungs(spec: Pruner, step: int, attrs: Mapping[str, Any]) -> int:
     rung = 0
     while f"completed_rung_{rung}" in attrs:
         rung += 1
-    factor = spec.option("reduction_factor", 4 if spec.type == "successive_halving" else 3)
-    rate = spec.option("min_early_stopping_rate", 0)
-    return max(step + 1, spec.option("min_resource", 1) * factor ** (rate + rung))
+    rate = _option(spec, "min_early_stopping_rate") or 0  # hyperband has none
+    return max(step + 1, _option(spec, "min_resource")
+               * _option(spec, "reduction_factor") ** (rate + rung))
 
 
 def _warmup(spec: Pruner, step: int, attrs: Mapping[str, Any]) -> int:
     # median, percentile and threshold judge no step below n_warmup_steps
-    return max(step + 1, spec.option("n_warmup_steps", 0))
+    return max(step + 1, _option(spec, "n_warmup_steps"))
+
+
+def _option(spec: Pruner, name: str) -> Any:
+    """The option as written, else its default (hpsearch.spec.pruner.OPTIONS)."""
+    return spec.option(name, OPTIONS[spec.type].get(name, (None, None))[1])
 
 
 # How far a pruner's rule lets a running trial go unjudged; a pruner not named here may stop

@@ -125,5 +125,4 @@ class Stopper:
         return True
 
     def ended(self, trial_id: int, state: str, value: float | None) -> None:
-        self.quiet.pop(trial_id, None)
         self.policy.ended(trial_id, state, value)
